@@ -1,0 +1,352 @@
+/*
+ * Connection I/O: read into the framer's free tail, dispatch complete
+ * lines in order, batch responses into one write per pass, apply
+ * back-pressure, and close only from a state where no callback can still
+ * touch the handle.
+ */
+#include "conn.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "dispatch.h"
+#include "log.h"
+#include "protocol/errors.h"
+#include "protocol/jsonrpc.h"
+
+#define READ_CHUNK (64 * 1024)
+
+struct write_req {
+	uv_write_t req;
+	struct conn *conn;
+	char *base; /* owned buffer */
+	size_t len; /* bytes queued from it */
+};
+
+static void conn_process(struct conn *c);
+
+void conn_ref(struct conn *c)
+{
+	c->refs++;
+}
+
+void conn_unref(struct conn *c)
+{
+	if (--c->refs > 0)
+		return;
+	framer_done(&c->in);
+	free(c->out);
+	free(c->agent_id);
+	free(c);
+}
+
+static bool backlog_ok(const struct conn *c)
+{
+	return c->out_len + c->out_queued < c->srv->d->limits.output_backlog;
+}
+
+static void close_cb(uv_handle_t *h)
+{
+	struct conn *c = h->data;
+	struct server *srv = c->srv;
+
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		srv->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->counted)
+		srv->n_served--;
+	conn_unref(c);
+}
+
+void conn_close(struct conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	c->reading = false;
+	uv_close((uv_handle_t *)&c->pipe, close_cb);
+}
+
+static void write_cb(uv_write_t *req, int status)
+{
+	struct write_req *w = (struct write_req *)req;
+	struct conn *c = w->conn;
+
+	c->out_queued -= w->len;
+	free(w->base);
+	free(w);
+	if (status < 0) {
+		if (status != UV_ECANCELED)
+			log_debug("connection write failed: %s",
+				  uv_strerror(status));
+		conn_close(c);
+		return;
+	}
+	conn_process(c);
+}
+
+/* Hand buffered responses to the socket: directly if it takes them,
+ * else as one queued write that owns the buffer. */
+static void conn_flush(struct conn *c)
+{
+	struct write_req *w;
+	uv_buf_t buf;
+	size_t off = 0;
+	int rc;
+
+	if (c->out_len == 0 || c->closing)
+		return;
+	if (c->out_queued == 0) {
+		buf = uv_buf_init(c->out, (unsigned)c->out_len);
+		rc = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
+		if (rc == (int)c->out_len) {
+			c->out_len = 0;
+			return;
+		}
+		if (rc > 0)
+			off = (size_t)rc;
+		else if (rc != UV_EAGAIN) {
+			conn_close(c);
+			return;
+		}
+	}
+	w = malloc(sizeof(*w));
+	if (!w) {
+		conn_close(c);
+		return;
+	}
+	w->conn = c;
+	w->base = c->out;
+	w->len = c->out_len - off;
+	c->out = NULL;
+	c->out_len = c->out_cap = 0;
+	buf = uv_buf_init(w->base + off, (unsigned)w->len);
+	rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, write_cb);
+	if (rc < 0) {
+		free(w->base);
+		free(w);
+		conn_close(c);
+		return;
+	}
+	c->out_queued += w->len;
+}
+
+void conn_send(struct conn *c, const char *line, size_t len)
+{
+	if (c->closing)
+		return;
+	if (c->out_len + len > c->out_cap) {
+		size_t cap = c->out_cap ? c->out_cap : 4096;
+		char *p;
+
+		while (cap < c->out_len + len)
+			cap *= 2;
+		p = realloc(c->out, cap);
+		if (!p) {
+			log_err("out of memory buffering a response");
+			conn_close(c);
+			return;
+		}
+		c->out = p;
+		c->out_cap = cap;
+	}
+	memcpy(c->out + c->out_len, line, len);
+	c->out_len += len;
+}
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct conn *c = h->data;
+	char *ptr = NULL;
+	size_t avail = 0;
+
+	(void)suggested;
+	if (framer_reserve(&c->in, READ_CHUNK, &ptr, &avail) < 0)
+		avail = 0;
+	*buf = uv_buf_init(ptr, (unsigned)avail);
+}
+
+static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct conn *c = s->data;
+
+	(void)buf;
+	if (nread > 0) {
+		framer_commit(&c->in, (size_t)nread);
+		c->input_exhausted = false;
+	} else if (nread == UV_EOF) {
+		c->eof = true;
+	} else if (nread < 0) {
+		if (nread != UV_ENOBUFS)
+			log_debug("connection read failed: %s",
+				  uv_strerror((int)nread));
+		conn_close(c);
+		return;
+	}
+	conn_process(c);
+}
+
+/* Start or stop reading, or close, as the state now requires. */
+static void conn_update(struct conn *c)
+{
+	bool want_read, finished;
+
+	if (c->closing)
+		return;
+	want_read = !c->busy && !c->eof && !c->draining &&
+		    !c->close_when_flushed && backlog_ok(c);
+	if (want_read && !c->reading) {
+		if (uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb) <
+		    0) {
+			conn_close(c);
+			return;
+		}
+		c->reading = true;
+	} else if (!want_read && c->reading) {
+		uv_read_stop((uv_stream_t *)&c->pipe);
+		c->reading = false;
+	}
+	finished = c->close_when_flushed ||
+		   ((c->eof || c->draining) && !c->busy && c->input_exhausted);
+	if (finished && c->out_len == 0 && c->out_queued == 0)
+		conn_close(c);
+}
+
+static void send_line_too_long(struct conn *c)
+{
+	char msg[96];
+	size_t len;
+	char *line;
+	json_t *err;
+
+	snprintf(msg, sizeof(msg), "line exceeds the limit of %zu bytes",
+		 c->srv->d->limits.max_line);
+	err = rpc_error_new(NULL, RPC_INVALID_REQUEST, msg, NULL);
+	line = err ? rpc_dump_line(err, &len) : NULL;
+	if (line)
+		conn_send(c, line, len);
+	free(line);
+	json_decref(err);
+	c->close_when_flushed = true;
+}
+
+/* Dispatch buffered lines until one waits, the backlog is full or the
+ * input runs out; then flush once. */
+static void conn_process(struct conn *c)
+{
+	if (c->processing || c->closing)
+		return;
+	c->processing = true;
+	while (!c->busy && !c->close_when_flushed && !c->closing &&
+	       backlog_ok(c)) {
+		const char *line;
+		size_t len;
+		int rc = framer_next(&c->in, &line, &len);
+
+		if (rc == 0) {
+			c->input_exhausted = true;
+			break;
+		}
+		if (rc < 0) {
+			send_line_too_long(c);
+			break;
+		}
+		dispatch_line(c, line, len);
+	}
+	conn_flush(c);
+	c->processing = false;
+	conn_update(c);
+}
+
+void conn_resume(struct conn *c)
+{
+	c->busy = false;
+	conn_process(c);
+}
+
+void conn_drain(struct conn *c)
+{
+	c->draining = true;
+	conn_process(c);
+}
+
+/* Peer credentials: only our own user (or root) may talk to us. */
+static bool peer_allowed(struct conn *c)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	uv_os_fd_t fd;
+
+	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+		return false;
+	if (cred.uid == geteuid() || cred.uid == 0)
+		return true;
+	log_warn("refused a connection from uid %u (pid %d)",
+		 (unsigned)cred.uid, (int)cred.pid);
+	return false;
+}
+
+static void refuse_too_many(struct conn *c)
+{
+	json_t *err = rpc_error_new(NULL, RPC_UNAVAILABLE,
+				    "too many connections", NULL);
+	size_t len;
+	char *line = err ? rpc_dump_line(err, &len) : NULL;
+
+	if (line)
+		conn_send(c, line, len);
+	free(line);
+	json_decref(err);
+	c->close_when_flushed = true;
+	log_warn("refused a connection: limit of %zu reached",
+		 c->srv->d->limits.max_connections);
+}
+
+void conn_accept(struct server *srv)
+{
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		log_err("out of memory accepting a connection");
+		return;
+	}
+	c->srv = srv;
+	c->refs = 1;
+	c->input_exhausted = true;
+	framer_init(&c->in, srv->d->limits.max_line);
+	if (uv_pipe_init(srv->d->loop, &c->pipe, 0) < 0) {
+		free(c);
+		return;
+	}
+	c->pipe.data = c;
+	c->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = c;
+	srv->conns = c;
+	if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe) <
+	    0) {
+		conn_close(c);
+		return;
+	}
+	if (!peer_allowed(c)) {
+		conn_close(c);
+		return;
+	}
+	if (srv->n_served >= srv->d->limits.max_connections) {
+		refuse_too_many(c);
+		conn_flush(c);
+		conn_update(c);
+		return;
+	}
+	c->counted = true;
+	srv->n_served++;
+	if (srv->d->stopping)
+		c->draining = true;
+	conn_update(c);
+}

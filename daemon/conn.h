@@ -1,0 +1,64 @@
+/*
+ * One client connection. Lines are read through a framer and dispatched
+ * strictly in order: while a request waits for something (a durable
+ * write), the connection neither reads nor dispatches (pipelined input
+ * stays buffered). Responses are buffered and written once per pass; when
+ * the unsent output passes the backlog limit the connection stops reading
+ * and dispatching until the client catches up, so a client that does not
+ * read cannot grow the daemon's memory.
+ *
+ * Lifetime: owned by the server's list; references (one for being open,
+ * one per request in flight) keep the struct alive after close until the
+ * last one goes.
+ */
+#ifndef VMEM_DAEMON_CONN_H
+#define VMEM_DAEMON_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "protocol/framer.h"
+
+struct server;
+
+struct conn {
+	uv_pipe_t pipe;
+	struct server *srv;
+	struct conn *prev, *next;
+	struct framer in;
+	char *out; /* responses not yet handed to libuv */
+	size_t out_len, out_cap;
+	size_t out_queued; /* bytes inside uv_write requests */
+	unsigned refs;
+	bool reading;
+	bool busy;	      /* a request is waiting */
+	bool processing;      /* inside conn_process (re-entrancy guard) */
+	bool input_exhausted; /* no complete line is buffered */
+	bool eof;	      /* the client closed its side */
+	bool draining;	      /* no more input: answer what is buffered */
+	bool close_when_flushed;
+	bool closing;
+	bool counted;	/* counts against the connection limit */
+	char *agent_id; /* from server.hello (owned) */
+};
+
+/* Accept a pending connection from the listener. */
+void conn_accept(struct server *srv);
+
+/* Queue a response line (copied). Dropped when the connection is closing. */
+void conn_send(struct conn *c, const char *line, size_t len);
+
+/* A request that waited has answered: continue with buffered input. */
+void conn_resume(struct conn *c);
+
+/* Stop reading; answer complete buffered lines, then close. */
+void conn_drain(struct conn *c);
+
+/* Close now (idempotent). */
+void conn_close(struct conn *c);
+
+void conn_ref(struct conn *c);
+void conn_unref(struct conn *c);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * The daemon as a whole: one per working tree, owned by main() and shared
+ * by the server, the connections and the method handlers through a
+ * pointer. Loop thread only.
+ */
+#ifndef VMEM_DAEMON_DAEMON_H
+#define VMEM_DAEMON_DAEMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "repo.h"
+#include "server.h"
+#include "store.h"
+#include "vmdir.h"
+
+#define VMEMD_VERSION "0.1.0"
+
+struct limits {
+	size_t max_line;
+	size_t max_batch;
+	size_t max_connections;
+	size_t output_backlog;
+	size_t max_depth;
+	int max_x;
+};
+
+struct daemon {
+	uv_loop_t *loop;
+	struct limits limits;
+	struct repo repo;
+	struct store store;
+	struct server server;
+	struct vmdir_load_report loaded; /* what start-up quarantined */
+	uint64_t started_ms;		 /* uv_now at start */
+	uint64_t stop_started_ms;
+	bool stopping;
+	int exit_code;
+};
+
+/* Begin a graceful stop: stop accepting, answer what is buffered, flush
+ * the store, then leave the loop. Safe to call more than once. */
+void daemon_stop(struct daemon *d);
+
+#endif

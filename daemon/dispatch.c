@@ -1,0 +1,243 @@
+/*
+ * Line dispatch. A job is one line: a single request or a batch, run one
+ * request at a time in order; the job keeps the parsed document, a
+ * reference on the connection, and the responses collected so far. A batch
+ * is answered as one array line, joined from the per-request response
+ * lines, and not at all when every element was a notification.
+ */
+#include "dispatch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "log.h"
+#include "methods.h"
+#include "protocol/errors.h"
+#include "protocol/jsonrpc.h"
+
+struct job {
+	struct conn *conn;
+	json_t *doc;
+	bool batch;
+	size_t n, next;
+	struct call call;
+	char *out; /* "[r1,r2" for a batch, the response for a single */
+	size_t out_len, out_cap;
+};
+
+static bool out_append(struct job *j, const char *s, size_t len)
+{
+	if (j->out_len + len + 1 > j->out_cap) {
+		size_t cap = j->out_cap ? j->out_cap * 2 : 256;
+		char *p;
+
+		while (cap < j->out_len + len + 1)
+			cap *= 2;
+		p = realloc(j->out, cap);
+		if (!p)
+			return false;
+		j->out = p;
+		j->out_cap = cap;
+	}
+	memcpy(j->out + j->out_len, s, len);
+	j->out_len += len;
+	return true;
+}
+
+static void set_response(struct call *call, json_t *msg)
+{
+	free(call->response);
+	call->response = msg ? rpc_dump_line(msg, &call->response_len) : NULL;
+	json_decref(msg);
+}
+
+void call_reply(struct call *call, json_t *result)
+{
+	if (!result) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return;
+	}
+	set_response(call, rpc_result_new(call->id, result));
+}
+
+void call_reply_raw(struct call *call, const char *json, size_t len)
+{
+	free(call->response);
+	call->response =
+		rpc_dump_raw_result(call->id, json, len, &call->response_len);
+}
+
+void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	set_response(call, rpc_error_new(call->id, code, msg, data));
+}
+
+/* Move the current call's response into the job's output. */
+static void collect(struct job *j)
+{
+	struct call *call = &j->call;
+	bool ok = true;
+
+	if (call->response && call->id) {
+		size_t len = call->response_len;
+
+		if (len > 0 && call->response[len - 1] == '\n')
+			len--;
+		if (j->batch)
+			ok = out_append(j, j->out_len ? "," : "[", 1);
+		ok = ok && out_append(j, call->response, len);
+		if (!ok)
+			log_err("out of memory collecting a response");
+	}
+	free(call->response);
+	call->response = NULL;
+	call->response_len = 0;
+}
+
+static void job_free(struct job *j)
+{
+	json_decref(j->doc);
+	free(j->call.response);
+	free(j->out);
+	conn_unref(j->conn);
+	free(j);
+}
+
+/* Send the job's output and free it. */
+static void job_finish(struct job *j)
+{
+	if (j->out_len > 0) {
+		if (j->batch)
+			out_append(j, "]", 1);
+		out_append(j, "\n", 1);
+		conn_send(j->conn, j->out, j->out_len);
+	}
+	job_free(j);
+}
+
+static json_t *empty_params(void)
+{
+	static json_t *empty;
+
+	if (!empty)
+		empty = json_object();
+	return empty;
+}
+
+/* Run one request of the job. Returns CALL_ASYNC if it continues later. */
+static int run_one(struct job *j, json_t *elem)
+{
+	struct call *call = &j->call;
+	struct rpc_request req;
+	const struct method *m;
+
+	rpc_request_check(elem, &req);
+	call->id = req.notification ? NULL : (req.id ? req.id : json_null());
+	call->params = req.params ? req.params : empty_params();
+	if (req.error) {
+		/* An invalid request is answered, with a null id if it had no
+		 * valid one; a notification with bad params is not. */
+		if (!req.notification)
+			call->id = req.id ? req.id : json_null();
+		call_error(call, req.error, NULL, "%s", req.error_msg);
+		return CALL_DONE;
+	}
+	m = method_find(req.method);
+	if (!m) {
+		call_error(call, RPC_METHOD_NOT_FOUND, NULL,
+			   "method not found: %.200s", req.method);
+		return CALL_DONE;
+	}
+	return m->handler(call);
+}
+
+/* Run the remaining requests; returns true when the job is finished. */
+static bool job_run(struct job *j)
+{
+	while (j->next < j->n) {
+		json_t *elem =
+			j->batch ? json_array_get(j->doc, j->next) : j->doc;
+
+		j->next++;
+		if (run_one(j, elem) == CALL_ASYNC)
+			return false;
+		collect(j);
+	}
+	job_finish(j);
+	return true;
+}
+
+void call_complete(struct call *call)
+{
+	struct job *j = call->job;
+	struct conn *c = j->conn;
+
+	collect(j);
+	conn_ref(c);
+	if (job_run(j))
+		conn_resume(c);
+	conn_unref(c);
+}
+
+static void reply_line_error(struct conn *c, int code, const char *msg)
+{
+	json_t *err = rpc_error_new(NULL, code, msg, NULL);
+	size_t len;
+	char *line = err ? rpc_dump_line(err, &len) : NULL;
+
+	if (line)
+		conn_send(c, line, len);
+	free(line);
+	json_decref(err);
+}
+
+void dispatch_line(struct conn *c, const char *line, size_t len)
+{
+	const struct limits *lim = &c->srv->d->limits;
+	const char *msg = NULL;
+	json_t *doc = NULL;
+	struct job *j;
+	int rc;
+
+	rc = rpc_parse(line, len, lim->max_depth, &doc, &msg);
+	if (rc != 0) {
+		reply_line_error(c, rc, msg);
+		return;
+	}
+	if (json_is_array(doc) && json_array_size(doc) > lim->max_batch) {
+		char text[96];
+
+		snprintf(text, sizeof(text),
+			 "batch of %zu requests exceeds the limit of %zu",
+			 json_array_size(doc), lim->max_batch);
+		reply_line_error(c, RPC_INVALID_REQUEST, text);
+		json_decref(doc);
+		return;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		reply_line_error(c, RPC_INTERNAL_ERROR, "out of memory");
+		json_decref(doc);
+		return;
+	}
+	j->conn = c;
+	conn_ref(c);
+	j->doc = doc;
+	j->batch = json_is_array(doc);
+	j->n = j->batch ? json_array_size(doc) : 1;
+	j->call.job = j;
+	j->call.d = c->srv->d;
+	j->call.conn = c;
+	if (!job_run(j))
+		c->busy = true;
+}

@@ -1,0 +1,51 @@
+/*
+ * JSON-RPC semantics for one framed line: parse, batches, notifications,
+ * method lookup, and the in-order execution of a batch's requests, some of
+ * which finish later (a write waits for the log). Method handlers see a
+ * struct call and answer through call_reply* / call_error.
+ */
+#ifndef VMEM_DAEMON_DISPATCH_H
+#define VMEM_DAEMON_DISPATCH_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct conn;
+struct daemon;
+struct job;
+
+/* Handler return values. */
+enum {
+	CALL_DONE = 0,	/* answered (call_reply* or call_error was called) */
+	CALL_ASYNC = 1, /* will answer later, then call_complete() */
+};
+
+struct call {
+	struct job *job;
+	struct daemon *d;
+	struct conn *conn; /* referenced while the call runs */
+	json_t *id;	   /* borrowed; NULL for a notification */
+	json_t *params;	   /* borrowed object, never NULL */
+	char *response;	   /* the response line with LF (owned) */
+	size_t response_len;
+};
+
+/* Dispatch one line; the connection is marked busy if it continues
+ * asynchronously. */
+void dispatch_line(struct conn *c, const char *line, size_t len);
+
+/* Answer with a result (stolen). */
+void call_reply(struct call *call, json_t *result);
+
+/* Answer with a pre-serialised JSON result text (copied). */
+void call_reply_raw(struct call *call, const char *json, size_t len);
+
+/* Answer with an error; data (stolen, may be NULL) gets data.type. */
+void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* An asynchronous handler has answered: continue the line. */
+void call_complete(struct call *call);
+
+#endif

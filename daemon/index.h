@@ -1,0 +1,50 @@
+/*
+ * The authoritative in-memory index: coordinate -> record. The coordinate
+ * space is small and dense (max_x * 5 * 4 slots), so the index is a flat
+ * array addressed by coordinate, which also iterates in (x, y, z) order.
+ * A record keeps the decision's compact JSON, exactly what `get` returns,
+ * so reads never serialise. Loop thread only.
+ */
+#ifndef VMEM_DAEMON_INDEX_H
+#define VMEM_DAEMON_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "protocol/decision.h"
+
+struct record {
+	struct coord coord;
+	int64_t version;
+	size_t json_len;
+	char json[]; /* compact decision JSON, NUL-terminated */
+};
+
+struct index {
+	struct record **slots;
+	size_t n_slots;
+	size_t count;
+	int max_x;
+};
+
+/* A new record holding d's compact JSON, or NULL on allocation failure. */
+struct record *record_new(const struct decision *d);
+void record_free(struct record *r);
+
+/* 0 or -ENOMEM. */
+int index_init(struct index *ix, int max_x);
+void index_done(struct index *ix);
+
+/* Slot number of a valid coordinate (for per-coordinate side tables). */
+size_t index_slot(const struct index *ix, const struct coord *c);
+
+/* The record at c, borrowed, or NULL. c must be valid. */
+struct record *index_get(const struct index *ix, const struct coord *c);
+
+/* Store rec at its coordinate (taking ownership), freeing any old one. */
+void index_put(struct index *ix, struct record *rec);
+
+/* Remove and free the record at c. Returns 1 if there was one, else 0. */
+int index_remove(struct index *ix, const struct coord *c);
+
+#endif

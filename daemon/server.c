@@ -1,0 +1,189 @@
+/*
+ * The listener. The socket directory must be a real directory owned by us
+ * with no access for group or others (tmux's rule); a leftover socket is
+ * replaced only after a connect to it fails; the socket is created with
+ * umask 0177 so it is 0600 from its first instant.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "log.h"
+
+/* Create the socket directory if needed and check it is safe to use. */
+static int check_socket_dir(const char *path, char *errmsg, size_t errn)
+{
+	char *copy = strdup(path);
+	const char *dir;
+	struct stat st;
+	int rc = 0;
+
+	if (!copy) {
+		snprintf(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	dir = dirname(copy);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		rc = -errno;
+		snprintf(errmsg, errn, "cannot create socket directory %s: %s",
+			 dir, strerror(errno));
+		goto out;
+	}
+	if (lstat(dir, &st) < 0) {
+		rc = -errno;
+		snprintf(errmsg, errn, "socket directory %s: %s", dir,
+			 strerror(errno));
+		goto out;
+	}
+	if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+		rc = -ENOTDIR;
+		snprintf(errmsg, errn,
+			 "socket directory %s is not a directory (or is a "
+			 "symlink)",
+			 dir);
+	} else if (st.st_uid != geteuid()) {
+		rc = -EPERM;
+		snprintf(errmsg, errn,
+			 "socket directory %s is owned by uid %u, not by us",
+			 dir, (unsigned)st.st_uid);
+	} else if (st.st_mode & 077) {
+		rc = -EPERM;
+		snprintf(errmsg, errn,
+			 "socket directory %s has mode %04o; it must be 0700",
+			 dir, (unsigned)(st.st_mode & 07777));
+	}
+out:
+	free(copy);
+	return rc;
+}
+
+/* A socket file already at path: live (someone answers) or stale. */
+static int clear_stale_socket(const char *path, char *errmsg, size_t errn)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct stat st;
+	int fd, rc;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(errmsg, errn, "%s exists and is not a socket", path);
+		return -EEXIST;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	if (rc == 0) {
+		snprintf(errmsg, errn,
+			 "%s is in use by another process (a daemon of "
+			 "another tree?)",
+			 path);
+		return -EADDRINUSE;
+	}
+	log_notice("removing stale socket %s", path);
+	if (unlink(path) < 0 && errno != ENOENT) {
+		rc = -errno;
+		snprintf(errmsg, errn, "cannot remove stale socket %s: %s",
+			 path, strerror(errno));
+		return rc;
+	}
+	return 0;
+}
+
+static void connection_cb(uv_stream_t *listener, int status)
+{
+	struct server *srv = listener->data;
+
+	if (status < 0) {
+		log_warn("accept failed: %s", uv_strerror(status));
+		return;
+	}
+	conn_accept(srv);
+}
+
+int server_listen(struct server *srv, struct daemon *d, const char *path,
+		  char *errmsg, size_t errn)
+{
+	struct stat st;
+	mode_t old_mask;
+	int rc;
+
+	memset(srv, 0, sizeof(*srv));
+	srv->d = d;
+	if (strlen(path) > sizeof(((struct sockaddr_un *)0)->sun_path) - 1) {
+		snprintf(errmsg, errn, "socket path too long: %s", path);
+		return -ENAMETOOLONG;
+	}
+	srv->path = strdup(path);
+	if (!srv->path) {
+		snprintf(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	rc = check_socket_dir(path, errmsg, errn);
+	if (rc == 0)
+		rc = clear_stale_socket(path, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	rc = uv_pipe_init(d->loop, &srv->listener, 0);
+	if (rc < 0)
+		goto fail;
+	srv->listener.data = srv;
+	srv->listening = true;
+	old_mask = umask(0177);
+	rc = uv_pipe_bind(&srv->listener, path);
+	umask(old_mask);
+	if (rc < 0)
+		goto fail;
+	if (lstat(path, &st) == 0)
+		srv->inode = st.st_ino;
+	rc = uv_listen((uv_stream_t *)&srv->listener, 128, connection_cb);
+	if (rc < 0)
+		goto fail;
+	return 0;
+fail:
+	snprintf(errmsg, errn, "cannot listen on %s: %s", path,
+		 uv_strerror(rc));
+	return -EADDRNOTAVAIL;
+}
+
+void server_stop(struct server *srv)
+{
+	struct stat st;
+	struct conn *c, *next;
+
+	if (srv->listening) {
+		srv->listening = false;
+		uv_close((uv_handle_t *)&srv->listener, NULL);
+		if (srv->path && lstat(srv->path, &st) == 0 &&
+		    st.st_ino == srv->inode)
+			unlink(srv->path);
+	}
+	free(srv->path);
+	srv->path = NULL;
+	for (c = srv->conns; c; c = next) {
+		next = c->next;
+		conn_drain(c);
+	}
+}
+
+size_t server_connections(const struct server *srv)
+{
+	size_t n = 0;
+
+	for (const struct conn *c = srv->conns; c; c = c->next)
+		n++;
+	return n;
+}

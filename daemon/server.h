@@ -1,0 +1,42 @@
+/*
+ * The listening socket and the registry of connections: socket directory
+ * checks (0700, ours, not a symlink), stale-socket detection, a 0600 socket
+ * bound without a chmod window, the peer uid check and the connection
+ * limit on every accept.
+ */
+#ifndef VMEM_DAEMON_SERVER_H
+#define VMEM_DAEMON_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <uv.h>
+
+struct daemon;
+struct conn;
+
+struct server {
+	struct daemon *d;
+	uv_pipe_t listener;
+	bool listening;
+	char *path;	    /* socket path (owned) */
+	ino_t inode;	    /* of the socket we bound, to unlink only ours */
+	struct conn *conns; /* all open connections */
+	size_t n_served;    /* connections counted against the limit */
+};
+
+/*
+ * Prepare the socket directory, replace a stale socket, bind and listen.
+ * Returns 0 or -errno with errmsg.
+ */
+int server_listen(struct server *srv, struct daemon *d, const char *path,
+		  char *errmsg, size_t errn);
+
+/* Stop accepting, remove our socket file, and drain every connection.
+ * Idempotent. */
+void server_stop(struct server *srv);
+
+/* Number of open connections. */
+size_t server_connections(const struct server *srv);
+
+#endif

@@ -1,0 +1,702 @@
+/*
+ * The write path: coordinate lock -> validation -> log batch -> fdatasync
+ * -> index -> acknowledgement -> dirty -> file writer -> log truncation.
+ *
+ * Invariants: the index holds only durable (logged) state, so readers
+ * never see a write that could still be lost; a coordinate's lock is held
+ * from validation until its write is applied or refused; the log is
+ * truncated only when no logged write is missing from synced files.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "protocol/errors.h"
+
+/* Delay that lets bursts of writes coalesce before files are written. */
+#define WRITER_DELAY_MS	    20
+#define WRITER_RETRY_MAX_MS 5000
+
+struct wal_job {
+	uv_work_t req;
+	struct store *s;
+	struct store_write *head; /* the batch; NULL for a truncation */
+	struct iovec *iov;
+	size_t n;
+	int rc;
+};
+
+/* One coordinate handed to the file writer: its compact JSON, or a
+ * deletion when json is NULL. */
+struct writer_item {
+	struct coord coord;
+	char *json;
+	size_t json_len;
+	char *file; /* filled by the worker */
+	size_t file_len;
+};
+
+struct writer_job {
+	uv_work_t req;
+	struct store *s;
+	struct writer_item *items;
+	size_t n;
+	int rc;
+	char errmsg[256];
+};
+
+static void wal_kick(struct store *s);
+static void writer_kick(struct store *s, unsigned delay_ms);
+static void check_idle(struct store *s);
+
+static int64_t now_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Server-assigned timestamps strictly increase, even if the clock steps
+ * back, so the order of writes is visible in them. */
+static void assign_timestamp(struct store *s, struct decision *d)
+{
+	int64_t t = now_usec();
+
+	if (t <= s->last_timestamp)
+		t = s->last_timestamp + 1;
+	s->last_timestamp = t;
+	timestamp_format(t, d->timestamp);
+}
+
+static void mark_dirty(struct store *s, size_t slot)
+{
+	if (s->dirty[slot])
+		return;
+	s->dirty[slot] = 1;
+	s->dirty_list[s->n_dirty++] = slot;
+}
+
+static struct coord slot_coord(size_t slot)
+{
+	struct coord c;
+
+	c.z = (int)(slot % VMEM_MAX_Z) + 1;
+	slot /= VMEM_MAX_Z;
+	c.y = (int)(slot % VMEM_MAX_Y) + 1;
+	c.x = (int)(slot / VMEM_MAX_Y) + 1;
+	return c;
+}
+
+/* ---- file writer ---- */
+
+static void writer_items_free(struct writer_item *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(items[i].json);
+		free(items[i].file);
+	}
+	free(items);
+}
+
+/* Snapshot the dirty coordinates' current state, clearing their flags. */
+static int writer_snapshot(struct store *s, struct writer_item **out,
+			   size_t *n_out)
+{
+	struct writer_item *items = calloc(s->n_dirty, sizeof(*items));
+	size_t n = s->n_dirty;
+
+	if (!items)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		size_t slot = s->dirty_list[i];
+		const struct record *r = s->index.slots[slot];
+
+		items[i].coord = slot_coord(slot);
+		if (r) {
+			items[i].json = strdup(r->json);
+			items[i].json_len = r->json_len;
+			if (!items[i].json) {
+				writer_items_free(items, n);
+				return -ENOMEM;
+			}
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		s->dirty[s->dirty_list[i]] = 0;
+	s->n_dirty = 0;
+	*out = items;
+	*n_out = n;
+	return 0;
+}
+
+/* Put items back in the dirty set after a failed write (unless a newer
+ * write already did). */
+static void writer_restore(struct store *s, const struct writer_item *items,
+			   size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		mark_dirty(s, index_slot(&s->index, &items[i].coord));
+}
+
+/* Blocking: render the file text of each item and write them durably. */
+static int writer_run(struct vmdir *dir, int max_x, struct writer_item *items,
+		      size_t n, char *errmsg, size_t errn)
+{
+	struct vmdir_op *ops = calloc(n ? n : 1, sizeof(*ops));
+	int rc = 0;
+
+	if (!ops) {
+		snprintf(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		ops[i].coord = items[i].coord;
+		if (!items[i].json)
+			continue;
+		struct decision d;
+		char msg[VMEM_ERRMSG_LEN];
+
+		if (decision_parse(items[i].json, items[i].json_len, max_x, &d,
+				   msg) != 0) {
+			snprintf(errmsg, errn, "internal record invalid: %s",
+				 msg);
+			rc = -EINVAL;
+			goto out;
+		}
+		items[i].file = decision_dump_file(&d, &items[i].file_len);
+		decision_done(&d);
+		if (!items[i].file) {
+			snprintf(errmsg, errn, "out of memory");
+			rc = -ENOMEM;
+			goto out;
+		}
+		ops[i].text = items[i].file;
+		ops[i].len = items[i].file_len;
+	}
+	rc = vmdir_apply(dir, ops, n, errmsg, errn);
+out:
+	free(ops);
+	return rc;
+}
+
+static void writer_work_cb(uv_work_t *req)
+{
+	struct writer_job *j = req->data;
+
+	j->rc = writer_run(&j->s->dir, j->s->max_x, j->items, j->n, j->errmsg,
+			   sizeof(j->errmsg));
+}
+
+static void writer_after_cb(uv_work_t *req, int status)
+{
+	struct writer_job *j = req->data;
+	struct store *s = j->s;
+
+	s->writer_busy = false;
+	if (status < 0 && j->rc == 0) {
+		j->rc = status;
+		snprintf(j->errmsg, sizeof(j->errmsg), "writer cancelled");
+	}
+	if (j->rc < 0) {
+		snprintf(s->last_error, sizeof(s->last_error),
+			 "writing decision files: %s", j->errmsg);
+		writer_restore(s, j->items, j->n);
+		s->writer_retry_ms =
+			s->writer_retry_ms ? s->writer_retry_ms * 2 : 100;
+		if (s->writer_retry_ms > WRITER_RETRY_MAX_MS)
+			s->writer_retry_ms = WRITER_RETRY_MAX_MS;
+		writer_kick(s, s->writer_retry_ms);
+	} else {
+		s->writer_retry_ms = 0;
+		writer_kick(s, WRITER_DELAY_MS);
+		wal_kick(s); /* the log may be fully materialised now */
+	}
+	writer_items_free(j->items, j->n);
+	free(j);
+	check_idle(s);
+}
+
+static void writer_start(struct store *s)
+{
+	struct writer_job *j;
+
+	if (s->writer_busy || s->n_dirty == 0 || s->closed)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j || writer_snapshot(s, &j->items, &j->n) < 0) {
+		free(j);
+		writer_kick(s, 100);
+		return;
+	}
+	j->s = s;
+	j->req.data = j;
+	if (uv_queue_work(s->loop, &j->req, writer_work_cb, writer_after_cb) <
+	    0) {
+		writer_restore(s, j->items, j->n);
+		writer_items_free(j->items, j->n);
+		free(j);
+		writer_kick(s, 100);
+		return;
+	}
+	s->writer_busy = true;
+}
+
+static void writer_timer_cb(uv_timer_t *t)
+{
+	writer_start(t->data);
+}
+
+static void writer_kick(struct store *s, unsigned delay_ms)
+{
+	if (s->closed || s->writer_busy || s->n_dirty == 0)
+		return;
+	if (s->idle_cb && !s->writer_retry_ms)
+		delay_ms = 0; /* flushing for a stop: no coalescing delay */
+	if (uv_is_active((uv_handle_t *)&s->writer_timer) && delay_ms > 0)
+		return;
+	uv_timer_start(&s->writer_timer, writer_timer_cb, delay_ms, 0);
+}
+
+/* ---- write-ahead log ---- */
+
+static void wal_work_cb(uv_work_t *req)
+{
+	struct wal_job *j = req->data;
+
+	if (j->head)
+		j->rc = wal_append(&j->s->wal, j->iov, j->n);
+	else
+		j->rc = wal_truncate(&j->s->wal);
+}
+
+static void release(struct store *s, const struct coord *c)
+{
+	locks_release(&s->locks, index_slot(&s->index, c));
+}
+
+/* Apply one logged write to the index and acknowledge it. */
+static void apply_and_ack(struct store *s, struct store_write *w)
+{
+	struct coord c = w->coord;
+	size_t slot = index_slot(&s->index, &c);
+
+	if (w->is_delete) {
+		w->existed = index_remove(&s->index, &c) == 1;
+		free(w->tombstone);
+		w->tombstone = NULL;
+	} else {
+		index_put(&s->index, w->rec);
+		w->stored = w->rec;
+		w->rec = NULL;
+	}
+	mark_dirty(s, slot);
+	w->done(w, 0, NULL);
+	locks_release(&s->locks, slot);
+}
+
+static void refuse(struct store *s, struct store_write *w, int code,
+		   const char *msg)
+{
+	struct coord c = w->coord;
+
+	record_free(w->rec);
+	w->rec = NULL;
+	free(w->tombstone);
+	w->tombstone = NULL;
+	w->done(w, code, msg);
+	release(s, &c);
+}
+
+static void wal_after_cb(uv_work_t *req, int status)
+{
+	struct wal_job *j = req->data;
+	struct store *s = j->s;
+	struct store_write *w = j->head;
+	int rc = status < 0 ? status : j->rc;
+
+	if (!j->head) {
+		if (rc == 0)
+			s->wal_has_records = false;
+		else
+			snprintf(s->last_error, sizeof(s->last_error),
+				 "truncating the write-ahead log: %s",
+				 strerror(-rc));
+	} else if (rc == 0) {
+		s->wal_has_records = true;
+	} else {
+		snprintf(s->last_error, sizeof(s->last_error),
+			 "write-ahead log: %s", strerror(-rc));
+	}
+	/* Acknowledge the batch; freed locks may start the next writes,
+	 * which queue for the next log job. */
+	s->in_flight = 0;
+	while (w) {
+		struct store_write *next = w->next;
+
+		w->next = NULL;
+		if (rc == 0) {
+			apply_and_ack(s, w);
+		} else {
+			char msg[300];
+
+			snprintf(msg, sizeof(msg),
+				 "write-ahead log append failed: %s",
+				 strerror(-rc));
+			refuse(s, w, RPC_STORAGE, msg);
+		}
+		w = next;
+	}
+	s->wal_busy = false;
+	free(j->iov);
+	free(j);
+	wal_kick(s);
+	writer_kick(s, WRITER_DELAY_MS);
+	check_idle(s);
+}
+
+/*
+ * Start the next log job: the filling batch, else a truncation when the
+ * log holds records but nothing is dirty, being written or in flight:
+ * every applied write marks its coordinate dirty and only a completed
+ * writer job clears that, so then every logged write is in synced files.
+ */
+static void wal_kick(struct store *s)
+{
+	struct wal_job *j;
+	size_t i = 0;
+
+	if (s->wal_busy || s->closed)
+		return;
+	if (s->filling_n == 0 &&
+	    (!s->wal_has_records || s->n_dirty > 0 || s->writer_busy))
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		goto fail;
+	j->s = s;
+	j->req.data = j;
+	if (s->filling_n > 0) {
+		j->iov = calloc(s->filling_n, sizeof(*j->iov));
+		if (!j->iov)
+			goto fail;
+		for (struct store_write *w = s->filling_head; w; w = w->next) {
+			if (w->is_delete) {
+				j->iov[i].iov_base = w->tombstone;
+				j->iov[i].iov_len = strlen(w->tombstone);
+			} else {
+				j->iov[i].iov_base = w->rec->json;
+				j->iov[i].iov_len = w->rec->json_len;
+			}
+			i++;
+		}
+		j->n = s->filling_n;
+		j->head = s->filling_head;
+	}
+	if (uv_queue_work(s->loop, &j->req, wal_work_cb, wal_after_cb) < 0)
+		goto fail;
+	if (j->head) {
+		s->in_flight = s->filling_n;
+		s->filling_head = s->filling_tail = NULL;
+		s->filling_n = 0;
+	}
+	s->wal_busy = true;
+	return;
+fail:
+	if (j)
+		free(j->iov);
+	free(j);
+	/* Refuse the batch rather than leave its writers waiting. */
+	while (s->filling_head) {
+		struct store_write *w = s->filling_head;
+
+		s->filling_head = w->next;
+		w->next = NULL;
+		s->filling_n--;
+		refuse(s, w, RPC_STORAGE, "cannot schedule the log write");
+	}
+	s->filling_tail = NULL;
+}
+
+/* ---- validation ---- */
+
+static void enqueue(struct store *s, struct store_write *w)
+{
+	if (s->filling_tail)
+		s->filling_tail->next = w;
+	else
+		s->filling_head = w;
+	s->filling_tail = w;
+	s->filling_n++;
+	wal_kick(s);
+}
+
+/* Validate against the current state with the lock held; on success
+ * prepare the log payload and join the filling batch. */
+static void start(struct store *s, struct store_write *w)
+{
+	const struct record *cur = index_get(&s->index, &w->coord);
+	char msg[200];
+	int x = w->coord.x, y = w->coord.y, z = w->coord.z;
+
+	if (s->closed) {
+		refuse(s, w, RPC_UNAVAILABLE, "the daemon is shutting down");
+		return;
+	}
+	if (z == 1 && (cur || w->is_delete)) {
+		snprintf(msg, sizeof(msg),
+			 w->is_delete ? "layer z=1 is write-once: (%d, %d, %d) "
+					"cannot be deleted"
+				      : "layer z=1 is write-once: (%d, %d, %d) "
+					"already holds a decision",
+			 x, y, z);
+		refuse(s, w, RPC_IMMUTABLE_LAYER, msg);
+		return;
+	}
+	if (w->if_version > 0 && (!cur || cur->version != w->if_version)) {
+		if (cur)
+			snprintf(msg, sizeof(msg),
+				 "if_version %lld does not match version "
+				 "%lld at (%d, %d, %d)",
+				 (long long)w->if_version,
+				 (long long)cur->version, x, y, z);
+		else
+			snprintf(msg, sizeof(msg),
+				 "if_version %lld given but (%d, %d, %d) is "
+				 "empty",
+				 (long long)w->if_version, x, y, z);
+		refuse(s, w, RPC_CONCURRENCY, msg);
+		return;
+	}
+	if (w->is_delete) {
+		if (!cur) {
+			struct coord c = w->coord;
+
+			w->done(w, 0, NULL);
+			release(s, &c);
+			return;
+		}
+		if (asprintf(&w->tombstone,
+			     "{\"deleted\":{\"x\":%d,\"y\":%d,\"z\":%d}}", x, y,
+			     z) < 0) {
+			w->tombstone = NULL;
+			refuse(s, w, RPC_INTERNAL_ERROR, "out of memory");
+			return;
+		}
+		enqueue(s, w);
+		return;
+	}
+	if (cur && !w->overwrite && w->if_version == 0) {
+		snprintf(msg, sizeof(msg),
+			 "(%d, %d, %d) already holds version %lld; pass "
+			 "overwrite or if_version to replace it",
+			 x, y, z, (long long)cur->version);
+		refuse(s, w, RPC_COORDINATE_OCCUPIED, msg);
+		return;
+	}
+	w->d.coord = w->coord;
+	w->d.version = cur ? cur->version + 1 : 1;
+	assign_timestamp(s, &w->d);
+	w->rec = record_new(&w->d);
+	if (!w->rec) {
+		refuse(s, w, RPC_INTERNAL_ERROR, "out of memory");
+		return;
+	}
+	enqueue(s, w);
+}
+
+static void lock_granted_cb(struct lock_waiter *lw, int status)
+{
+	struct store_write *w =
+		(struct store_write *)((char *)lw -
+				       offsetof(struct store_write, waiter));
+	char msg[200];
+
+	if (status == 0) {
+		start(w->store, w);
+		return;
+	}
+	if (status == -ETIMEDOUT) {
+		snprintf(msg, sizeof(msg),
+			 "timed out after %llu ms waiting for the lock on "
+			 "(%d, %d, %d)",
+			 (unsigned long long)w->timeout_ms, w->coord.x,
+			 w->coord.y, w->coord.z);
+		w->done(w, RPC_CONCURRENCY, msg);
+	} else {
+		w->done(w, RPC_UNAVAILABLE, "the daemon is shutting down");
+	}
+}
+
+void store_submit(struct store *s, struct store_write *w)
+{
+	size_t slot = index_slot(&s->index, &w->coord);
+
+	w->store = s;
+	w->next = NULL;
+	w->rec = NULL;
+	w->tombstone = NULL;
+	w->stored = NULL;
+	w->existed = false;
+	if (s->closed) {
+		w->done(w, RPC_UNAVAILABLE, "the daemon is shutting down");
+		return;
+	}
+	if (locks_try(&s->locks, slot))
+		start(s, w);
+	else
+		locks_wait(&s->locks, slot, w->timeout_ms, &w->waiter,
+			   lock_granted_cb);
+}
+
+/* ---- flush, pending, open, close ---- */
+
+static void check_idle(struct store *s)
+{
+	store_idle_fn cb = s->idle_cb;
+
+	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
+	    s->n_dirty || s->wal_has_records)
+		return;
+	s->idle_cb = NULL;
+	cb(s, s->idle_arg);
+}
+
+void store_flush(struct store *s, store_idle_fn cb, void *arg)
+{
+	s->idle_cb = cb;
+	s->idle_arg = arg;
+	uv_timer_stop(&s->writer_timer);
+	writer_kick(s, 0);
+	wal_kick(s);
+	check_idle(s);
+}
+
+size_t store_pending(const struct store *s)
+{
+	return s->n_dirty + s->filling_n + s->in_flight;
+}
+
+/* Log replay: each payload is a record or a {"deleted": coordinate}. */
+static int replay_cb(void *ctx, const char *payload, size_t len)
+{
+	struct store *s = ctx;
+	struct decision d;
+	struct coord c;
+	struct record *r;
+	char msg[VMEM_ERRMSG_LEN];
+	json_t *doc = json_loadb(payload, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *del = doc ? json_object_get(doc, "deleted") : NULL;
+	int rc;
+
+	if (del) {
+		rc = coord_from_json(del, s->max_x, &c, msg);
+		json_decref(doc);
+		if (rc != 0)
+			return -EBADMSG;
+		index_remove(&s->index, &c);
+		mark_dirty(s, index_slot(&s->index, &c));
+		return 0;
+	}
+	json_decref(doc);
+	if (decision_parse(payload, len, s->max_x, &d, msg) != 0)
+		return -EBADMSG;
+	r = record_new(&d);
+	decision_done(&d);
+	if (!r)
+		return -ENOMEM;
+	index_put(&s->index, r);
+	mark_dirty(s, index_slot(&s->index, &r->coord));
+	return 0;
+}
+
+static int load_cb(void *ctx, struct decision *d)
+{
+	struct store *s = ctx;
+	struct record *r = record_new(d);
+
+	if (!r)
+		return -ENOMEM;
+	decision_done(d);
+	index_put(&s->index, r);
+	return 0;
+}
+
+int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
+	       int max_x, struct vmdir_load_report *rep, char *errmsg,
+	       size_t errn)
+{
+	struct wal_report wrep = {0};
+	struct writer_item *items = NULL;
+	size_t n = 0;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	s->loop = loop;
+	s->max_x = max_x;
+	s->wal.fd = -1;
+	rc = index_init(&s->index, max_x);
+	if (rc == 0)
+		rc = locks_init(&s->locks, loop, s->index.n_slots);
+	if (rc == 0)
+		rc = vmdir_init(&s->dir, r->root, r->quarantine, max_x);
+	s->dirty = calloc(s->index.n_slots, 1);
+	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
+	if (rc < 0 || !s->dirty || !s->dirty_list) {
+		snprintf(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	uv_timer_init(loop, &s->writer_timer);
+	s->writer_timer.data = s;
+
+	rc = vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	rc = wal_open(&s->wal, r->wal_path, replay_cb, s, &wrep, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	if (wrep.torn_bytes)
+		snprintf(s->last_error, sizeof(s->last_error),
+			 "cut a torn tail of %llu bytes off the write-ahead "
+			 "log",
+			 (unsigned long long)wrep.torn_bytes);
+	/* Materialise what the log held, then start from an empty log. */
+	if (s->n_dirty > 0) {
+		rc = writer_snapshot(s, &items, &n);
+		if (rc == 0)
+			rc = writer_run(&s->dir, max_x, items, n, errmsg, errn);
+		writer_items_free(items, n);
+		if (rc < 0)
+			return rc;
+	}
+	if (wrep.records > 0 || wrep.torn_bytes > 0) {
+		rc = wal_truncate(&s->wal);
+		if (rc < 0) {
+			snprintf(errmsg, errn,
+				 "cannot truncate the write-ahead log: %s",
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void store_close(struct store *s)
+{
+	if (s->closed)
+		return;
+	s->closed = true;
+	locks_done(&s->locks);
+	uv_close((uv_handle_t *)&s->writer_timer, NULL);
+	wal_close(&s->wal);
+	vmdir_done(&s->dir);
+	index_done(&s->index);
+	free(s->dirty);
+	free(s->dirty_list);
+	s->dirty = NULL;
+	s->dirty_list = NULL;
+}

@@ -1,0 +1,125 @@
+/*
+ * The decision store: the index plus the path every write takes to become
+ * durable. A write takes its coordinate's lock, is validated against the
+ * current state (layer rules, occupancy, if_version), joins the batch
+ * being filled for the write-ahead log, and is applied to the index and
+ * acknowledged (done callback) only once that batch is fdatasynced. One
+ * log job runs at a time, so every write arriving meanwhile shares the
+ * next fdatasync (group commit). Applied writes mark their coordinate
+ * dirty; a background writer materialises dirty coordinates as files
+ * (coalescing repeated writes), and once every logged write is in synced
+ * files the log is truncated.
+ *
+ * Loop thread only; blocking work runs on the libuv thread pool with its
+ * data handed over whole.
+ */
+#ifndef VMEM_DAEMON_STORE_H
+#define VMEM_DAEMON_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "index.h"
+#include "locks.h"
+#include "repo.h"
+#include "vmdir.h"
+#include "wal.h"
+
+struct store;
+struct store_write;
+
+/*
+ * Completion of a write: code 0 on success, else an RPC domain code
+ * (errors.h) and a one-line message. The result fields of w are valid only
+ * during the call; the callback may free w.
+ */
+typedef void (*store_done_fn)(struct store_write *w, int code, const char *msg);
+
+struct store_write {
+	/* Request, filled by the caller, who owns d's strings and context
+	 * and releases them after done(). For a store, d.content,
+	 * d.content_len, d.agent_id and d.issue_context are required; the
+	 * store sets d.coord, d.timestamp and d.version. */
+	struct coord coord;
+	bool is_delete;
+	struct decision d;
+	bool overwrite;
+	int64_t if_version; /* 0: no compare-and-set */
+	uint64_t timeout_ms;
+	store_done_fn done;
+	void *data; /* for the caller */
+
+	/* Result, valid during done(). */
+	const struct record *stored; /* a store's new record */
+	bool existed;		     /* a delete found a decision */
+
+	/* Private to the store. */
+	struct store *store;
+	struct lock_waiter waiter;
+	struct store_write *next;
+	struct record *rec; /* the record a store will apply */
+	char *tombstone;    /* a delete's log payload */
+};
+
+typedef void (*store_idle_fn)(struct store *s, void *arg);
+
+struct wal_batch;
+
+struct store {
+	uv_loop_t *loop;
+	int max_x;
+	struct index index;
+	struct locks locks;
+	struct wal wal;
+	struct vmdir dir;
+
+	/* Group commit: writes waiting for the next log job. */
+	struct store_write *filling_head, *filling_tail;
+	size_t filling_n;
+	bool wal_busy;
+	bool wal_has_records; /* appended since the last truncate */
+	size_t in_flight;     /* writes inside the running log job */
+
+	/* Materialisation of dirty coordinates. */
+	uint8_t *dirty;	    /* one flag per index slot */
+	size_t *dirty_list; /* slots with the flag set */
+	size_t n_dirty;
+	bool writer_busy;
+	uv_timer_t writer_timer;
+	unsigned writer_retry_ms;
+
+	int64_t last_timestamp;
+	char last_error[512];
+
+	/* A pending store_flush. */
+	store_idle_fn idle_cb;
+	void *idle_arg;
+	bool closed;
+};
+
+/*
+ * Load every decision file (quarantining bad ones, see vmdir.h), replay the
+ * write-ahead log onto the index and the files, then empty the log.
+ * Blocking; called once at start-up. Returns 0 or -errno with errmsg.
+ */
+int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
+	       int max_x, struct vmdir_load_report *rep, char *errmsg,
+	       size_t errn);
+
+/* Submit a write; w->done runs exactly once, never before this returns
+ * for a write that has to wait for the log. */
+void store_submit(struct store *s, struct store_write *w);
+
+/* Call cb once no write is in flight, every applied write is in synced
+ * files and the log is empty (used for a graceful stop). */
+void store_flush(struct store *s, store_idle_fn cb, void *arg);
+
+/* Writes accepted but not yet in synced files. */
+size_t store_pending(const struct store *s);
+
+/* Release everything; waiting writes fail with UnavailableError. The
+ * loop must run afterwards to close the store's handles. */
+void store_close(struct store *s);
+
+#endif

@@ -1,0 +1,1019 @@
+/*
+ * The .vector-memory directory (see vmdir.h). Every path below the
+ * working-tree root is reached with *at() calls on directory fds opened
+ * with O_NOFOLLOW, so a symlink planted anywhere under .vector-memory is
+ * never followed: it is refused (the directory itself, an x-NNN entry on
+ * write) or quarantined (on load).
+ *
+ * Durability of a write: temp file, fdatasync, rename over the target,
+ * then one fsync per touched directory (and of the parent of any directory
+ * we created).
+ */
+#include "vmdir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FILE_MAX       (1024 * 1024)
+#define TMP_PREFIX     ".tmp-"
+#define METADATA       "metadata.json"
+#define METADATA_TEXT  "{\n  \"format\": 1\n}\n"
+#define MOVE_DEPTH_MAX 8
+
+static atomic_ulong tmp_counter;
+
+struct load {
+	struct vmdir *d;
+	struct vmdir_load_report *rep;
+	vmdir_load_fn cb;
+	void *ctx;
+	int qfd; /* quarantine directory, opened on first use */
+	time_t now;
+	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
+	char *errmsg;
+	size_t errn;
+};
+
+__attribute__((format(printf, 3, 4))) static void
+seterr(char *errmsg, size_t errn, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!errmsg || !errn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, errn, fmt, ap);
+	va_end(ap);
+}
+
+static bool has_prefix(const char *s, const char *p)
+{
+	return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* The file type of a directory entry without following symlinks. */
+static int entry_type(int dfd, const struct dirent *de)
+{
+	struct stat st;
+
+	switch (de->d_type) {
+	case DT_REG:
+		return S_IFREG;
+	case DT_DIR:
+		return S_IFDIR;
+	case DT_LNK:
+		return S_IFLNK;
+	case DT_UNKNOWN:
+		break;
+	default:
+		return S_IFIFO; /* anything else is just "not ours" */
+	}
+	if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	return (int)(st.st_mode & S_IFMT);
+}
+
+/* Parse an "x-NNN" directory name exactly as coord_path writes it. */
+static int xdir_parse(const char *name, int max_x, int *x)
+{
+	struct coord c;
+
+	if (coord_from_path(name, "y-1-z-1.json", max_x, &c) < 0)
+		return -1;
+	*x = c.x;
+	return 0;
+}
+
+/* mkdir -p with mode 0700 for the components we create. */
+static int mkdir_p(const char *path)
+{
+	char *p = NULL, *s;
+	int ret = 0;
+
+	p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	for (s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+
+		*s = '\0';
+		if (mkdir(p, 0700) < 0 && errno != EEXIST) {
+			ret = -errno;
+			break;
+		}
+		*s = c;
+		if (!c)
+			break;
+	}
+	free(p);
+	return ret;
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+	ssize_t r;
+
+	while (len) {
+		r = write(fd, buf, len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		buf += r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
+
+/*
+ * Read a regular file of expect bytes (as fstat said; at most FILE_MAX)
+ * into buf, -EFBIG if it turns out longer than FILE_MAX. Stopping at the
+ * expected size saves the read that would only see EOF: our files are
+ * replaced by rename, never rewritten in place.
+ */
+static int read_file(int fd, char *buf, size_t expect, size_t *len)
+{
+	size_t got = 0;
+	ssize_t r;
+
+	while (got <= FILE_MAX && (got < expect || expect == 0)) {
+		r = read(fd, buf + got, FILE_MAX + 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got > FILE_MAX)
+		return -EFBIG;
+	*len = got;
+	return 0;
+}
+
+/* Copy a regular file sfd -> new file name in qfd. */
+static int copy_file(int sdfd, const char *name, int qfd, const char *qname)
+{
+	char buf[65536];
+	int in = -1, out = -1, ret;
+	ssize_t r;
+
+	in = openat(sdfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (in < 0) {
+		ret = -errno;
+		goto out;
+	}
+	out = openat(qfd, qname,
+		     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		     0600);
+	if (out < 0) {
+		ret = -errno;
+		goto out;
+	}
+	for (;;) {
+		r = read(in, buf, sizeof(buf));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (r == 0)
+			break;
+		ret = write_all(out, buf, (size_t)r);
+		if (ret < 0)
+			goto out;
+	}
+	if (fsync(out) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ret = 0;
+out:
+	if (in >= 0)
+		close(in);
+	if (out >= 0) {
+		close(out);
+		if (ret < 0)
+			unlinkat(qfd, qname, 0);
+	}
+	return ret;
+}
+
+/*
+ * Move entry name of sdfd to qname in qfd across file systems: files are
+ * copied, symlinks recreated, directories moved entry by entry; other
+ * kinds (fifos, sockets) carry no data and are only removed.
+ */
+static int move_across(int sdfd, const char *name, int qfd, const char *qname,
+		       int depth)
+{
+	struct stat st;
+	DIR *dir = NULL;
+	struct dirent *de;
+	char target[4096];
+	int sub = -1, qsub = -1, ret;
+	ssize_t n;
+
+	if (depth > MOVE_DEPTH_MAX)
+		return -ELOOP;
+	if (fstatat(sdfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	if (S_ISREG(st.st_mode)) {
+		ret = copy_file(sdfd, name, qfd, qname);
+		if (ret == 0 && unlinkat(sdfd, name, 0) < 0)
+			ret = -errno;
+		return ret;
+	}
+	if (S_ISLNK(st.st_mode)) {
+		n = readlinkat(sdfd, name, target, sizeof(target) - 1);
+		if (n < 0)
+			return -errno;
+		target[n] = '\0';
+		if (symlinkat(target, qfd, qname) < 0)
+			return -errno;
+		if (unlinkat(sdfd, name, 0) < 0)
+			return -errno;
+		return 0;
+	}
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(sdfd, name, 0) < 0 ? -errno : 0;
+
+	if (mkdirat(qfd, qname, 0700) < 0)
+		return -errno;
+	qsub = openat(qfd, qname,
+		      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (qsub < 0) {
+		ret = -errno;
+		goto out;
+	}
+	sub = openat(sdfd, name,
+		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sub < 0) {
+		ret = -errno;
+		goto out;
+	}
+	dir = fdopendir(sub);
+	if (!dir) {
+		ret = -errno;
+		goto out;
+	}
+	sub = -1;
+	while ((errno = 0, de = readdir(dir))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		ret = move_across(dirfd(dir), de->d_name, qsub, de->d_name,
+				  depth + 1);
+		if (ret < 0)
+			goto out;
+	}
+	if (errno) {
+		ret = -errno;
+		goto out;
+	}
+	if (fsync(qsub) < 0 || unlinkat(sdfd, name, AT_REMOVEDIR) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ret = 0;
+out:
+	if (dir)
+		closedir(dir);
+	if (sub >= 0)
+		close(sub);
+	if (qsub >= 0)
+		close(qsub);
+	return ret;
+}
+
+static void copy_trunc(char *dst, size_t n, const char *src)
+{
+	size_t len = strnlen(src, n - 1);
+
+	memcpy(dst, src, len);
+	dst[len] = '\0';
+}
+
+/* Add a report entry; the strings are truncated to their fields. */
+static int report_add(struct vmdir_load_report *rep, const char *path,
+		      const char *moved_to, const char *reason)
+{
+	struct vmdir_quarantined *q;
+	size_t cap = rep->n_quarantined;
+
+	/* capacity is the next power of two at or above the count */
+	if ((cap & (cap - 1)) == 0) {
+		q = realloc(rep->quarantined, sizeof(*q) * (cap ? cap * 2 : 4));
+		if (!q)
+			return -ENOMEM;
+		rep->quarantined = q;
+	}
+	q = &rep->quarantined[rep->n_quarantined++];
+	copy_trunc(q->path, sizeof(q->path), path);
+	copy_trunc(q->moved_to, sizeof(q->moved_to), moved_to);
+	copy_trunc(q->reason, sizeof(q->reason), reason);
+	return 0;
+}
+
+/*
+ * Move entry name (rel is its path below .vector-memory) of directory sdfd
+ * into the quarantine directory under a fresh name, and report it.
+ */
+static int quarantine(struct load *l, int sdfd, const char *name,
+		      const char *rel, const char *reason)
+{
+	char qname[NAME_MAX + 1], flat[NAME_MAX + 1], path[4096];
+	char moved[4096];
+	size_t i;
+	int ret, tries;
+
+	if (l->qfd < 0) {
+		ret = mkdir_p(l->d->quarantine);
+		if (ret == 0) {
+			l->qfd = open(l->d->quarantine,
+				      O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (l->qfd < 0)
+				ret = -errno;
+		}
+		if (ret < 0) {
+			seterr(l->errmsg, l->errn,
+			       "cannot create quarantine directory %s: %s",
+			       l->d->quarantine, strerror(-ret));
+			return ret;
+		}
+	}
+	snprintf(path, sizeof(path), VMDIR_DIRNAME "/%s", rel);
+	snprintf(flat, sizeof(flat), "%s", rel);
+	for (i = 0; flat[i]; i++)
+		if (flat[i] == '/')
+			flat[i] = '_';
+	for (tries = 0;; tries++) {
+		if (tries == 0)
+			snprintf(qname, sizeof(qname), "%lld-%.200s",
+				 (long long)l->now, flat);
+		else
+			snprintf(qname, sizeof(qname), "%lld-%.200s-%d",
+				 (long long)l->now, flat, tries);
+		ret = renameat2(sdfd, name, l->qfd, qname, RENAME_NOREPLACE);
+		if (ret < 0 && errno == EINVAL) {
+			/* no RENAME_NOREPLACE here: check, then rename */
+			if (faccessat(l->qfd, qname, F_OK,
+				      AT_SYMLINK_NOFOLLOW) == 0)
+				errno = EEXIST;
+			else
+				ret = renameat(sdfd, name, l->qfd, qname);
+		}
+		if (ret == 0)
+			break;
+		if (errno == EEXIST && tries < 1000)
+			continue;
+		if (errno == EXDEV) {
+			ret = move_across(sdfd, name, l->qfd, qname, 0);
+			if (ret == -EEXIST && tries < 1000)
+				continue;
+			if (ret == 0)
+				break;
+		} else {
+			ret = -errno;
+		}
+		seterr(l->errmsg, l->errn, "cannot quarantine %s (%s): %s",
+		       path, reason, strerror(-ret));
+		return ret;
+	}
+	if (fsync(l->qfd) < 0 || fsync(sdfd) < 0) {
+		ret = -errno;
+		seterr(l->errmsg, l->errn,
+		       "cannot sync after quarantining %s: %s", path,
+		       strerror(-ret));
+		return ret;
+	}
+	snprintf(moved, sizeof(moved), "%s/%s", l->d->quarantine, qname);
+	ret = report_add(l->rep, path, moved, reason);
+	if (ret < 0)
+		seterr(l->errmsg, l->errn, "out of memory");
+	return ret;
+}
+
+static int remove_temp(struct load *l, int dfd, const char *name,
+		       const char *rel, bool *dirty)
+{
+	if (unlinkat(dfd, name, 0) < 0) {
+		if (errno == ENOENT)
+			return 0;
+		if (errno == EISDIR || errno == EPERM)
+			return quarantine(l, dfd, name, rel,
+					  "temporary name on a directory");
+		seterr(l->errmsg, l->errn, "cannot remove %s/%s: %s",
+		       VMDIR_DIRNAME, rel, strerror(errno));
+		return -errno;
+	}
+	l->rep->temp_removed++;
+	*dirty = true;
+	return 0;
+}
+
+/*
+ * Load one candidate decision file. Returns 0 when it was loaded or
+ * quarantined, negative on a hard error.
+ */
+static int load_file(struct load *l, int xfd, const char *xname,
+		     const char *name, const char *rel)
+{
+	char reason[VMEM_ERRMSG_LEN], msg[VMEM_ERRMSG_LEN];
+	struct decision dec;
+	struct coord c;
+	struct stat st;
+	size_t len = 0;
+	int fd = -1, ret;
+
+	memset(&dec, 0, sizeof(dec));
+	if (coord_from_path(xname, name, l->d->max_x, &c) < 0) {
+		snprintf(reason, sizeof(reason), "not a decision file name");
+		goto bad;
+	}
+	fd = openat(xfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ELOOP) {
+			snprintf(reason, sizeof(reason), "symbolic link");
+			goto bad;
+		}
+		if (errno == ENOENT)
+			return 0; /* gone meanwhile */
+		ret = -errno;
+		seterr(l->errmsg, l->errn, "cannot open %s/%s: %s",
+		       VMDIR_DIRNAME, rel, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		seterr(l->errmsg, l->errn, "cannot stat %s/%s: %s",
+		       VMDIR_DIRNAME, rel, strerror(-ret));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(reason, sizeof(reason), "not a regular file");
+		goto bad;
+	}
+	if (st.st_size > FILE_MAX) {
+		snprintf(reason, sizeof(reason), "larger than %d bytes",
+			 FILE_MAX);
+		goto bad;
+	}
+	ret = read_file(fd, l->buf, (size_t)st.st_size, &len);
+	if (ret == -EFBIG) {
+		snprintf(reason, sizeof(reason), "larger than %d bytes",
+			 FILE_MAX);
+		goto bad;
+	}
+	if (ret < 0) {
+		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
+		       VMDIR_DIRNAME, rel, strerror(-ret));
+		goto out;
+	}
+	close(fd);
+	fd = -1;
+	if (len == 0) {
+		snprintf(reason, sizeof(reason), "empty file");
+		goto bad;
+	}
+	msg[0] = '\0';
+	if (decision_parse(l->buf, len, l->d->max_x, &dec, msg) != 0) {
+		snprintf(reason, sizeof(reason), "%s",
+			 msg[0] ? msg : "invalid decision");
+		decision_done(&dec);
+		goto bad;
+	}
+	if (coord_cmp(&dec.coord, &c) != 0) {
+		snprintf(reason, sizeof(reason),
+			 "coordinate (%d, %d, %d) does not match its path",
+			 dec.coord.x, dec.coord.y, dec.coord.z);
+		decision_done(&dec);
+		goto bad;
+	}
+	if (l->cb) {
+		ret = l->cb(l->ctx, &dec);
+	} else {
+		decision_done(&dec);
+		ret = 0;
+	}
+	if (ret < 0) {
+		decision_done(&dec);
+		seterr(l->errmsg, l->errn, "loading %s/%s stopped (%d)",
+		       VMDIR_DIRNAME, rel, ret);
+		goto out;
+	}
+	l->rep->loaded++;
+	ret = 0;
+	goto out;
+bad:
+	if (fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	ret = quarantine(l, xfd, name, rel, reason);
+out:
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+/* Load the x-NNN directory whose fd is xfd (consumed). */
+static int load_xdir(struct load *l, int xfd, const char *xname)
+{
+	DIR *dir = NULL;
+	struct dirent *de;
+	char rel[NAME_MAX * 2 + 2];
+	bool dirty = false;
+	int type, ret = 0;
+
+	dir = fdopendir(xfd);
+	if (!dir) {
+		ret = -errno;
+		close(xfd);
+		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
+		       VMDIR_DIRNAME, xname, strerror(-ret));
+		return ret;
+	}
+	xfd = dirfd(dir);
+	while ((errno = 0, de = readdir(dir))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(rel, sizeof(rel), "%s/%s", xname, de->d_name);
+		type = entry_type(xfd, de);
+		if (type == -ENOENT)
+			continue;
+		if (type < 0) {
+			ret = type;
+			seterr(l->errmsg, l->errn, "cannot stat %s/%s: %s",
+			       VMDIR_DIRNAME, rel, strerror(-ret));
+			goto out;
+		}
+		if (has_prefix(de->d_name, TMP_PREFIX))
+			ret = remove_temp(l, xfd, de->d_name, rel, &dirty);
+		else if (type == S_IFREG)
+			ret = load_file(l, xfd, xname, de->d_name, rel);
+		else
+			ret = quarantine(l, xfd, de->d_name, rel,
+					 type == S_IFLNK ? "symbolic link"
+					 : type == S_IFDIR
+						 ? "unexpected directory"
+						 : "not a regular file");
+		if (ret < 0)
+			goto out;
+	}
+	if (errno) {
+		ret = -errno;
+		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
+		       VMDIR_DIRNAME, xname, strerror(-ret));
+		goto out;
+	}
+	if (dirty && fsync(xfd) < 0) {
+		ret = -errno;
+		seterr(l->errmsg, l->errn, "cannot sync %s/%s: %s",
+		       VMDIR_DIRNAME, xname, strerror(-ret));
+		goto out;
+	}
+	ret = 0;
+out:
+	closedir(dir);
+	return ret;
+}
+
+/* One entry at the top of .vector-memory. */
+static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
+			  bool *dirty)
+{
+	const char *name = de->d_name;
+	int type, x, xfd;
+
+	type = entry_type(vfd, de);
+	if (type == -ENOENT)
+		return 0;
+	if (type < 0) {
+		seterr(l->errmsg, l->errn, "cannot stat %s/%s: %s",
+		       VMDIR_DIRNAME, name, strerror(-type));
+		return type;
+	}
+	if (!strcmp(name, METADATA)) {
+		if (type == S_IFREG)
+			return 0;
+		return quarantine(l, vfd, name, name,
+				  "metadata.json is not a regular file");
+	}
+	if (has_prefix(name, TMP_PREFIX))
+		return remove_temp(l, vfd, name, name, dirty);
+	if (type == S_IFLNK)
+		return quarantine(l, vfd, name, name, "symbolic link");
+	if (type != S_IFDIR)
+		return quarantine(l, vfd, name, name, "unexpected file");
+	if (xdir_parse(name, l->d->max_x, &x) < 0)
+		return quarantine(l, vfd, name, name,
+				  "not an issue directory x-NNN within max_x");
+	xfd = openat(vfd, name,
+		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (xfd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		if (errno == ELOOP || errno == ENOTDIR)
+			return quarantine(l, vfd, name, name,
+					  "not a directory");
+		seterr(l->errmsg, l->errn, "cannot open %s/%s: %s",
+		       VMDIR_DIRNAME, name, strerror(errno));
+		return -errno;
+	}
+	return load_xdir(l, xfd, name);
+}
+
+/* Open root/.vector-memory without following a symlink there. */
+static int open_vmdir(int rootfd, char *errmsg, size_t errn)
+{
+	struct stat st;
+	int fd, err;
+
+	fd = openat(rootfd, VMDIR_DIRNAME,
+		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	err = errno;
+	if (err == ELOOP || err == ENOTDIR) {
+		if (fstatat(rootfd, VMDIR_DIRNAME, &st, AT_SYMLINK_NOFOLLOW) ==
+			    0 &&
+		    S_ISLNK(st.st_mode))
+			err = ELOOP;
+		else
+			err = ENOTDIR;
+		seterr(errmsg, errn, "%s is %s; refusing to use it",
+		       VMDIR_DIRNAME,
+		       err == ELOOP ? "a symbolic link" : "not a directory");
+	} else if (err != ENOENT) {
+		seterr(errmsg, errn, "cannot open %s: %s", VMDIR_DIRNAME,
+		       strerror(err));
+	}
+	return -err;
+}
+
+int vmdir_init(struct vmdir *d, const char *root, const char *quarantine,
+	       int max_x)
+{
+	memset(d, 0, sizeof(*d));
+	d->root = strdup(root);
+	d->quarantine = strdup(quarantine);
+	d->max_x = max_x;
+	if (!d->root || !d->quarantine) {
+		vmdir_done(d);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void vmdir_done(struct vmdir *d)
+{
+	if (!d)
+		return;
+	free(d->root);
+	free(d->quarantine);
+	d->root = NULL;
+	d->quarantine = NULL;
+}
+
+void vmdir_load_report_done(struct vmdir_load_report *rep)
+{
+	if (!rep)
+		return;
+	free(rep->quarantined);
+	memset(rep, 0, sizeof(*rep));
+}
+
+int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
+{
+	struct load l = {
+		.d = d,
+		.rep = rep,
+		.cb = cb,
+		.ctx = ctx,
+		.qfd = -1,
+		.errmsg = errmsg,
+		.errn = errn,
+	};
+	struct vmdir_load_report local;
+	DIR *dir = NULL;
+	struct dirent *de;
+	bool dirty = false;
+	int rootfd = -1, vfd = -1, ret;
+
+	if (!rep)
+		rep = l.rep = &local;
+	memset(rep, 0, sizeof(*rep));
+	l.now = time(NULL);
+	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot open %s: %s", d->root,
+		       strerror(-ret));
+		goto out;
+	}
+	vfd = open_vmdir(rootfd, errmsg, errn);
+	if (vfd == -ENOENT) {
+		ret = 0;
+		goto out;
+	}
+	if (vfd < 0) {
+		ret = vfd;
+		goto out;
+	}
+	l.buf = malloc(FILE_MAX + 1);
+	if (!l.buf) {
+		ret = -ENOMEM;
+		seterr(errmsg, errn, "out of memory");
+		goto out;
+	}
+	dir = fdopendir(vfd);
+	if (!dir) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot read %s: %s", VMDIR_DIRNAME,
+		       strerror(-ret));
+		goto out;
+	}
+	vfd = dirfd(dir);
+	while ((errno = 0, de = readdir(dir))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		ret = load_top_entry(&l, vfd, de, &dirty);
+		if (ret < 0)
+			goto out;
+	}
+	if (errno) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot read %s: %s", VMDIR_DIRNAME,
+		       strerror(-ret));
+		goto out;
+	}
+	if (dirty && fsync(vfd) < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot sync %s: %s", VMDIR_DIRNAME,
+		       strerror(-ret));
+		goto out;
+	}
+	ret = 0;
+out:
+	if (dir)
+		closedir(dir);
+	else if (vfd >= 0)
+		close(vfd);
+	if (rootfd >= 0)
+		close(rootfd);
+	if (l.qfd >= 0)
+		close(l.qfd);
+	free(l.buf);
+	if (rep == &local)
+		vmdir_load_report_done(&local);
+	return ret;
+}
+
+/* An x-NNN directory touched by vmdir_apply. */
+struct xdir {
+	int x;
+	int fd; /* -1: absent (nothing to delete there) */
+	bool dirty;
+};
+
+struct apply {
+	int rootfd, vfd;
+	bool root_dirty, v_dirty;
+	struct xdir *xs;
+	size_t nx, capx;
+};
+
+/* Open (creating when create) directory name in dfd, refusing symlinks. */
+static int open_subdir(int dfd, const char *name, bool create, bool *made)
+{
+	struct stat st;
+	int fd;
+
+	*made = false;
+	for (int i = 0; i < 2; i++) {
+		fd = openat(dfd, name,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0)
+			return fd;
+		if (errno == ELOOP || errno == ENOTDIR) {
+			if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    S_ISLNK(st.st_mode))
+				return -ELOOP;
+			return -ENOTDIR;
+		}
+		if (errno != ENOENT || !create || i)
+			return -errno;
+		if (mkdirat(dfd, name, 0777) < 0 && errno != EEXIST)
+			return -errno;
+		*made = true;
+	}
+	return -ENOENT;
+}
+
+/* Write text durably to name in dfd through a unique temp file. */
+static int write_durable(int dfd, const char *name, const char *tag,
+			 const char *text, size_t len, char *tmp, size_t tmpn)
+{
+	int fd = -1, ret;
+
+	snprintf(tmp, tmpn, TMP_PREFIX "%ld-%lu-%s", (long)getpid(),
+		 atomic_fetch_add(&tmp_counter, 1) + 1, tag);
+	fd = openat(dfd, tmp,
+		    O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (fd < 0)
+		return -errno;
+	ret = write_all(fd, text, len);
+	if (ret == 0 && fdatasync(fd) < 0)
+		ret = -errno;
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && renameat(dfd, tmp, dfd, name) < 0)
+		ret = -errno;
+	if (ret < 0)
+		unlinkat(dfd, tmp, 0);
+	return ret;
+}
+
+/* The x directory named name (as coord_path wrote it), opened once. */
+static struct xdir *xdir_get(struct apply *a, int x, const char *name,
+			     bool create, int *err)
+{
+	struct xdir *xs;
+	bool made;
+	int fd;
+
+	for (size_t i = 0; i < a->nx; i++) {
+		if (a->xs[i].x == x) {
+			if (a->xs[i].fd >= 0 || !create)
+				return &a->xs[i];
+			/* known absent, now needed: create below */
+			a->nx--;
+			a->xs[i] = a->xs[a->nx];
+			break;
+		}
+	}
+	if (a->nx == a->capx) {
+		xs = realloc(a->xs, sizeof(*xs) * (a->capx ? a->capx * 2 : 8));
+		if (!xs) {
+			*err = -ENOMEM;
+			return NULL;
+		}
+		a->xs = xs;
+		a->capx = a->capx ? a->capx * 2 : 8;
+	}
+	fd = open_subdir(a->vfd, name, create, &made);
+	if (fd == -ENOENT && !create)
+		fd = -1;
+	else if (fd < 0) {
+		*err = fd;
+		return NULL;
+	}
+	if (made)
+		a->v_dirty = true;
+	xs = &a->xs[a->nx++];
+	xs->x = x;
+	xs->fd = fd;
+	xs->dirty = false;
+	return xs;
+}
+
+int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
+		char *errmsg, size_t errn)
+{
+	struct apply a = {.rootfd = -1, .vfd = -1};
+	char rel[64], xname[64], tag[48], tmp[128];
+	const char *file;
+	struct xdir *xd;
+	struct stat st;
+	bool made;
+	size_t i;
+	int ret;
+
+	a.rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (a.rootfd < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot open %s: %s", d->root,
+		       strerror(-ret));
+		goto out;
+	}
+	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, &made);
+	if (ret < 0) {
+		seterr(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
+		       strerror(-ret),
+		       ret == -ELOOP ? " (symbolic link refused)" : "");
+		goto out;
+	}
+	a.vfd = ret;
+	a.root_dirty = made;
+	if (fstatat(a.vfd, METADATA, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno != ENOENT) {
+			ret = -errno;
+			seterr(errmsg, errn, "cannot stat %s/%s: %s",
+			       VMDIR_DIRNAME, METADATA, strerror(-ret));
+			goto out;
+		}
+		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
+				    strlen(METADATA_TEXT), tmp, sizeof(tmp));
+		if (ret < 0) {
+			seterr(errmsg, errn, "cannot write %s/%s: %s",
+			       VMDIR_DIRNAME, METADATA, strerror(-ret));
+			goto out;
+		}
+		a.v_dirty = true;
+	}
+	for (i = 0; i < n; i++) {
+		if (!coord_valid(&ops[i].coord, d->max_x) ||
+		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
+			ret = -EINVAL;
+			seterr(errmsg, errn, "bad coordinate (%d, %d, %d)",
+			       ops[i].coord.x, ops[i].coord.y, ops[i].coord.z);
+			goto out;
+		}
+		file = strchr(rel, '/');
+		if (!file) {
+			ret = -EINVAL;
+			seterr(errmsg, errn, "bad decision path %s", rel);
+			goto out;
+		}
+		snprintf(xname, sizeof(xname), "%.*s", (int)(file - rel), rel);
+		file++;
+		xd = xdir_get(&a, ops[i].coord.x, xname, ops[i].text != NULL,
+			      &ret);
+		if (!xd) {
+			seterr(errmsg, errn, "cannot open %s/%s: %s%s",
+			       VMDIR_DIRNAME, xname, strerror(-ret),
+			       ret == -ELOOP ? " (symbolic link refused)" : "");
+			goto out;
+		}
+		if (!ops[i].text) {
+			if (xd->fd < 0)
+				continue;
+			if (unlinkat(xd->fd, file, 0) < 0) {
+				if (errno == ENOENT)
+					continue;
+				ret = -errno;
+				seterr(errmsg, errn, "cannot remove %s/%s: %s",
+				       VMDIR_DIRNAME, rel, strerror(-ret));
+				goto out;
+			}
+			xd->dirty = true;
+			continue;
+		}
+		snprintf(tag, sizeof(tag), "%s", file);
+		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
+				    tmp, sizeof(tmp));
+		if (ret < 0) {
+			seterr(errmsg, errn, "cannot write %s/%s: %s",
+			       VMDIR_DIRNAME, rel, strerror(-ret));
+			goto out;
+		}
+		xd->dirty = true;
+	}
+	/* each touched directory once, parents after the x directories */
+	for (i = 0; i < a.nx; i++) {
+		if (a.xs[i].dirty && fsync(a.xs[i].fd) < 0) {
+			ret = -errno;
+			seterr(errmsg, errn, "cannot sync %s/x-%03d: %s",
+			       VMDIR_DIRNAME, a.xs[i].x, strerror(-ret));
+			goto out;
+		}
+	}
+	if (a.v_dirty && fsync(a.vfd) < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot sync %s: %s", VMDIR_DIRNAME,
+		       strerror(-ret));
+		goto out;
+	}
+	if (a.root_dirty && fsync(a.rootfd) < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot sync %s: %s", d->root,
+		       strerror(-ret));
+		goto out;
+	}
+	ret = 0;
+out:
+	for (i = 0; i < a.nx; i++)
+		if (a.xs[i].fd >= 0)
+			close(a.xs[i].fd);
+	free(a.xs);
+	if (a.vfd >= 0)
+		close(a.vfd);
+	if (a.rootfd >= 0)
+		close(a.rootfd);
+	return ret;
+}

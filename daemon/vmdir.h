@@ -1,0 +1,85 @@
+/*
+ * The .vector-memory directory of a working tree: loading every decision
+ * file at start-up, and materialising writes durably. All file access goes
+ * through directory fds opened with O_NOFOLLOW, so a symlink anywhere
+ * under .vector-memory is refused rather than followed.
+ *
+ * Invariants: only decision files (x-NNN/y-Y-z-Z.json) and metadata.json
+ * live there; temporary files are ".tmp-*" names that are never committed
+ * and are removed at start-up; a file that does not parse or validate is
+ * moved to the quarantine directory, never skipped silently or emptied.
+ *
+ * Blocking: called at start-up and from the thread pool, one call at a time.
+ */
+#ifndef VMEM_DAEMON_VMDIR_H
+#define VMEM_DAEMON_VMDIR_H
+
+#include <stddef.h>
+
+#include "protocol/decision.h"
+
+#define VMDIR_DIRNAME ".vector-memory"
+
+struct vmdir {
+	char *root;	  /* working-tree root (owned) */
+	char *quarantine; /* quarantine directory path (owned) */
+	int max_x;
+};
+
+/* One quarantined file, reported by vmdir_load. */
+struct vmdir_quarantined {
+	char path[256]; /* relative to the working tree root */
+	char moved_to[4096];
+	char reason[VMEM_ERRMSG_LEN];
+};
+
+struct vmdir_load_report {
+	size_t loaded;
+	size_t temp_removed;
+	struct vmdir_quarantined *quarantined; /* malloc'd array (owned) */
+	size_t n_quarantined;
+};
+
+/* Called for each valid decision; takes ownership of *d on return 0. */
+typedef int (*vmdir_load_fn)(void *ctx, struct decision *d);
+
+/* One materialisation: text NULL means delete the coordinate's file. */
+struct vmdir_op {
+	struct coord coord;
+	const char *text; /* exact file bytes (decision_dump_file) */
+	size_t len;
+};
+
+/* Set up (no I/O). Copies root and quarantine. 0 or -ENOMEM. */
+int vmdir_init(struct vmdir *d, const char *root, const char *quarantine,
+	       int max_x);
+void vmdir_done(struct vmdir *d);
+
+/*
+ * Load every decision under root/.vector-memory (absent: nothing to load).
+ * Removes temp files, quarantines bad files (wrong name, wrong place,
+ * unparsable, invalid, coordinate not matching its path, symlinks), calls
+ * cb for the rest. Returns 0, or a negative errno when the directory
+ * cannot be read at all or a bad file cannot be quarantined (errmsg says
+ * why): -ELOOP / -ENOTDIR when .vector-memory is a symlink / not a
+ * directory, cb's own negative value when it aborts (d is then freed by
+ * us). The report is filled even on failure; release it with
+ * vmdir_load_report_done. rep and cb may be NULL.
+ */
+int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
+void vmdir_load_report_done(struct vmdir_load_report *rep);
+
+/*
+ * Apply ops durably, in order: each file written to a unique temp name in
+ * its directory, fsynced, renamed over the target (or the target
+ * unlinked), then every touched directory fsynced. Creates .vector-memory,
+ * its x-NNN directories and metadata.json ({"format": 1}) as needed.
+ * Deleting an absent file is not an error. Returns 0 or -errno (errmsg);
+ * -ELOOP when .vector-memory or an x-NNN entry is a symlink, -EINVAL for
+ * a coordinate outside the domain. Ops before a failing one stay applied.
+ */
+int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
+		char *errmsg, size_t errn);
+
+#endif

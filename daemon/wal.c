@@ -1,0 +1,422 @@
+/*
+ * The write-ahead log (see wal.h for the record format and the rules).
+ *
+ * Invariants: w->end is the offset just past the last valid record, and
+ * every byte of the file below it is a valid record; batch numbers never
+ * decrease along the file, so bytes left behind by a failed append (whose
+ * batch number is never reused) are rejected by replay.
+ */
+#include "wal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WAL_MAGIC	0x4c574d56u /* "VMWL" */
+#define WAL_HDR		20u
+#define WAL_MAX_PAYLOAD (64u * 1024 * 1024)
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+	uint32_t i, j, c;
+
+	for (i = 0; i < 256; i++) {
+		c = i;
+		for (j = 0; j < 8; j++)
+			c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+		crc_table[i] = c;
+	}
+}
+
+static uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	const unsigned char *p = buf;
+
+	pthread_once(&crc_once, crc_init);
+	crc = ~crc;
+	while (len--)
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return ~crc;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+	uint32_t v = 0;
+
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+__attribute__((format(printf, 3, 4))) static void
+seterr(char *errmsg, size_t errn, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!errmsg || !errn)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errmsg, errn, fmt, ap);
+	va_end(ap);
+}
+
+/* Fill the header of a record whose payload is already at p + WAL_HDR. */
+static void rec_header(unsigned char *p, uint64_t batch, uint32_t len)
+{
+	put32(p, WAL_MAGIC);
+	put64(p + 4, batch);
+	put32(p + 12, len);
+	put32(p + 16, crc32c(crc32c(0, p + 4, 12), p + WAL_HDR, len));
+}
+
+/*
+ * Is there a valid record at buf[off..size)? Its total length goes to *rl
+ * and its batch to *batch.
+ */
+static bool rec_valid(const unsigned char *buf, size_t size, size_t off,
+		      size_t *rl, uint64_t *batch)
+{
+	uint32_t len, crc;
+
+	if (size - off < WAL_HDR || get32(buf + off) != WAL_MAGIC)
+		return false;
+	len = get32(buf + off + 12);
+	if (len > WAL_MAX_PAYLOAD || len > size - off - WAL_HDR)
+		return false;
+	crc = crc32c(crc32c(0, buf + off + 4, 12), buf + off + WAL_HDR, len);
+	if (crc != get32(buf + off + 16))
+		return false;
+	*rl = WAL_HDR + len;
+	*batch = get64(buf + off + 4);
+	return true;
+}
+
+/*
+ * After the first invalid record at off: does a valid record follow that
+ * proves a later batch was completed (so the bad bytes had been durable)?
+ * Only the last batch written can be torn, so the valid records after a
+ * torn point all belong to that one batch, numbered last or last + 1.
+ */
+static bool later_batch_follows(const unsigned char *buf, size_t size,
+				size_t off, bool have_last, uint64_t last)
+{
+	bool seen = false, bad_in_last = false;
+	uint64_t first = 0, b;
+	size_t p, rl;
+
+	/* A bad record whose header still names the last good batch. */
+	if (have_last && size - off >= WAL_HDR &&
+	    get32(buf + off) == WAL_MAGIC && get64(buf + off + 4) == last)
+		bad_in_last = true;
+	for (p = off + 1; p + WAL_HDR <= size;) {
+		if (!rec_valid(buf, size, p, &rl, &b)) {
+			p++;
+			continue;
+		}
+		if (have_last && b < last) {
+			p += rl; /* stale bytes of a failed append */
+			continue;
+		}
+		if (have_last && b >= last + 2)
+			return true;
+		if (bad_in_last && b == last + 1)
+			return true;
+		if (seen && b != first)
+			return true;
+		if (!seen) {
+			seen = true;
+			first = b;
+		}
+		p += rl;
+	}
+	return false;
+}
+
+/* Read the whole file into a malloc'd buffer. */
+static int read_all(int fd, unsigned char **out, size_t *outlen)
+{
+	struct stat st;
+	unsigned char *buf = NULL;
+	size_t size, got = 0;
+	ssize_t r;
+	int ret;
+
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > SIZE_MAX - 1) {
+		ret = -EFBIG;
+		goto out;
+	}
+	size = (size_t)st.st_size;
+	buf = malloc(size ? size : 1);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (got < size) {
+		r = pread(fd, buf + got, size - got, (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			goto out;
+		}
+		if (r == 0)
+			break; /* shrank under us: replay what is there */
+		got += (size_t)r;
+	}
+	*out = buf;
+	*outlen = got;
+	buf = NULL;
+	ret = 0;
+out:
+	free(buf);
+	return ret;
+}
+
+/* fsync the directory holding path, so a newly created file stays. */
+static int sync_parent(const char *path)
+{
+	char *dir = NULL, *slash;
+	int fd = -1, ret = 0;
+
+	dir = strdup(path);
+	if (!dir)
+		return -ENOMEM;
+	slash = strrchr(dir, '/');
+	if (!slash)
+		strcpy(dir, ".");
+	else if (slash == dir)
+		dir[1] = '\0';
+	else
+		*slash = '\0';
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		ret = -errno;
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	return ret;
+}
+
+void wal_init(struct wal *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->fd = -1;
+	w->next_batch = 1;
+}
+
+int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
+	     struct wal_report *rep, char *errmsg, size_t errn)
+{
+	unsigned char *buf = NULL;
+	size_t size = 0, off = 0, rl;
+	uint64_t b, last = 0;
+	bool have_last = false, created = false;
+	int fd = -1, ret;
+
+	wal_init(w);
+	if (rep)
+		memset(rep, 0, sizeof(*rep));
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		created = fd >= 0;
+		if (fd < 0 && errno == EEXIST)
+			fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (fd < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot open %s: %s", path,
+		       strerror(-ret));
+		goto out;
+	}
+	if (fd == 0) {
+		/* fd 0 means "never opened" to wal_close: move it. */
+		ret = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		close(fd);
+		fd = ret;
+		if (fd < 0) {
+			ret = -errno;
+			seterr(errmsg, errn, "cannot dup %s: %s", path,
+			       strerror(-ret));
+			goto out;
+		}
+	}
+	if (created) {
+		ret = sync_parent(path);
+		if (ret < 0) {
+			seterr(errmsg, errn, "cannot sync directory of %s: %s",
+			       path, strerror(-ret));
+			goto out;
+		}
+	}
+	ret = read_all(fd, &buf, &size);
+	if (ret < 0) {
+		seterr(errmsg, errn, "cannot read %s: %s", path,
+		       strerror(-ret));
+		goto out;
+	}
+	while (off < size) {
+		if (!rec_valid(buf, size, off, &rl, &b) ||
+		    (have_last && b < last))
+			break;
+		if (cb) {
+			ret = cb(ctx, (const char *)buf + off + WAL_HDR,
+				 rl - WAL_HDR);
+			if (ret < 0) {
+				seterr(errmsg, errn,
+				       "%s: replay stopped at offset %zu (%d)",
+				       path, off, ret);
+				goto out;
+			}
+		}
+		if (rep)
+			rep->records++;
+		last = b;
+		have_last = true;
+		off += rl;
+	}
+	if (off < size) {
+		if (later_batch_follows(buf, size, off, have_last, last)) {
+			ret = -EBADMSG;
+			seterr(errmsg, errn,
+			       "%s: corrupt record at offset %zu followed by "
+			       "a later complete batch",
+			       path, off);
+			goto out;
+		}
+		if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0) {
+			ret = -errno;
+			seterr(errmsg, errn, "cannot cut torn tail of %s: %s",
+			       path, strerror(-ret));
+			goto out;
+		}
+		if (rep)
+			rep->torn_bytes = size - off;
+	}
+	w->fd = fd;
+	fd = -1;
+	w->end = off;
+	w->next_batch = have_last ? last + 1 : 1;
+	ret = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return ret;
+}
+
+int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
+{
+	unsigned char *buf = NULL, *p;
+	size_t total = 0, i, done = 0;
+	uint64_t batch = w->next_batch;
+	ssize_t r;
+	int ret;
+
+	if (w->fd < 0)
+		return -EBADF;
+	if (n == 0)
+		return 0;
+	for (i = 0; i < n; i++) {
+		if (payloads[i].iov_len > WAL_MAX_PAYLOAD)
+			return -EMSGSIZE;
+		if (total > SIZE_MAX - WAL_HDR - payloads[i].iov_len)
+			return -EMSGSIZE;
+		total += WAL_HDR + payloads[i].iov_len;
+	}
+	buf = malloc(total);
+	if (!buf)
+		return -ENOMEM;
+	/* A failed batch's number is never reused: see the file comment. */
+	w->next_batch++;
+	for (p = buf, i = 0; i < n; i++) {
+		if (payloads[i].iov_len)
+			memcpy(p + WAL_HDR, payloads[i].iov_base,
+			       payloads[i].iov_len);
+		rec_header(p, batch, (uint32_t)payloads[i].iov_len);
+		p += WAL_HDR + payloads[i].iov_len;
+	}
+	while (done < total) {
+		r = pwrite(w->fd, buf + done, total - done,
+			   (off_t)(w->end + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			goto fail;
+		}
+		if (r == 0) {
+			ret = -EIO;
+			goto fail;
+		}
+		done += (size_t)r;
+	}
+	if (fdatasync(w->fd) < 0) {
+		ret = -errno;
+		goto fail;
+	}
+	w->end += total;
+	ret = 0;
+	goto out;
+fail:
+	if (ftruncate(w->fd, (off_t)w->end) == 0)
+		(void)fdatasync(w->fd);
+out:
+	free(buf);
+	return ret;
+}
+
+int wal_truncate(struct wal *w)
+{
+	if (w->fd < 0)
+		return -EBADF;
+	if (ftruncate(w->fd, 0) < 0 || fdatasync(w->fd) < 0)
+		return -errno;
+	w->end = 0;
+	return 0;
+}
+
+void wal_close(struct wal *w)
+{
+	if (!w)
+		return;
+	if (w->fd > 0)
+		close(w->fd);
+	w->fd = -1;
+}

@@ -1,0 +1,66 @@
+/*
+ * The write-ahead log: the durability point of every acknowledged write.
+ * Records are appended in batches; one batch is one write followed by one
+ * fdatasync (group commit). Payloads are opaque bytes to this module.
+ *
+ * On-disk record: magic u32 | batch u64 | length u32 | crc32c u32 | payload,
+ * little-endian; the crc covers batch, length and payload. Replay stops at
+ * the first invalid record: when no valid record of a later, complete batch
+ * follows it, the rest is a torn tail (cut off and reported); otherwise the
+ * log is corrupt in the middle and opening fails (never silently skipped).
+ *
+ * Blocking: called at start-up and from the thread pool, one call at a
+ * time per log.
+ */
+#ifndef VMEM_DAEMON_WAL_H
+#define VMEM_DAEMON_WAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct wal {
+	int fd;
+	uint64_t end;	     /* bytes of valid records */
+	uint64_t next_batch; /* sequence number of the next batch */
+};
+
+struct wal_report {
+	uint64_t records;    /* valid records replayed */
+	uint64_t torn_bytes; /* bytes cut off the tail */
+};
+
+/* Called for each valid record in log order; a negative return aborts. */
+typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len);
+
+/* Mark a wal closed (fd -1, next_batch 1); wal_close is then a no-op. */
+void wal_init(struct wal *w);
+
+/*
+ * Open or create the log at path (mode 0600), replay it through cb, cut a
+ * torn tail (and fdatasync that). Returns 0, -EBADMSG for corruption in
+ * the middle, the callback's negative value, or another negative errno.
+ * A human reason goes into errmsg (errn bytes) on failure. *w need not
+ * be initialised; after a failure it is closed (fd -1). cb may be NULL;
+ * its payload pointer is only valid during the call.
+ */
+int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
+	     struct wal_report *rep, char *errmsg, size_t errn);
+
+/*
+ * Append n payloads as one batch, then fdatasync. Returns 0 once durable.
+ * On failure nothing of the batch counts: the log is cut back to its
+ * previous end (best effort) and a negative errno returned; the batch
+ * number is burnt either way, so leftovers of a failed batch never replay.
+ * Payloads larger than 64 MiB are refused (-EMSGSIZE).
+ */
+int wal_append(struct wal *w, const struct iovec *payloads, size_t n);
+
+/* Empty the log durably (ftruncate to 0, fdatasync). 0 or -errno. */
+int wal_truncate(struct wal *w);
+
+/* Close. Safe on a closed or zeroed wal (fd -1 or 0 after wal_open
+ * failed is handled). */
+void wal_close(struct wal *w);
+
+#endif

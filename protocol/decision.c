@@ -1,0 +1,606 @@
+/*
+ * Coordinates and decisions: validation of every field against the limits
+ * of design.md section 1, and the two serialisations (compact for the wire
+ * and the log, two-space indented for the files). Every parser here is the
+ * exact inverse of its formatter, so a file round-trips byte for byte.
+ */
+#include "protocol/decision.h"
+#include "protocol/errors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void set_msg(char *msg, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void set_msg(char *msg, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!msg)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, VMEM_ERRMSG_LEN, fmt, ap);
+	va_end(ap);
+}
+
+int coord_cmp(const struct coord *a, const struct coord *b)
+{
+	if (a->x != b->x)
+		return a->x < b->x ? -1 : 1;
+	if (a->y != b->y)
+		return a->y < b->y ? -1 : 1;
+	if (a->z != b->z)
+		return a->z < b->z ? -1 : 1;
+	return 0;
+}
+
+static int effective_max_x(int max_x)
+{
+	return max_x > 0 ? max_x : VMEM_MAX_X_DEFAULT;
+}
+
+bool coord_valid(const struct coord *c, int max_x)
+{
+	return c->x >= 1 && c->x <= effective_max_x(max_x) && c->y >= 1 &&
+	       c->y <= VMEM_MAX_Y && c->z >= 1 && c->z <= VMEM_MAX_Z;
+}
+
+/* One axis: a JSON integer within 1..max. */
+static int axis_from_json(const json_t *obj, const char *name, int max,
+			  int *out, char *msg)
+{
+	const json_t *v = json_object_get(obj, name);
+	json_int_t i;
+	char *got;
+
+	if (!v) {
+		set_msg(msg, "coordinate is missing member %s", name);
+		return RPC_COORDINATE_VALIDATION;
+	}
+	if (json_is_integer(v)) {
+		i = json_integer_value(v);
+		if (i >= 1 && i <= max) {
+			*out = (int)i;
+			return 0;
+		}
+	}
+	got = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+	if (got)
+		set_msg(msg,
+			"coordinate.%s must be an integer in 1..%d (got %.40s)",
+			name, max, got);
+	else
+		set_msg(msg, "coordinate.%s must be an integer in 1..%d", name,
+			max);
+	free(got);
+	return RPC_COORDINATE_VALIDATION;
+}
+
+int coord_from_json(const json_t *obj, int max_x, struct coord *out,
+		    char msg[VMEM_ERRMSG_LEN])
+{
+	const char *key;
+	json_t *val;
+	struct coord c;
+	int ret;
+
+	if (!json_is_object(obj)) {
+		set_msg(msg, "coordinate must be an object {\"x\", \"y\", "
+			     "\"z\"}");
+		return RPC_COORDINATE_VALIDATION;
+	}
+	json_object_foreach((json_t *)obj, key, val)
+	{
+		if (strcmp(key, "x") != 0 && strcmp(key, "y") != 0 &&
+		    strcmp(key, "z") != 0) {
+			set_msg(msg, "coordinate has unknown member %.40s",
+				key);
+			return RPC_COORDINATE_VALIDATION;
+		}
+	}
+	ret = axis_from_json(obj, "x", effective_max_x(max_x), &c.x, msg);
+	if (ret)
+		return ret;
+	ret = axis_from_json(obj, "y", VMEM_MAX_Y, &c.y, msg);
+	if (ret)
+		return ret;
+	ret = axis_from_json(obj, "z", VMEM_MAX_Z, &c.z, msg);
+	if (ret)
+		return ret;
+	*out = c;
+	return 0;
+}
+
+json_t *coord_to_json(const struct coord *c)
+{
+	return json_pack("{s:i,s:i,s:i}", "x", c->x, "y", c->y, "z", c->z);
+}
+
+int coord_path(const struct coord *c, char *buf, size_t n)
+{
+	int r = snprintf(buf, n, "x-%03d/y-%d-z-%d.json", c->x, c->y, c->z);
+
+	if (r < 0 || (size_t)r >= n)
+		return -1;
+	return r;
+}
+
+/* Read up to 9 decimal digits at *p; -1 if none or too many. */
+static int read_uint(const char **p)
+{
+	const char *s = *p;
+	int v = 0, n = 0;
+
+	while (*s >= '0' && *s <= '9') {
+		if (++n > 9)
+			return -1;
+		v = v * 10 + (*s - '0');
+		s++;
+	}
+	if (n == 0)
+		return -1;
+	*p = s;
+	return v;
+}
+
+int coord_from_path(const char *dir, const char *file, int max_x,
+		    struct coord *out)
+{
+	char expect[64], given[64];
+	const char *p;
+	struct coord c;
+	int r;
+
+	if (!dir || !file || strncmp(dir, "x-", 2) != 0 ||
+	    strncmp(file, "y-", 2) != 0)
+		return -1;
+	p = dir + 2;
+	c.x = read_uint(&p);
+	if (c.x < 0 || *p)
+		return -1;
+	p = file + 2;
+	c.y = read_uint(&p);
+	if (c.y < 0 || strncmp(p, "-z-", 3) != 0)
+		return -1;
+	p += 3;
+	c.z = read_uint(&p);
+	if (c.z < 0 || strcmp(p, ".json") != 0)
+		return -1;
+	if (!coord_valid(&c, max_x))
+		return -1;
+	/* Only the exact spelling coord_path() writes is a decision file. */
+	if (coord_path(&c, expect, sizeof(expect)) < 0)
+		return -1;
+	r = snprintf(given, sizeof(given), "%s/%s", dir, file);
+	if (r < 0 || (size_t)r >= sizeof(given) || strcmp(given, expect) != 0)
+		return -1;
+	*out = c;
+	return 0;
+}
+
+bool utf8_valid(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0, n, k;
+	unsigned char c, lo, hi;
+
+	while (i < len) {
+		c = s[i];
+		if (c == 0)
+			return false;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		lo = 0x80;
+		hi = 0xBF;
+		if (c >= 0xC2 && c <= 0xDF) {
+			n = 1;
+		} else if (c >= 0xE0 && c <= 0xEF) {
+			n = 2;
+			if (c == 0xE0)
+				lo = 0xA0; /* overlong */
+			else if (c == 0xED)
+				hi = 0x9F; /* surrogates */
+		} else if (c >= 0xF0 && c <= 0xF4) {
+			n = 3;
+			if (c == 0xF0)
+				lo = 0x90; /* overlong */
+			else if (c == 0xF4)
+				hi = 0x8F; /* > U+10FFFF */
+		} else {
+			return false;
+		}
+		if (len - i - 1 < n)
+			return false;
+		if (s[i + 1] < lo || s[i + 1] > hi)
+			return false;
+		for (k = 2; k <= n; k++)
+			if ((s[i + k] & 0xC0) != 0x80)
+				return false;
+		i += n + 1;
+	}
+	return true;
+}
+
+int content_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
+{
+	if (!s || len == 0) {
+		set_msg(msg, "content must not be empty");
+		return RPC_INVALID_PARAMS;
+	}
+	if (len > VMEM_CONTENT_MAX) {
+		set_msg(msg, "content is %zu bytes, more than %d", len,
+			VMEM_CONTENT_MAX);
+		return RPC_INVALID_PARAMS;
+	}
+	if (!utf8_valid(s, len)) {
+		set_msg(msg, "content must be UTF-8 without NUL");
+		return RPC_INVALID_PARAMS;
+	}
+	return 0;
+}
+
+int agent_id_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t i;
+
+	if (!s || len == 0) {
+		set_msg(msg, "agent_id must not be empty");
+		return RPC_INVALID_PARAMS;
+	}
+	if (len > VMEM_AGENT_ID_MAX) {
+		set_msg(msg, "agent_id is %zu bytes, more than %d", len,
+			VMEM_AGENT_ID_MAX);
+		return RPC_INVALID_PARAMS;
+	}
+	if (!utf8_valid(s, len)) {
+		set_msg(msg, "agent_id must be UTF-8 without NUL");
+		return RPC_INVALID_PARAMS;
+	}
+	for (i = 0; i < len; i++) {
+		/* C0, DEL, and C1 (U+0080..U+009F is C2 80..C2 9F). */
+		if (u[i] < 0x20 || u[i] == 0x7F ||
+		    (u[i] == 0xC2 && i + 1 < len && u[i + 1] <= 0x9F)) {
+			set_msg(msg, "agent_id must not contain control "
+				     "characters");
+			return RPC_INVALID_PARAMS;
+		}
+	}
+	return 0;
+}
+
+int issue_context_check(const json_t *ctx, char msg[VMEM_ERRMSG_LEN])
+{
+	const char *key;
+	json_t *val;
+	size_t n;
+
+	if (!ctx || json_is_null(ctx))
+		return 0;
+	if (!json_is_object(ctx)) {
+		set_msg(msg, "issue_context must be an object or null");
+		return RPC_INVALID_PARAMS;
+	}
+	n = json_object_size(ctx);
+	if (n > VMEM_CONTEXT_KEYS_MAX) {
+		set_msg(msg, "issue_context has %zu keys, more than %d", n,
+			VMEM_CONTEXT_KEYS_MAX);
+		return RPC_INVALID_PARAMS;
+	}
+	json_object_foreach((json_t *)ctx, key, val)
+	{
+		if (!json_is_string(val)) {
+			set_msg(msg, "issue_context.%.40s must be a string",
+				key);
+			return RPC_INVALID_PARAMS;
+		}
+		n = json_string_length(val);
+		if (n > VMEM_CONTEXT_VALUE_MAX) {
+			set_msg(msg,
+				"issue_context.%.40s is %zu bytes, more than "
+				"%d",
+				key, n, VMEM_CONTEXT_VALUE_MAX);
+			return RPC_INVALID_PARAMS;
+		}
+		if (!utf8_valid(json_string_value(val), n)) {
+			set_msg(msg,
+				"issue_context.%.40s must be UTF-8 without NUL",
+				key);
+			return RPC_INVALID_PARAMS;
+		}
+	}
+	return 0;
+}
+
+void timestamp_format(int64_t usec, char out[VMEM_TIMESTAMP_LEN + 1])
+{
+	int64_t sec = usec / 1000000, frac = usec % 1000000;
+	time_t t;
+	struct tm tm;
+	char buf[64];
+
+	if (frac < 0) {
+		frac += 1000000;
+		sec--;
+	}
+	t = (time_t)sec;
+	if (!gmtime_r(&t, &tm)) {
+		memset(&tm, 0, sizeof(tm));
+		tm.tm_year = 70;
+		tm.tm_mday = 1;
+	}
+	snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
+		 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+		 tm.tm_min, tm.tm_sec, (int)frac);
+	memcpy(out, buf, VMEM_TIMESTAMP_LEN);
+	out[VMEM_TIMESTAMP_LEN] = '\0';
+}
+
+/* n decimal digits at s; -1 when any is not a digit. */
+static int digits(const char *s, int n)
+{
+	int v = 0, i;
+
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	return v;
+}
+
+static int days_in_month(int year, int mon)
+{
+	static const int days[] = {31, 28, 31, 30, 31, 30,
+				   31, 31, 30, 31, 30, 31};
+	bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+
+	return mon == 2 && leap ? 29 : days[mon - 1];
+}
+
+int timestamp_parse(const char *s, int64_t *usec)
+{
+	int year, mon, day, hour, min, sec, frac;
+	struct tm tm;
+	time_t t;
+
+	if (!s || strlen(s) != VMEM_TIMESTAMP_LEN || s[4] != '-' ||
+	    s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
+	    s[19] != '.' || s[26] != 'Z')
+		return -1;
+	year = digits(s, 4);
+	mon = digits(s + 5, 2);
+	day = digits(s + 8, 2);
+	hour = digits(s + 11, 2);
+	min = digits(s + 14, 2);
+	sec = digits(s + 17, 2);
+	frac = digits(s + 20, 6);
+	if (year < 1 || mon < 1 || mon > 12 || day < 1 ||
+	    day > days_in_month(year, mon) || hour < 0 || hour > 23 ||
+	    min < 0 || min > 59 || sec < 0 || sec > 59 || frac < 0)
+		return -1;
+	memset(&tm, 0, sizeof(tm));
+	tm.tm_year = year - 1900;
+	tm.tm_mon = mon - 1;
+	tm.tm_mday = day;
+	tm.tm_hour = hour;
+	tm.tm_min = min;
+	tm.tm_sec = sec;
+	t = timegm(&tm);
+	*usec = (int64_t)t * 1000000 + frac;
+	return 0;
+}
+
+void decision_done(struct decision *d)
+{
+	if (!d)
+		return;
+	free(d->content);
+	d->content = NULL;
+	d->content_len = 0;
+	free(d->agent_id);
+	d->agent_id = NULL;
+	json_decref(d->issue_context);
+	d->issue_context = NULL;
+}
+
+json_t *decision_to_json(const struct decision *d)
+{
+	json_t *obj = json_object();
+
+	if (!obj)
+		return NULL;
+	if (json_object_set_new(obj, "coordinate", coord_to_json(&d->coord)) <
+		    0 ||
+	    json_object_set_new(obj, "content",
+				json_stringn(d->content, d->content_len)) < 0 ||
+	    json_object_set_new(obj, "timestamp", json_string(d->timestamp)) <
+		    0 ||
+	    json_object_set_new(obj, "agent_id", json_string(d->agent_id)) <
+		    0 ||
+	    json_object_set_new(obj, "issue_context",
+				d->issue_context ? json_incref(d->issue_context)
+						 : json_null()) < 0 ||
+	    json_object_set_new(obj, "version", json_integer(d->version)) < 0) {
+		json_decref(obj);
+		return NULL;
+	}
+	return obj;
+}
+
+static const char *const record_members[] = {
+	"coordinate", "content",       "timestamp",
+	"agent_id",   "issue_context", "version",
+};
+
+#define RECORD_MEMBERS (sizeof(record_members) / sizeof(record_members[0]))
+
+int decision_from_json(const json_t *obj, int max_x, struct decision *out,
+		       char msg[VMEM_ERRMSG_LEN])
+{
+	const char *key, *s;
+	json_t *val, *v;
+	size_t i, n;
+	int64_t usec;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	if (!json_is_object(obj)) {
+		set_msg(msg, "decision must be an object");
+		return RPC_INVALID_PARAMS;
+	}
+	json_object_foreach((json_t *)obj, key, val)
+	{
+		for (i = 0; i < RECORD_MEMBERS; i++)
+			if (strcmp(key, record_members[i]) == 0)
+				break;
+		if (i == RECORD_MEMBERS) {
+			set_msg(msg, "decision has unknown member %.40s", key);
+			return RPC_INVALID_PARAMS;
+		}
+	}
+	for (i = 0; i < RECORD_MEMBERS; i++) {
+		if (!json_object_get(obj, record_members[i])) {
+			set_msg(msg, "decision is missing member %s",
+				record_members[i]);
+			return RPC_INVALID_PARAMS;
+		}
+	}
+
+	ret = coord_from_json(json_object_get(obj, "coordinate"), max_x,
+			      &out->coord, msg);
+	if (ret)
+		goto out;
+
+	ret = RPC_INVALID_PARAMS;
+	v = json_object_get(obj, "content");
+	if (!json_is_string(v)) {
+		set_msg(msg, "content must be a string");
+		goto out;
+	}
+	n = json_string_length(v);
+	ret = content_check(json_string_value(v), n, msg);
+	if (ret)
+		goto out;
+	ret = RPC_INVALID_PARAMS;
+
+	v = json_object_get(obj, "timestamp");
+	s = json_string_value(v);
+	if (!s || json_string_length(v) != VMEM_TIMESTAMP_LEN ||
+	    timestamp_parse(s, &usec) < 0) {
+		set_msg(msg, "timestamp must be RFC 3339 UTC with "
+			     "microseconds (YYYY-MM-DDTHH:MM:SS.uuuuuuZ)");
+		goto out;
+	}
+	memcpy(out->timestamp, s, VMEM_TIMESTAMP_LEN + 1);
+
+	v = json_object_get(obj, "agent_id");
+	if (!json_is_string(v)) {
+		set_msg(msg, "agent_id must be a string");
+		goto out;
+	}
+	ret = agent_id_check(json_string_value(v), json_string_length(v), msg);
+	if (ret)
+		goto out;
+	ret = RPC_INVALID_PARAMS;
+	out->agent_id = strdup(json_string_value(v));
+
+	v = json_object_get(obj, "issue_context");
+	ret = issue_context_check(v, msg);
+	if (ret)
+		goto out;
+	ret = RPC_INVALID_PARAMS;
+	if (json_is_object(v)) {
+		out->issue_context = json_deep_copy(v);
+		if (!out->issue_context)
+			goto oom;
+	}
+
+	v = json_object_get(obj, "version");
+	if (!json_is_integer(v) || json_integer_value(v) < 1) {
+		set_msg(msg, "version must be an integer >= 1");
+		goto out;
+	}
+	out->version = json_integer_value(v);
+
+	v = json_object_get(obj, "content");
+	out->content = malloc(n + 1);
+	if (!out->content || !out->agent_id)
+		goto oom;
+	memcpy(out->content, json_string_value(v), n + 1);
+	out->content_len = n;
+	return 0;
+oom:
+	set_msg(msg, "out of memory");
+	ret = RPC_INTERNAL_ERROR;
+out:
+	decision_done(out);
+	return ret;
+}
+
+/* Serialise d with flags and append `tail` (may be ""). */
+static char *dump(const struct decision *d, size_t flags, const char *tail,
+		  size_t *len)
+{
+	json_t *obj = decision_to_json(d);
+	char *s = NULL, *t;
+	size_t n, tn = strlen(tail);
+
+	if (!obj)
+		goto out;
+	s = json_dumps(obj, flags);
+	if (!s)
+		goto out;
+	n = strlen(s);
+	if (tn) {
+		t = realloc(s, n + tn + 1);
+		if (!t) {
+			free(s);
+			s = NULL;
+			goto out;
+		}
+		s = t;
+		memcpy(s + n, tail, tn + 1);
+		n += tn;
+	}
+	if (len)
+		*len = n;
+out:
+	json_decref(obj);
+	return s;
+}
+
+char *decision_dump_compact(const struct decision *d, size_t *len)
+{
+	return dump(d, JSON_COMPACT, "", len);
+}
+
+char *decision_dump_file(const struct decision *d, size_t *len)
+{
+	return dump(d, JSON_INDENT(2), "\n", len);
+}
+
+int decision_parse(const char *text, size_t len, int max_x,
+		   struct decision *out, char msg[VMEM_ERRMSG_LEN])
+{
+	json_error_t err;
+	json_t *obj;
+	int ret;
+
+	memset(out, 0, sizeof(*out));
+	obj = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+	if (!obj) {
+		set_msg(msg, "invalid JSON at line %d column %d: %.80s",
+			err.line, err.column, err.text);
+		return RPC_INVALID_PARAMS;
+	}
+	ret = decision_from_json(obj, max_x, out, msg);
+	json_decref(obj);
+	return ret;
+}

@@ -1,0 +1,34 @@
+/*
+ * The socket-path rule, shared by the daemon and every client:
+ *   1. $VMEM_SOCKET if set and non-empty;
+ *   2. else $XDG_RUNTIME_DIR/vmem/<key>.sock;
+ *   3. else /tmp/vmem-<uid>/<key>.sock;
+ * <key> is 16 lowercase hex digits of the 64-bit FNV-1a hash of the
+ * canonical working-tree root. Pure: the environment is passed in.
+ */
+#ifndef VMEM_PROTOCOL_SOCKPATH_H
+#define VMEM_PROTOCOL_SOCKPATH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* The longest socket path that fits sockaddr_un.sun_path with its NUL. */
+#define SOCKPATH_MAX 107
+
+uint64_t fnv1a64(const char *s, size_t len);
+
+/* The 16-hex-digit key of a canonical root into key[17]. */
+void sockpath_key(const char *root, char key[17]);
+
+/*
+ * Resolve the socket path for a canonical working-tree root.
+ * vmem_socket and xdg_runtime_dir may be NULL (unset). Returns the path
+ * length, or -ENAMETOOLONG when it would not fit sun_path (never
+ * truncated), or -EINVAL for an empty root.
+ */
+int sockpath_resolve(const char *root, const char *vmem_socket,
+		     const char *xdg_runtime_dir, uid_t uid, char *out,
+		     size_t outsz);
+
+#endif

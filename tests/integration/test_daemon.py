@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The vmemd process: single instance, socket safety, signals, shutdown and
+a client that never reads."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import time
+
+import vmemtest as vt
+
+RSS_GROWTH_MAX_KIB = 64 * 1024
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+class SingleInstance(vt.VmemTestCase):
+    def assertRefusedAsRunning(self, second):
+        second.spawn()
+        rc = second.wait(10)
+        self.assertEqual(rc, 3, second.stderr())
+        self.assertIn("already running", second.stderr())
+
+    def test_second_daemon_same_socket(self):
+        self.assertRefusedAsRunning(self.new_daemon(name="second"))
+        self.connect().call("server.hello")  # the first still serves
+
+    def test_second_daemon_other_socket(self):
+        other = self.repo.path("other.sock")
+        self.assertRefusedAsRunning(self.new_daemon(sock=other,
+                                                    name="second"))
+        self.assertFalse(vt.accepts(other))
+        self.connect().call("server.hello")
+
+    def test_many_daemons_at_once(self):
+        self.daemon.stop()
+        ds = [self.new_daemon(sock=self.repo.path("s%d.sock" % i),
+                              name="d%d" % i) for i in range(6)]
+        for d in ds:
+            d.spawn()
+        time.sleep(1.0)
+        running = [d for d in ds if d.running()]
+        self.assertEqual(len(running), 1, [d.stderr() for d in ds])
+        for d in ds:
+            if d is not running[0]:
+                self.assertEqual(d.wait(), 3, d.stderr())
+        vt.wait_until(lambda: vt.accepts(running[0].sock), 5.0)
+        running[0].connect().close()
+        running[0].stop()
+
+    def test_restart_after_stop_takes_the_lock_again(self):
+        self.daemon.stop()
+        self.daemon.start()
+        self.connect().call("server.hello")
+
+
+class SocketSafety(vt.VmemTestCase):
+    start_daemon = False
+
+    def test_socket_and_directory_modes(self):
+        sock = self.repo.path("run", "d.sock")
+        self.start_vmemd(sock=sock)
+        self.assertTrue(stat.S_ISSOCK(os.stat(sock).st_mode))
+        self.assertEqual(mode_of(sock), 0o600)
+        self.assertEqual(mode_of(os.path.dirname(sock)), 0o700)
+
+    def test_stale_socket_replaced(self):
+        sock = self.repo.path("stale.sock")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(sock)
+        s.close()
+        self.assertTrue(os.path.exists(sock))
+        d = self.start_vmemd(sock=sock)
+        self.assertEqual(d.connect().call("server.hello")["server"], "vmemd")
+
+    def test_regular_file_at_socket_path_not_removed(self):
+        sock = self.repo.path("not-a-socket")
+        with open(sock, "w") as f:
+            f.write("precious")
+        d = self.new_daemon(sock=sock).spawn()
+        rc = d.wait()
+        self.assertNotEqual(rc, 0)
+        with open(sock) as f:
+            self.assertEqual(f.read(), "precious")
+
+    def refuse_directory(self, prepare):
+        sub = self.repo.path("sockdir")
+        os.mkdir(sub, 0o700)
+        prepare(sub)
+        d = self.new_daemon(sock=os.path.join(sub, "d.sock")).spawn()
+        rc = d.wait()
+        self.assertNotEqual(rc, 0, "vmemd accepted an unsafe directory")
+        self.assertTrue(d.stderr().strip(), "no message on stderr")
+        self.assertFalse(os.path.exists(os.path.join(sub, "d.sock")))
+
+    def test_world_writable_directory_refused(self):
+        self.refuse_directory(lambda sub: os.chmod(sub, 0o777))
+
+    def test_group_accessible_directory_refused(self):
+        self.refuse_directory(lambda sub: os.chmod(sub, 0o770))
+
+    def test_directory_of_another_user_refused(self):
+        if os.geteuid() != 0:
+            self.skipTest("needs root to chown")
+        self.refuse_directory(lambda sub: os.chown(sub, 65534, 65534))
+
+    def test_socket_path_too_long_refused(self):
+        deep = self.repo.path("d" * 60, "e" * 60)
+        os.makedirs(deep, 0o700)
+        d = self.new_daemon(sock=os.path.join(deep, "vmemd.sock")).spawn()
+        self.assertNotEqual(d.wait(), 0)
+
+    def test_not_a_repository_refused(self):
+        plain = self.repo.path("plain")
+        os.mkdir(plain)
+        d = self.new_daemon(root=plain, name="plain").spawn()
+        self.assertNotEqual(d.wait(), 0)
+
+
+class Stopping(vt.VmemTestCase):
+    def store_many(self, n=50):
+        conn = self.connect(agent_id="stop")
+        return [conn.store(x, 3, 2, "before stop %d" % x)
+                for x in range(1, n + 1)]
+
+    def test_sigterm_exits_0_with_files_written(self):
+        recs = self.store_many()
+        self.daemon.stop()  # asserts exit status 0
+        for rec in recs:
+            self.assertFileMatches(rec, timeout=0)
+        self.assertEqual(self.repo.temp_files(), [])
+        self.assertFalse(vt.accepts(self.daemon.sock))
+
+    def test_sigint_exits_0(self):
+        recs = self.store_many(5)
+        self.daemon.proc.send_signal(signal.SIGINT)
+        self.assertEqual(self.daemon.wait(), 0, self.daemon.stderr())
+        for rec in recs:
+            self.assertFileMatches(rec, timeout=0)
+
+    def test_server_shutdown(self):
+        recs = self.store_many(20)
+        conn = self.connect()
+        self.assertIs(conn.call("server.shutdown"), True)
+        self.assertEqual(self.daemon.wait(), 0, self.daemon.stderr())
+        self.assertTrue(conn.at_eof(2.0))
+        for rec in recs:
+            self.assertFileMatches(rec, timeout=0)
+
+    def test_sigterm_with_idle_and_busy_clients(self):
+        idle = self.connect()
+        busy = self.connect(agent_id="busy")
+        for x in range(1, 201):
+            busy.request("decision.store", {"coordinate": vt.coord(x, 1, 4),
+                                            "content": "q%d" % x})
+        self.daemon.proc.send_signal(signal.SIGTERM)
+        acked = []
+        try:
+            for x in range(1, 201):
+                resp = busy.read_json()
+                if "result" in resp:
+                    acked.append(resp["result"])
+                else:
+                    self.assertEqual(resp["error"]["data"]["type"],
+                                     "UnavailableError", resp)
+        except EOFError:
+            pass
+        self.assertEqual(self.daemon.wait(), 0, self.daemon.stderr())
+        self.assertTrue(idle.at_eof(2.0))
+        for rec in acked:
+            self.assertFileMatches(rec, timeout=0)
+
+
+class SlowReader(vt.VmemTestCase):
+    BIG = 100 * 1024 - 100
+
+    def flood(self, sock, line, quiet_for=2.0, limit_s=30.0):
+        """Send line repeatedly until sends block for quiet_for seconds.
+        Returns (bytes sent, "blocked" | "closed" | "limit")."""
+        sock.setblocking(False)
+        payload = line * 64
+        sent = 0
+        last_progress = start = time.monotonic()
+        while time.monotonic() - start < limit_s:
+            try:
+                sent += sock.send(payload)
+                last_progress = time.monotonic()
+            except BlockingIOError:
+                if time.monotonic() - last_progress >= quiet_for:
+                    return sent, "blocked"
+                time.sleep(0.01)
+            except (BrokenPipeError, ConnectionResetError):
+                return sent, "closed"
+        return sent, "limit"
+
+    def test_client_that_never_reads(self):
+        conn = self.connect(agent_id="big")
+        conn.store(1, 1, 2, "b" * self.BIG)
+        for _ in range(20):
+            self.assertEqual(len(conn.get(1, 1, 2)["content"]), self.BIG)
+        rss_before = self.daemon.rss_kib()
+        slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.addCleanup(slow.close)
+        slow.connect(self.daemon.sock)
+        line = (json.dumps({"jsonrpc": "2.0", "id": 1,
+                            "method": "decision.get",
+                            "params": {"coordinate": vt.coord(1, 1, 2)}})
+                + "\n").encode()
+        sent, how = self.flood(slow, line)
+        growth = self.daemon.rss_kib() - rss_before
+        vt.diag("sent %d bytes (%d requests, %s); RSS grew %d KiB"
+                % (sent, sent // len(line), how, growth))
+        self.assertLess(growth, RSS_GROWTH_MAX_KIB)
+        other = self.connect()
+        t0 = time.monotonic()
+        self.assertEqual(len(other.get(1, 1, 2)["content"]), self.BIG)
+        self.assertLess(time.monotonic() - t0, 1.0)
+        self.assertTrue(self.daemon.running())
+        slow.close()
+        other.call("server.hello")
+        self.daemon.stop()
+
+
+if __name__ == "__main__":
+    vt.main()

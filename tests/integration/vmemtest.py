@@ -1,0 +1,578 @@
+"""Harness of the vmem integration suites (Python 3.9+, standard library).
+
+Each test gets a fresh temporary git repository (`git init -q`) and, when it
+asks for one, a real vmemd started with --foreground on a socket inside the
+temporary directory. VMEMD and VMEM name the daemon and CLI binaries (meson
+passes them). Results are printed as TAP so that meson counts every case:
+`python3 test_x.py [SUBSTRING...]` runs the cases whose id contains one of
+the substrings (all when none is given).
+"""
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import unittest
+
+VMEMD = os.environ.get("VMEMD", "vmemd")
+VMEM = os.environ.get("VMEM", "vmem")
+
+TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+DECISION_KEYS = ("coordinate", "content", "timestamp", "agent_id",
+                 "issue_context", "version")
+CONTENT_MAX = 102400
+DEFAULT_TIMEOUT = 10.0
+START_TIMEOUT = 10.0
+
+# (code, data.type) of the domain errors.
+E_VALUE = (-32602, "ValueError")
+E_COORD = (-32001, "CoordinateValidationError")
+E_IMMUTABLE = (-32002, "ImmutableLayerError")
+E_CONCURRENCY = (-32003, "ConcurrencyError")
+E_STORAGE = (-32004, "StorageError")
+E_OCCUPIED = (-32006, "CoordinateOccupiedError")
+E_UNAVAILABLE = (-32007, "UnavailableError")
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+
+
+# --------------------------------------------------------------------------
+# Output
+
+
+def diag(*lines):
+    """Print TAP diagnostics (one "# " line per text line)."""
+    for text in lines:
+        for line in str(text).splitlines() or [""]:
+            print("# " + line, flush=True)
+
+
+# --------------------------------------------------------------------------
+# Temporary repository and decision files
+
+
+def _temp_base():
+    """A temporary directory whose paths stay well inside sun_path."""
+    base = tempfile.gettempdir()
+    return base if len(base) < 40 else "/tmp"
+
+
+class Repo:
+    """A temporary directory holding a fresh git working tree ("repo")."""
+
+    def __init__(self):
+        self.tmp = os.path.realpath(
+            tempfile.mkdtemp(prefix="vmemit-", dir=_temp_base()))
+        self.root = os.path.join(self.tmp, "repo")
+        os.mkdir(self.root)
+        subprocess.run(["git", "init", "-q", self.root], check=True)
+        self.gitdir = os.path.join(self.root, ".git")
+        self.vmdir = os.path.join(self.root, ".vector-memory")
+        self.quarantine = os.path.join(self.gitdir, "vmem", "quarantine")
+
+    def path(self, *parts):
+        """A path inside the temporary directory (outside the tree)."""
+        return os.path.join(self.tmp, *parts)
+
+    def decision_path(self, x, y, z):
+        return os.path.join(self.vmdir, "x-%03d" % x, "y-%d-z-%d.json" % (y, z))
+
+    def read_decision_bytes(self, x, y, z):
+        """The bytes of a decision file, or None when it does not exist."""
+        try:
+            with open(self.decision_path(x, y, z), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def read_decision(self, x, y, z):
+        data = self.read_decision_bytes(x, y, z)
+        return None if data is None else json.loads(data)
+
+    def vm_files(self):
+        """Relative paths of every file and directory under .vector-memory."""
+        found = []
+        for dirpath, dirnames, filenames in os.walk(self.vmdir):
+            rel = os.path.relpath(dirpath, self.vmdir)
+            for name in dirnames + filenames:
+                found.append(os.path.normpath(os.path.join(rel, name)))
+        return sorted(found)
+
+    def temp_files(self):
+        return [p for p in self.vm_files()
+                if os.path.basename(p).startswith(".tmp-")]
+
+    def cleanup(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def coord(x, y, z):
+    return {"x": x, "y": y, "z": z}
+
+
+def decision_file_bytes(record):
+    """The exact file format of a decision record (keys in file order)."""
+    c = record["coordinate"]
+    ordered = {k: record[k] for k in DECISION_KEYS}
+    ordered["coordinate"] = coord(c["x"], c["y"], c["z"])
+    return (json.dumps(ordered, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def wait_until(predicate, timeout=2.0, interval=0.01):
+    """Poll predicate() until it returns a true value; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# JSON-RPC over the Unix socket
+
+
+class RpcError(Exception):
+    """An error response: code, data.type (or None), message, data."""
+
+    def __init__(self, error):
+        self.code = error.get("code")
+        self.data = error.get("data")
+        self.type = self.data.get("type") if isinstance(self.data, dict) \
+            else None
+        self.message = error.get("message")
+        super().__init__("%s %s: %s" % (self.code, self.type, self.message))
+
+
+class Conn:
+    """One NDJSON connection to the daemon."""
+
+    def __init__(self, path, agent_id=None, timeout=DEFAULT_TIMEOUT):
+        self.path = path
+        self.timeout = timeout
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.buf = bytearray()
+        self.last_id = 0
+        if agent_id is not None:
+            self.call("server.hello", {"agent_id": agent_id})
+
+    # -- raw I/O
+    def send_raw(self, data):
+        self.sock.settimeout(self.timeout)
+        self.sock.sendall(data)
+
+    def send_line(self, text):
+        self.send_raw(text.encode() + b"\n")
+
+    def send(self, obj):
+        self.send_line(json.dumps(obj))
+
+    def read_line(self, timeout=None):
+        """The next line (bytes, without LF), None at EOF; raises
+        TimeoutError when nothing complete arrives in time."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        scanned = 0
+        while True:
+            nl = self.buf.find(b"\n", scanned)
+            if nl >= 0:
+                line = bytes(self.buf[:nl])
+                del self.buf[:nl + 1]
+                return line
+            scanned = len(self.buf)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no complete response line in time")
+            self.sock.settimeout(remaining)
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except socket.timeout:
+                raise TimeoutError("no complete response line in time")
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return None
+            self.buf += chunk
+
+    def read_json(self, timeout=None):
+        line = self.read_line(timeout)
+        if line is None:
+            raise EOFError("connection closed by the daemon")
+        return json.loads(line)
+
+    def silent_for(self, seconds=0.3):
+        """True when neither a line nor EOF arrives within seconds."""
+        try:
+            self.read_line(seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    def at_eof(self, timeout=2.0):
+        """True when the daemon closes the connection without a line."""
+        try:
+            return self.read_line(timeout) is None
+        except TimeoutError:
+            return False
+
+    # -- JSON-RPC
+    def request(self, method, params=None, rid=None):
+        """Send a request (no wait); returns its id."""
+        if rid is None:
+            self.last_id += 1
+            rid = self.last_id
+        msg = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+        return rid
+
+    def notify(self, method, params=None):
+        msg = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        self.send(msg)
+
+    def response(self, rid, timeout=None):
+        """Read the response to rid: its result, or raise RpcError."""
+        resp = self.read_json(timeout)
+        if "error" in resp and resp.get("id") is None:
+            raise RpcError(resp["error"])  # the request did not parse
+        if resp.get("id") != rid or resp.get("jsonrpc") != "2.0":
+            raise AssertionError("unexpected response to id %r: %r"
+                                 % (rid, resp))
+        if "error" in resp:
+            raise RpcError(resp["error"])
+        return resp["result"]
+
+    def call(self, method, params=None, timeout=None):
+        return self.response(self.request(method, params), timeout)
+
+    # -- the decision methods
+    def store(self, x, y, z, content, **kw):
+        params = {"coordinate": coord(x, y, z), "content": content}
+        params.update(kw)
+        return self.call("decision.store", params)
+
+    def get(self, x, y, z):
+        return self.call("decision.get", {"coordinate": coord(x, y, z)})
+
+    def exists(self, x, y, z):
+        return self.call("decision.exists", {"coordinate": coord(x, y, z)})
+
+    def delete(self, x, y, z, **kw):
+        params = {"coordinate": coord(x, y, z)}
+        params.update(kw)
+        return self.call("decision.delete", params)
+
+    def close(self):
+        self.sock.close()
+
+
+def try_connect(path):
+    """A connected socket, or None when nothing accepts at path."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def accepts(path):
+    s = try_connect(path)
+    if s is None:
+        return False
+    s.close()
+    return True
+
+
+# --------------------------------------------------------------------------
+# The daemon
+
+
+def rss_kib(pid):
+    """VmRSS of a process in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class Daemon:
+    """A vmemd --foreground process on a repository."""
+
+    def __init__(self, repo, sock=None, args=(), name="vmemd", root=None):
+        self.repo = repo
+        self.root = root or repo.root
+        self.sock = sock or repo.path("vmemd.sock")
+        self.args = list(args)
+        self.stderr_path = repo.path("%s.stderr" % name)
+        self.proc = None
+        self.runs = 0
+
+    def argv(self):
+        return [VMEMD, "--foreground", "--repo", self.root,
+                "--socket", self.sock] + self.args
+
+    def spawn(self):
+        """Start the process without waiting for it to listen."""
+        self.runs += 1
+        with open(self.stderr_path, "ab") as err:
+            err.write(b"--- run %d\n" % self.runs)
+            err.flush()
+            self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
+                                         stdout=err, stderr=err)
+        return self
+
+    def start(self, timeout=START_TIMEOUT):
+        """Start and wait until the socket accepts connections."""
+        self.spawn()
+        deadline = time.monotonic() + timeout
+        while not accepts(self.sock):
+            rc = self.proc.poll()
+            if rc is not None:
+                raise AssertionError("vmemd exited with %d before listening:"
+                                     "\n%s" % (rc, self.stderr()))
+            if time.monotonic() > deadline:
+                raise AssertionError("vmemd not listening after %.0f s:\n%s"
+                                     % (timeout, self.stderr()))
+            time.sleep(0.01)
+        return self
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stderr(self):
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def wait(self, timeout=DEFAULT_TIMEOUT):
+        """Wait for the exit status; kill -9 and fail when it takes too long."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("vmemd did not exit within %.0f s:\n%s"
+                                 % (timeout, self.stderr()))
+
+    def stop(self, timeout=DEFAULT_TIMEOUT):
+        """Graceful stop (SIGTERM); asserts exit status 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.wait(timeout)
+        if rc != 0:
+            raise AssertionError("vmemd exited with %d on SIGTERM:\n%s"
+                                 % (rc, self.stderr()))
+
+    def kill(self):
+        """kill -9 and reap."""
+        if self.running():
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+
+    def restart(self):
+        self.stop()
+        return self.start()
+
+    def connect(self, agent_id=None, timeout=DEFAULT_TIMEOUT):
+        return Conn(self.sock, agent_id=agent_id, timeout=timeout)
+
+    def rss_kib(self):
+        return rss_kib(self.pid)
+
+
+def shutdown_any(sock):
+    """Best effort: ask whatever daemon listens at sock to stop."""
+    try:
+        c = Conn(sock, timeout=2.0)
+    except OSError:
+        return False
+    try:
+        c.call("server.shutdown")
+        return True
+    except (OSError, EOFError, TimeoutError, RpcError, ValueError):
+        return False
+    finally:
+        c.close()
+
+
+# --------------------------------------------------------------------------
+# Base test case
+
+
+class VmemTestCase(unittest.TestCase):
+    """A fresh repository per test, and a daemon unless start_daemon is
+    False (daemon_args are passed to it)."""
+
+    start_daemon = True
+    daemon_args = ()
+    maxDiff = 4000
+
+    def setUp(self):
+        self.repo = Repo()
+        self.addCleanup(self.repo.cleanup)
+        self.daemon = None
+        if self.start_daemon:
+            self.daemon = self.start_vmemd(*self.daemon_args)
+
+    def new_daemon(self, *args, sock=None, name="vmemd", root=None):
+        d = Daemon(self.repo, sock=sock, args=args, name=name, root=root)
+        self.addCleanup(self._reap, d)
+        return d
+
+    def start_vmemd(self, *args, sock=None, name="vmemd"):
+        return self.new_daemon(*args, sock=sock, name=name).start()
+
+    def _reap(self, d):
+        if d.running():
+            diag("cleanup: kill -9 %s (pid %d); its stderr:" % (d.sock, d.pid))
+            diag(d.stderr()[-2000:])
+        d.kill()
+
+    def connect(self, agent_id=None, daemon=None, timeout=DEFAULT_TIMEOUT):
+        c = (daemon or self.daemon).connect(agent_id=agent_id, timeout=timeout)
+        self.addCleanup(c.close)
+        return c
+
+    # -- assertions
+    def assertRpcError(self, expected, fn, *args, **kw):
+        """fn(*args, **kw) must raise RpcError with (code, data.type)."""
+        with self.assertRaises(RpcError) as cm:
+            fn(*args, **kw)
+        got = (cm.exception.code, cm.exception.type)
+        self.assertEqual(got, tuple(expected), str(cm.exception))
+        self.assertIsInstance(cm.exception.message, str)
+        return cm.exception
+
+    def assertTimestamp(self, value):
+        self.assertIsInstance(value, str)
+        self.assertRegex(value, TIMESTAMP_RE)
+
+    def assertDecision(self, rec, x, y, z, content, agent_id=None,
+                       issue_context=None, version=1):
+        self.assertIsInstance(rec, dict)
+        self.assertEqual(list(rec.keys()), list(DECISION_KEYS))
+        self.assertEqual(rec["coordinate"], coord(x, y, z))
+        self.assertEqual(rec["content"], content)
+        self.assertTimestamp(rec["timestamp"])
+        if agent_id is not None:
+            self.assertEqual(rec["agent_id"], agent_id)
+        self.assertEqual(rec["issue_context"], issue_context)
+        self.assertEqual(rec["version"], version)
+        self.assertIs(type(rec["version"]), int)
+
+    def assertFileMatches(self, rec, timeout=2.0):
+        """The decision file of rec eventually holds exactly rec."""
+        c = rec["coordinate"]
+        want = decision_file_bytes(rec)
+        got = wait_until(
+            lambda: self.repo.read_decision_bytes(c["x"], c["y"], c["z"])
+            == want, timeout)
+        if not got:
+            self.assertEqual(
+                self.repo.read_decision_bytes(c["x"], c["y"], c["z"]), want)
+
+    def assertFileGone(self, x, y, z, timeout=2.0):
+        gone = wait_until(
+            lambda: not os.path.exists(self.repo.decision_path(x, y, z)),
+            timeout)
+        self.assertTrue(gone, "%s still exists"
+                        % self.repo.decision_path(x, y, z))
+
+    def assertOnlyDecisionFiles(self):
+        """Nothing under .vector-memory but x-NNN/y-Y-z-Z.json and
+        metadata.json."""
+        pattern = re.compile(r"^(metadata\.json|x-\d{3,4}|"
+                             r"x-\d{3,4}/y-[1-5]-z-[1-4]\.json)$")
+        stray = [p for p in self.repo.vm_files() if not pattern.match(p)]
+        self.assertEqual(stray, [])
+
+
+# --------------------------------------------------------------------------
+# TAP runner
+
+
+def _flatten(suite):
+    for item in suite:
+        if isinstance(item, unittest.TestSuite):
+            yield from _flatten(item)
+        else:
+            yield item
+
+
+def _case_name(test):
+    return test.id().split(".", 1)[-1]
+
+
+def _report(number, test, result):
+    name = _case_name(test)
+    problems = result.errors + result.failures
+    if result.skipped and not problems:
+        print("ok %d - %s # SKIP %s" % (number, name, result.skipped[0][1]))
+        return True
+    if problems:
+        print("not ok %d - %s" % (number, name))
+        for _, text in problems:
+            diag(text)
+        return False
+    print("ok %d - %s" % (number, name))
+    return True
+
+
+def main(module=None):
+    """Run the TestCases of module (default __main__) and print TAP."""
+    module = module or sys.modules["__main__"]
+    tests = list(_flatten(unittest.defaultTestLoader.loadTestsFromModule(
+        module)))
+    wanted = sys.argv[1:]
+    if wanted:
+        tests = [t for t in tests if any(w in t.id() for w in wanted)]
+    print("1..%d" % len(tests), flush=True)
+    failed = 0
+    for number, test in enumerate(tests, 1):
+        result = unittest.TestResult()
+        started = time.monotonic()
+        try:
+            test.run(result)
+        except Exception:  # a crash of the harness itself
+            result.errors.append((test, traceback.format_exc()))
+        if not _report(number, test, result):
+            failed += 1
+        diag("%s: %.2f s" % (_case_name(test), time.monotonic() - started))
+        sys.stdout.flush()
+    sys.exit(1 if failed else 0)
+
+
+@contextlib.contextmanager
+def env_removed(*names):
+    """Temporarily unset environment variables."""
+    saved = {n: os.environ.pop(n) for n in names if n in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)

@@ -1,0 +1,554 @@
+/*
+ * Unit tests of daemon/wal.c: append and replay, torn tails cut at every
+ * byte, corruption in the middle refused, batch numbering across reopen.
+ * Every test works in its own temporary directory, removed afterwards.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "wal.h"
+
+#define MAXREC 64
+
+struct seen {
+	size_t n;
+	char *rec[MAXREC];
+	size_t len[MAXREC];
+	int fail_at; /* return an error on this record (1-based), 0: never */
+};
+
+static char tmpdir[64];
+static char logpath[128];
+
+static void setup(void)
+{
+	strcpy(tmpdir, "/tmp/vmem-test-wal-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	snprintf(logpath, sizeof(logpath), "%s/wal", tmpdir);
+}
+
+static void teardown(void)
+{
+	unlink(logpath);
+	rmdir(tmpdir);
+}
+
+static int collect_cb(void *ctx, const char *p, size_t len)
+{
+	struct seen *s = ctx;
+
+	if (s->fail_at && (int)s->n + 1 == s->fail_at)
+		return -ECANCELED;
+	ck_assert_uint_lt(s->n, MAXREC);
+	s->rec[s->n] = malloc(len + 1);
+	ck_assert_ptr_nonnull(s->rec[s->n]);
+	memcpy(s->rec[s->n], p, len);
+	s->rec[s->n][len] = '\0';
+	s->len[s->n] = len;
+	s->n++;
+	return 0;
+}
+
+static void seen_free(struct seen *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->rec[i]);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Append one batch of NUL-terminated strings (NULL-terminated list). */
+static void append(struct wal *w, const char *const *strs)
+{
+	struct iovec iov[16];
+	size_t n = 0;
+
+	for (; strs[n]; n++) {
+		iov[n].iov_base = (void *)strs[n];
+		iov[n].iov_len = strlen(strs[n]);
+	}
+	ck_assert_int_eq(wal_append(w, iov, n), 0);
+}
+
+static off_t file_size(void)
+{
+	struct stat st;
+
+	ck_assert_int_eq(stat(logpath, &st), 0);
+	return st.st_size;
+}
+
+static unsigned char *slurp(size_t *len)
+{
+	FILE *f = fopen(logpath, "rb");
+	unsigned char *buf;
+	long n;
+
+	ck_assert_ptr_nonnull(f);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+static void spit(const unsigned char *buf, size_t len)
+{
+	FILE *f = fopen(logpath, "wb");
+
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static int reopen(struct wal *w, struct seen *s, struct wal_report *rep,
+		  char *msg, size_t msgn)
+{
+	seen_free(s);
+	return wal_open(w, logpath, collect_cb, s, rep, msg, msgn);
+}
+
+START_TEST(test_append_replay)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	char msg[256] = "";
+	struct stat st;
+
+	ck_assert_int_eq(
+		wal_open(&w, logpath, collect_cb, &s, &rep, msg, sizeof(msg)),
+		0);
+	ck_assert_uint_eq(s.n, 0);
+	ck_assert_uint_eq(rep.records, 0);
+	ck_assert_uint_eq(w.next_batch, 1);
+	ck_assert_int_eq(stat(logpath, &st), 0);
+	ck_assert_int_eq(st.st_mode & 0777, 0600);
+
+	append(&w, (const char *const[]){"alpha", "beta", NULL});
+	append(&w, (const char *const[]){"gamma", NULL});
+	append(&w, (const char *const[]){"", "{\"x\":1}", "delta", NULL});
+	ck_assert_uint_eq(w.next_batch, 4);
+	ck_assert_uint_eq(w.end, (uint64_t)file_size());
+	wal_close(&w);
+	ck_assert_int_eq(w.fd, -1);
+
+	ck_assert_int_eq(reopen(&w, &s, &rep, msg, sizeof(msg)), 0);
+	ck_assert_uint_eq(rep.records, 6);
+	ck_assert_uint_eq(rep.torn_bytes, 0);
+	ck_assert_uint_eq(s.n, 6);
+	ck_assert_str_eq(s.rec[0], "alpha");
+	ck_assert_str_eq(s.rec[1], "beta");
+	ck_assert_str_eq(s.rec[2], "gamma");
+	ck_assert_uint_eq(s.len[3], 0);
+	ck_assert_str_eq(s.rec[4], "{\"x\":1}");
+	ck_assert_str_eq(s.rec[5], "delta");
+	ck_assert_uint_eq(w.next_batch, 4);
+	ck_assert_uint_eq(w.end, (uint64_t)file_size());
+	wal_close(&w);
+	wal_close(&w); /* twice is fine */
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_binary_payload)
+{
+	struct wal w;
+	struct seen s = {0};
+	unsigned char big[70000];
+	struct iovec iov = {big, sizeof(big)};
+
+	for (size_t i = 0; i < sizeof(big); i++)
+		big[i] = (unsigned char)(i * 7 + 3);
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_append(&w, &iov, 1), 0);
+	wal_close(&w);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_uint_eq(s.len[0], sizeof(big));
+	ck_assert_int_eq(memcmp(s.rec[0], big, sizeof(big)), 0);
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_oversized_refused)
+{
+	struct wal w;
+	char c = 'x';
+	struct iovec iov = {&c, 64u * 1024 * 1024 + 1};
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_append(&w, &iov, 1), -EMSGSIZE);
+	ck_assert_uint_eq(w.end, 0);
+	ck_assert_int_eq(file_size(), 0);
+	wal_close(&w);
+}
+END_TEST
+
+START_TEST(test_truncate)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"one", NULL});
+	append(&w, (const char *const[]){"two", NULL});
+	ck_assert_int_eq(wal_truncate(&w), 0);
+	ck_assert_uint_eq(w.end, 0);
+	ck_assert_uint_eq(w.next_batch, 3);
+	ck_assert_int_eq(file_size(), 0);
+	wal_close(&w);
+
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 0);
+	ck_assert_uint_eq(rep.records, 0);
+	ck_assert_uint_eq(rep.torn_bytes, 0);
+	append(&w, (const char *const[]){"three", NULL});
+	wal_close(&w);
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_str_eq(s.rec[0], "three");
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_torn_every_offset)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	unsigned char *orig;
+	size_t len, last_start;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"first", "second", NULL});
+	last_start = w.end;
+	append(&w, (const char *const[]){"the last record, torn", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	ck_assert_uint_gt(len, last_start);
+
+	for (size_t cut = last_start; cut < len; cut++) {
+		spit(orig, cut);
+		ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+		ck_assert_uint_eq(s.n, 2);
+		ck_assert_str_eq(s.rec[0], "first");
+		ck_assert_str_eq(s.rec[1], "second");
+		ck_assert_uint_eq(rep.records, 2);
+		ck_assert_uint_eq(rep.torn_bytes, cut - last_start);
+		ck_assert_uint_eq(w.end, last_start);
+		ck_assert_int_eq(file_size(), (off_t)last_start);
+		ck_assert_uint_eq(w.next_batch, 2);
+		wal_close(&w);
+	}
+	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_garbage_tail)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	unsigned char *orig, *buf;
+	size_t len, good;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"kept", NULL});
+	append(&w, (const char *const[]){"kept too", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	good = len;
+	buf = malloc(len + 4096);
+	ck_assert_ptr_nonnull(buf);
+	memcpy(buf, orig, len);
+	for (size_t i = 0; i < 4096; i++)
+		buf[len + i] = (unsigned char)(i * 31 + 17);
+	/* Begin the garbage with a copy of a valid header to make it harder. */
+	memcpy(buf + len, orig, 16);
+	spit(buf, len + 4096);
+
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_str_eq(s.rec[1], "kept too");
+	ck_assert_uint_eq(rep.torn_bytes, 4096);
+	ck_assert_int_eq(file_size(), (off_t)good);
+	/* Appending after the cut works and replays. */
+	append(&w, (const char *const[]){"after", NULL});
+	wal_close(&w);
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 3);
+	ck_assert_str_eq(s.rec[2], "after");
+	ck_assert_uint_eq(rep.torn_bytes, 0);
+	wal_close(&w);
+	free(orig);
+	free(buf);
+	seen_free(&s);
+}
+END_TEST
+
+/* A byte flipped in a middle record, a later complete batch after it. */
+START_TEST(test_middle_corruption)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	unsigned char *orig;
+	char msg[256] = "";
+	size_t len, mid, offs[3];
+	char expect[64];
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"batch one", NULL});
+	mid = w.end;
+	append(&w, (const char *const[]){"batch two", NULL});
+	append(&w, (const char *const[]){"batch three", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+
+	/* payload byte, crc byte, length byte of record two */
+	offs[0] = mid + 22;
+	offs[1] = mid + 17;
+	offs[2] = mid + 12;
+	for (int i = 0; i < 3; i++) {
+		orig[offs[i]] ^= 0x5a;
+		spit(orig, len);
+		msg[0] = '\0';
+		ck_assert_int_eq(reopen(&w, &s, &rep, msg, sizeof(msg)),
+				 -EBADMSG);
+		ck_assert_int_eq(w.fd, -1);
+		snprintf(expect, sizeof(expect), "offset %zu", mid);
+		ck_assert_ptr_nonnull(strstr(msg, expect));
+		/* Nothing was cut. */
+		ck_assert_int_eq(file_size(), (off_t)len);
+		orig[offs[i]] ^= 0x5a;
+	}
+	/* The same damage to the very first record is refused too. */
+	orig[2] ^= 1;
+	spit(orig, len);
+	ck_assert_int_eq(reopen(&w, &s, &rep, msg, sizeof(msg)), -EBADMSG);
+	ck_assert_ptr_nonnull(strstr(msg, "offset 0"));
+	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
+/* A record of batch N damaged, batch N+1 complete after it: corrupt. */
+START_TEST(test_damage_in_batch_before_last)
+{
+	struct wal w;
+	struct seen s = {0};
+	unsigned char *orig;
+	size_t len, second;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"a1", "a2", NULL});
+	second = w.end - (20 + 2);
+	append(&w, (const char *const[]){"b1", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	orig[second + 20] ^= 0xff; /* payload of a2 */
+	spit(orig, len);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), -EBADMSG);
+	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
+/* A flipped byte in the last batch (several records) counts as torn. */
+START_TEST(test_last_batch_flip_is_torn)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	unsigned char *orig;
+	size_t len, last_start, second;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"old", NULL});
+	last_start = w.end;
+	append(&w, (const char *const[]){"n1", "n2", "n3", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	second = last_start + 20 + 2;
+	orig[second + 21] ^= 0x01; /* payload of n2 */
+	spit(orig, len);
+
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_str_eq(s.rec[0], "old");
+	ck_assert_str_eq(s.rec[1], "n1");
+	ck_assert_uint_eq(rep.torn_bytes, len - second);
+	ck_assert_int_eq(file_size(), (off_t)second);
+	wal_close(&w);
+	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
+/* Records of a lower batch after a higher one: leftovers, cut as torn. */
+START_TEST(test_stale_batch_is_torn)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	unsigned char *orig, *buf;
+	size_t len, e1, e2;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"b1", NULL});
+	e1 = w.end;
+	append(&w, (const char *const[]){"b2 b2 b2", "b2 again", NULL});
+	e2 = w.end;
+	append(&w, (const char *const[]){"b3", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	buf = malloc(len);
+	ck_assert_ptr_nonnull(buf);
+	/* b1, b3, then b2's records */
+	memcpy(buf, orig, e1);
+	memcpy(buf + e1, orig + e2, len - e2);
+	memcpy(buf + e1 + (len - e2), orig + e1, e2 - e1);
+	spit(buf, len);
+
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 2);
+	ck_assert_str_eq(s.rec[0], "b1");
+	ck_assert_str_eq(s.rec[1], "b3");
+	ck_assert_uint_eq(rep.torn_bytes, e2 - e1);
+	ck_assert_uint_eq(w.next_batch, 4);
+	wal_close(&w);
+	free(orig);
+	free(buf);
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_next_batch_continues)
+{
+	struct wal w;
+	struct seen s = {0};
+	unsigned char *buf;
+	size_t len, e;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"1", NULL});
+	append(&w, (const char *const[]){"2", NULL});
+	append(&w, (const char *const[]){"3", NULL});
+	wal_close(&w);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
+	ck_assert_uint_eq(w.next_batch, 4);
+	e = w.end;
+	append(&w, (const char *const[]){"4", NULL});
+	ck_assert_uint_eq(w.next_batch, 5);
+	wal_close(&w);
+	/* The new record carries batch 4 on disk (little-endian at +4). */
+	buf = slurp(&len);
+	ck_assert_uint_eq(buf[e + 4], 4);
+	for (int i = 5; i < 12; i++)
+		ck_assert_uint_eq(buf[e + i], 0);
+	free(buf);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 4);
+	ck_assert_str_eq(s.rec[3], "4");
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_callback_error_aborts)
+{
+	struct wal w;
+	struct seen s = {0};
+	char msg[256] = "";
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"a", "b", "c", NULL});
+	wal_close(&w);
+	s.fail_at = 2;
+	ck_assert_int_eq(
+		wal_open(&w, logpath, collect_cb, &s, NULL, msg, sizeof(msg)),
+		-ECANCELED);
+	ck_assert_int_eq(w.fd, -1);
+	ck_assert_uint_eq(s.n, 1);
+	ck_assert_str_ne(msg, "");
+	/* The log is untouched. */
+	s.fail_at = 0;
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 3);
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
+START_TEST(test_close_safe_and_errors)
+{
+	struct wal w;
+	char msg[256] = "";
+	char bad[200];
+	struct iovec iov = {(void *)"x", 1};
+
+	memset(&w, 0, sizeof(w));
+	wal_close(&w); /* zeroed: must not close fd 0 */
+	ck_assert_int_ne(fcntl(0, F_GETFD), -1);
+	wal_close(NULL);
+	wal_init(&w);
+	ck_assert_int_eq(w.fd, -1);
+	wal_close(&w);
+	ck_assert_int_eq(wal_append(&w, &iov, 1), -EBADF);
+	ck_assert_int_eq(wal_truncate(&w), -EBADF);
+	snprintf(bad, sizeof(bad), "%s/missing/wal", tmpdir);
+	ck_assert_int_eq(wal_open(&w, bad, NULL, NULL, NULL, msg, sizeof(msg)),
+			 -ENOENT);
+	ck_assert_int_eq(w.fd, -1);
+	ck_assert_ptr_nonnull(strstr(msg, bad));
+}
+END_TEST
+
+static Suite *wal_suite(void)
+{
+	Suite *s = suite_create("wal");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_append_replay);
+	tcase_add_test(tc, test_binary_payload);
+	tcase_add_test(tc, test_oversized_refused);
+	tcase_add_test(tc, test_truncate);
+	tcase_add_test(tc, test_torn_every_offset);
+	tcase_add_test(tc, test_garbage_tail);
+	tcase_add_test(tc, test_middle_corruption);
+	tcase_add_test(tc, test_damage_in_batch_before_last);
+	tcase_add_test(tc, test_last_batch_flip_is_torn);
+	tcase_add_test(tc, test_stale_batch_is_torn);
+	tcase_add_test(tc, test_next_batch_continues);
+	tcase_add_test(tc, test_callback_error_aborts);
+	tcase_add_test(tc, test_close_safe_and_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(wal_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -934,6 +935,91 @@ VMEM_EXPORT int vmem_decision_delete(vmem_client *c,
 		p = NULL;
 	}
 	return call_bool(c, "decision.delete", p, err);
+}
+
+/* ---- waiting for a daemon to stop ---------------------------------- */
+
+/*
+ * The tree lock of the daemon, <gitdir>/vmem/lock, where gitdir is
+ * root/.git or what a worktree's .git file names. NULL when unknown.
+ */
+static char *lock_path(const char *root)
+{
+	char path[PATH_MAX], line[PATH_MAX], *out = NULL, *dir, *nl;
+	struct stat st;
+	FILE *f;
+	int n;
+
+	n = snprintf(path, sizeof(path), "%s/.git", root);
+	if (n < 0 || (size_t)n >= sizeof(path) || stat(path, &st) < 0)
+		return NULL;
+	if (S_ISDIR(st.st_mode)) {
+		if (asprintf(&out, "%s/vmem/lock", path) < 0)
+			out = NULL;
+		return out;
+	}
+	f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	dir = fgets(line, sizeof(line), f);
+	fclose(f);
+	if (!dir || strncmp(line, "gitdir: ", 8) != 0)
+		return NULL;
+	dir = line + 8;
+	nl = strchr(dir, '\n');
+	if (nl)
+		*nl = '\0';
+	if (asprintf(&out, "%s%s%s/vmem/lock", dir[0] == '/' ? "" : root,
+		     dir[0] == '/' ? "" : "/", dir) < 0)
+		out = NULL;
+	return out;
+}
+
+/* True when nobody holds the lock (or there is none). */
+static bool lock_free(const char *path)
+{
+	bool ok;
+	int fd;
+
+	if (!path)
+		return true;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT;
+	ok = flock(fd, LOCK_EX | LOCK_NB) == 0;
+	close(fd);
+	return ok;
+}
+
+VMEM_EXPORT int vmem_daemon_wait_stopped(const char *repo, const char *socket,
+					 int timeout_ms, struct vmem_error *err)
+{
+	int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	char *lock = NULL;
+	int fd, rc = 0;
+
+	err_clear(err);
+	if (!socket)
+		return err_local(err, -EINVAL, "no socket");
+	if (repo)
+		lock = lock_path(repo);
+	for (;;) {
+		fd = try_connect(socket);
+		if (fd >= 0)
+			close(fd);
+		else if (lock_free(lock))
+			goto out;
+		if (now_ms() >= deadline)
+			break;
+		sleep_ms(10);
+	}
+	rc = err_local(err, -ETIMEDOUT,
+		       "the daemon on %s did not stop within "
+		       "%d ms",
+		       socket, timeout_ms);
+out:
+	free(lock);
+	return rc;
 }
 
 /* ---- open and close ------------------------------------------------ */

@@ -638,7 +638,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	memset(s, 0, sizeof(*s));
 	s->loop = loop;
 	s->max_x = max_x;
-	s->wal.fd = -1;
+	wal_init(&s->wal);
 	rc = index_init(&s->index, max_x);
 	if (rc == 0)
 		rc = locks_init(&s->locks, loop, s->index.n_slots);

@@ -585,8 +585,8 @@ static int daemon_stop(struct cli *cli)
 	struct vmem_options o = {0};
 	struct vmem_error err;
 	vmem_client *c = NULL;
-	char *sock = NULL;
-	int rc, waited, status = EXIT_OK;
+	char *sock = NULL, *repo = NULL;
+	int rc, status = EXIT_OK;
 
 	o.repo = cli->repo;
 	o.socket = cli->socket;
@@ -600,7 +600,9 @@ static int daemon_stop(struct cli *cli)
 	if (rc < 0)
 		return report(rc, &err);
 	sock = strdup(vmem_client_socket(c));
-	if (!sock) {
+	if (vmem_client_repo(c))
+		repo = strdup(vmem_client_repo(c));
+	if (!sock || (vmem_client_repo(c) && !repo)) {
 		fputs("vmem: out of memory\n", stderr);
 		status = EXIT_USAGE;
 		goto out;
@@ -612,23 +614,16 @@ static int daemon_stop(struct cli *cli)
 		status = report(rc, &err);
 		goto out;
 	}
-	/* Stopped once the socket no longer accepts connections. */
-	o.socket = sock;
-	for (waited = 0; waited <= STOP_WAIT_MS; waited += 20) {
-		rc = vmem_client_open(&c, &o, &err);
-		if (rc == -ENOENT || rc == -ECONNREFUSED) {
-			puts("vmemd stopped");
-			goto out;
-		}
-		vmem_client_free(c);
-		c = NULL;
-		sleep_ms(20);
+	/* Stopped once the socket refuses and the tree lock is free. */
+	rc = vmem_daemon_wait_stopped(repo, sock, STOP_WAIT_MS, &err);
+	if (rc < 0) {
+		status = report(rc, &err);
+		goto out;
 	}
-	fprintf(stderr, "vmem: vmemd on %s did not stop within %d s\n", sock,
-		STOP_WAIT_MS / 1000);
-	status = EXIT_USAGE;
+	puts("vmemd stopped");
 out:
 	vmem_client_free(c);
+	free(repo);
 	free(sock);
 	return status;
 }

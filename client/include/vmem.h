@@ -144,6 +144,16 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
  */
 VMEM_EXPORT const char *vmem_daemon_program(void);
 
+/*
+ * Wait up to timeout_ms until the daemon serving socket has exited: the
+ * socket refuses connections and, when repo (a working-tree root) is not
+ * NULL, the daemon's lock on the tree is released, so every file it
+ * writes on a graceful stop is on disk. Returns 0, or -ETIMEDOUT.
+ */
+VMEM_EXPORT int vmem_daemon_wait_stopped(const char *repo, const char *socket,
+					 int timeout_ms,
+					 struct vmem_error *err);
+
 /* Free a string returned by the library. NULL-safe. */
 VMEM_EXPORT void vmem_free(void *p);
 

@@ -45,6 +45,7 @@
 #define BACKOFF_FIRST_MS   5
 #define BACKOFF_MAX_MS	   200
 #define RESPAWN_MS	   1000
+#define CONNECT_BUSY_MS	   2000
 
 extern char **environ;
 
@@ -240,19 +241,27 @@ static int try_connect(const char *path)
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
 	size_t n = strlen(path);
-	int fd, rc;
+	int fd, rc, tries;
 
 	if (n >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
 	memcpy(sa.sun_path, path, n + 1);
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	do {
+	/* Non-blocking: a full backlog (EAGAIN) must not hang us forever. */
+	for (tries = 0;; tries++) {
 		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	} while (rc < 0 && errno == EINTR);
+		if (rc == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN || tries * 5 >= CONNECT_BUSY_MS)
+			break;
+		sleep_ms(5);
+	}
 	if (rc < 0) {
 		rc = -errno;
 		goto fail;
@@ -264,10 +273,6 @@ static int try_connect(const char *path)
 	}
 	if (cred.uid != geteuid() && cred.uid != 0) {
 		rc = -EPERM;
-		goto fail;
-	}
-	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) < 0) {
-		rc = -errno;
 		goto fail;
 	}
 	return fd;
@@ -368,13 +373,14 @@ static int spawn_daemon(const char *root, const char *sock,
 /*
  * Connect, starting the daemon when allowed; returns the fd. When another
  * instance held the tree (status 3) but never answers, it may have been
- * on its way out: start again every RESPAWN_MS until the deadline.
+ * on its way out: start again, RESPAWN_MS later and then twice as late
+ * each time, until the deadline.
  */
 static int connect_or_start(const char *root, const char *sock, int autostart,
 			    struct vmem_error *err)
 {
 	int64_t deadline, spawned;
-	int fd, rc, delay = BACKOFF_FIRST_MS;
+	int fd, rc, delay = BACKOFF_FIRST_MS, respawn_ms = RESPAWN_MS;
 
 	fd = try_connect(sock);
 	if (fd >= 0)
@@ -396,7 +402,8 @@ static int connect_or_start(const char *root, const char *sock, int autostart,
 			break;
 		if (now_ms() >= deadline)
 			break;
-		if (rc == 3 && now_ms() - spawned >= RESPAWN_MS) {
+		if (rc == 3 && now_ms() - spawned >= respawn_ms) {
+			respawn_ms *= 2;
 			rc = spawn_daemon(root, sock, err);
 			if (rc < 0)
 				return rc;
@@ -406,6 +413,12 @@ static int connect_or_start(const char *root, const char *sock, int autostart,
 		sleep_ms(delay);
 		delay = delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2;
 	}
+	if (rc == 3)
+		return err_local(
+			err, fd,
+			"a vmemd already serves %s but nothing answers "
+			"on %s (another socket?): %s",
+			root, sock, vmem_strerror(fd));
 	return err_local(err, fd, "cannot connect to %s after starting %s: %s",
 			 sock, vmem_daemon_program(), vmem_strerror(fd));
 }

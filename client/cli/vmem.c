@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define VMEM_CLI_VERSION "0.1.0"
@@ -140,8 +139,11 @@ static void parse_coord(const struct cli *cli, struct vmem_coord *c)
 	if (cli->npos < 3)
 		die_usage("expected a coordinate X Y Z");
 	for (i = 0; i < 3; i++) {
-		if (!parse_i64(cli->pos[i], &v) || v < INT_MIN || v > INT_MAX)
+		if (!parse_i64(cli->pos[i], &v))
 			die_usage("coordinate '%s' is not an integer",
+				  cli->pos[i]);
+		if (v < INT_MIN || v > INT_MAX)
+			die_usage("coordinate '%s' is out of range",
 				  cli->pos[i]);
 		*dst[i] = (int)v;
 	}
@@ -571,13 +573,6 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 	}
 	json_decref(h);
 	return EXIT_OK;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-	nanosleep(&ts, NULL);
 }
 
 static int daemon_stop(struct cli *cli)

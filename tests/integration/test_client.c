@@ -470,6 +470,33 @@ START_TEST(test_single_instance)
 }
 END_TEST
 
+START_TEST(test_stop_writes_files)
+{
+	struct vmem_coord at = {4, 1, 2};
+	char file[PATH_MAX + 64];
+	struct vmem_error err;
+	vmem_client *c = open_ok("stopper");
+	struct stat st;
+	int rc;
+
+	ck_assert_int_eq(vmem_decision_store(c, &at, "keep", NULL, NULL, &err),
+			 0);
+	ck_assert_int_eq(vmem_shutdown(c, &err), 0);
+	vmem_client_free(c);
+	rc = vmem_daemon_wait_stopped(tdir, tsock, 10000, &err);
+	ck_assert_msg(rc == 0, "wait: %s", err.message);
+	ck_assert(connect_refused(tsock));
+	ck_assert(lock_free());
+	/* A graceful stop writes every file before the daemon exits. */
+	snprintf(file, sizeof(file), "%s/.vector-memory/x-004/y-1-z-2.json",
+		 tdir);
+	ck_assert_int_eq(stat(file, &st), 0);
+	ck_assert_int_gt(st.st_size, 0);
+	/* Nothing running: returns at once. */
+	ck_assert_int_eq(vmem_daemon_wait_stopped(tdir, tsock, 0, &err), 0);
+}
+END_TEST
+
 /* ---- without a daemon -------------------------------------------- */
 
 START_TEST(test_no_autostart)
@@ -708,6 +735,7 @@ static Suite *client_suite(void)
 	tcase_add_test(daemon, test_raw_call);
 	tcase_add_test(daemon, test_hello_health);
 	tcase_add_test(daemon, test_single_instance);
+	tcase_add_test(daemon, test_stop_writes_files);
 	suite_add_tcase(s, daemon);
 
 	tcase_add_checked_fixture(local, setup, teardown);

@@ -231,8 +231,9 @@ class Layers(vt.VmemTestCase):
         conn.store(4, 2, 3, "v1")
         self.assertRpcError(vt.E_CONCURRENCY, conn.store, 4, 2, 3, "x",
                             if_version=2)
-        self.assertRpcError(vt.E_CONCURRENCY, conn.store, 4, 2, 3, "x",
-                            if_version=0)
+        for bad in (0, -1, 1.0, True):  # versions start at 1
+            self.assertRpcError(vt.E_VALUE, conn.store, 4, 2, 3, "x",
+                                if_version=bad)
         v2 = conn.store(4, 2, 3, "v2", if_version=1)
         self.assertEqual((v2["version"], v2["content"]), (2, "v2"))
         self.assertRpcError(vt.E_CONCURRENCY, conn.store, 4, 2, 3, "x",

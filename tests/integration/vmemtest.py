@@ -449,10 +449,11 @@ class VmemTestCase(unittest.TestCase):
         return self.new_daemon(*args, sock=sock, name=name).start()
 
     def _reap(self, d):
-        if d.running():
-            diag("cleanup: kill -9 %s (pid %d); its stderr:" % (d.sock, d.pid))
-            diag(d.stderr()[-2000:])
+        """Kill a daemon left running and keep its stderr for the report
+        of a failed test (the temporary directory goes away)."""
         d.kill()
+        self.daemon_logs = getattr(self, "daemon_logs", [])
+        self.daemon_logs.append((d.sock, d.stderr()))
 
     def connect(self, agent_id=None, daemon=None, timeout=DEFAULT_TIMEOUT):
         c = (daemon or self.daemon).connect(agent_id=agent_id, timeout=timeout)
@@ -539,6 +540,9 @@ def _report(number, test, result):
         print("not ok %d - %s" % (number, name))
         for _, text in problems:
             diag(text)
+        for sock, log in getattr(test, "daemon_logs", []):
+            diag("stderr of vmemd on %s (last 3000 bytes):" % sock,
+                 log[-3000:])
         return False
     print("ok %d - %s" % (number, name))
     return True

@@ -384,6 +384,7 @@ int main(int argc, char **argv)
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	store_close(&d->store);
+	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	uv_loop_close(d->loop);

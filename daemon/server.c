@@ -93,7 +93,7 @@ static int clear_stale_socket(const char *path, char *errmsg, size_t errn)
 			 path);
 		return -EADDRINUSE;
 	}
-	log_notice("removing stale socket %s", path);
+	log_notice("removing stale socket %s", sa.sun_path);
 	if (unlink(path) < 0 && errno != ENOENT) {
 		rc = -errno;
 		snprintf(errmsg, errn, "cannot remove stale socket %s: %s",
@@ -161,22 +161,26 @@ fail:
 
 void server_stop(struct server *srv)
 {
-	struct stat st;
 	struct conn *c, *next;
 
 	if (srv->listening) {
 		srv->listening = false;
 		uv_close((uv_handle_t *)&srv->listener, NULL);
-		if (srv->path && lstat(srv->path, &st) == 0 &&
-		    st.st_ino == srv->inode)
-			unlink(srv->path);
 	}
-	free(srv->path);
-	srv->path = NULL;
 	for (c = srv->conns; c; c = next) {
 		next = c->next;
 		conn_drain(c);
 	}
+}
+
+void server_done(struct server *srv)
+{
+	struct stat st;
+
+	if (srv->path && lstat(srv->path, &st) == 0 && st.st_ino == srv->inode)
+		unlink(srv->path);
+	free(srv->path);
+	srv->path = NULL;
 }
 
 size_t server_connections(const struct server *srv)

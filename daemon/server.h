@@ -32,9 +32,12 @@ struct server {
 int server_listen(struct server *srv, struct daemon *d, const char *path,
 		  char *errmsg, size_t errn);
 
-/* Stop accepting, remove our socket file, and drain every connection.
- * Idempotent. */
+/* Stop accepting and drain every connection. Idempotent. */
 void server_stop(struct server *srv);
+
+/* Remove our socket file (if it is still ours) and free the path. Called
+ * last, so a vanished socket means every decision is in its file. */
+void server_done(struct server *srv);
 
 /* Number of open connections. */
 size_t server_connections(const struct server *srv);

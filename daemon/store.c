@@ -653,9 +653,9 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	uv_timer_init(loop, &s->writer_timer);
 	s->writer_timer.data = s;
 
-	rc = vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
-	if (rc < 0)
-		return rc;
+	/* The log first: its writes are newer than any file, and a file it
+	 * covers may be incomplete after a crash (vmdir.h), so they are
+	 * materialised before the files are loaded and judged. */
 	rc = wal_open(&s->wal, r->wal_path, replay_cb, s, &wrep, errmsg, errn);
 	if (rc < 0)
 		return rc;
@@ -664,7 +664,6 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			 "cut a torn tail of %llu bytes off the write-ahead "
 			 "log",
 			 (unsigned long long)wrep.torn_bytes);
-	/* Materialise what the log held, then start from an empty log. */
 	if (s->n_dirty > 0) {
 		rc = writer_snapshot(s, &items, &n);
 		if (rc == 0)
@@ -682,7 +681,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			return rc;
 		}
 	}
-	return 0;
+	return vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
 }
 
 void store_close(struct store *s)

@@ -99,8 +99,8 @@ struct store {
 };
 
 /*
- * Load every decision file (quarantining bad ones, see vmdir.h), replay the
- * write-ahead log onto the index and the files, then empty the log.
+ * Replay the write-ahead log onto the files and empty it, then load every
+ * decision file (quarantining bad ones, see vmdir.h) into the index.
  * Blocking; called once at start-up. Returns 0 or -errno with errmsg.
  */
 int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,

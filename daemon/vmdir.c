@@ -32,6 +32,16 @@
 
 static atomic_ulong tmp_counter;
 
+/*
+ * From this many files on, vmdir_apply writes them all and then flushes
+ * the file system once (syncfs) instead of syncing each file and
+ * directory: per-file fsyncs cannot keep up with the write-ahead log's
+ * group commit. A crash before that flush may leave a renamed file
+ * incomplete, which is safe because the log still holds every such write
+ * and start-up replays the log onto the files before loading them.
+ */
+#define VMDIR_BULK_MIN 8
+
 struct load {
 	struct vmdir *d;
 	struct vmdir_load_report *rep;
@@ -825,9 +835,11 @@ static int open_subdir(int dfd, const char *name, bool create, bool *made)
 	return -ENOENT;
 }
 
-/* Write text durably to name in dfd through a unique temp file. */
+/* Write text to name in dfd through a unique temp file; with sync, the
+ * data is on disk before the rename makes it visible. */
 static int write_durable(int dfd, const char *name, const char *tag,
-			 const char *text, size_t len, char *tmp, size_t tmpn)
+			 const char *text, size_t len, bool sync, char *tmp,
+			 size_t tmpn)
 {
 	int fd = -1, ret;
 
@@ -838,7 +850,7 @@ static int write_durable(int dfd, const char *name, const char *tag,
 	if (fd < 0)
 		return -errno;
 	ret = write_all(fd, text, len);
-	if (ret == 0 && fdatasync(fd) < 0)
+	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
@@ -896,6 +908,7 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		char *errmsg, size_t errn)
 {
 	struct apply a = {.rootfd = -1, .vfd = -1};
+	bool bulk = n >= VMDIR_BULK_MIN;
 	char rel[64], xname[64], tag[48], tmp[128];
 	const char *file;
 	struct xdir *xd;
@@ -928,7 +941,8 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 			goto out;
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
-				    strlen(METADATA_TEXT), tmp, sizeof(tmp));
+				    strlen(METADATA_TEXT), !bulk, tmp,
+				    sizeof(tmp));
 		if (ret < 0) {
 			seterr(errmsg, errn, "cannot write %s/%s: %s",
 			       VMDIR_DIRNAME, METADATA, strerror(-ret));
@@ -976,13 +990,24 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
-				    tmp, sizeof(tmp));
+				    !bulk, tmp, sizeof(tmp));
 		if (ret < 0) {
 			seterr(errmsg, errn, "cannot write %s/%s: %s",
 			       VMDIR_DIRNAME, rel, strerror(-ret));
 			goto out;
 		}
 		xd->dirty = true;
+	}
+	if (bulk) {
+		/* One flush of the file system instead of one per file. */
+		if (syncfs(a.vfd) < 0) {
+			ret = -errno;
+			seterr(errmsg, errn, "cannot sync %s: %s",
+			       VMDIR_DIRNAME, strerror(-ret));
+			goto out;
+		}
+		ret = 0;
+		goto out;
 	}
 	/* each touched directory once, parents after the x directories */
 	for (i = 0; i < a.nx; i++) {

@@ -73,7 +73,10 @@ void vmdir_load_report_done(struct vmdir_load_report *rep);
 /*
  * Apply ops durably, in order: each file written to a unique temp name in
  * its directory, fsynced, renamed over the target (or the target
- * unlinked), then every touched directory fsynced. Creates .vector-memory,
+ * unlinked), then every touched directory fsynced. From VMDIR_BULK_MIN ops
+ * on (see vmdir.c), the per-file and per-directory syncs are replaced by
+ * one syncfs() at the end, so a crash may leave incomplete files that the
+ * caller's own log must be able to rewrite. Creates .vector-memory,
  * its x-NNN directories and metadata.json ({"format": 1}) as needed.
  * Deleting an absent file is not an error. Returns 0 or -errno (errmsg);
  * -ELOOP when .vector-memory or an x-NNN entry is a symlink, -EINVAL for

@@ -167,8 +167,10 @@ class AutoStart(CliTestCase):
 
     def stop_and_check(self):
         self.ok("daemon", "stop", sock=self.sock())
-        stopped = vt.wait_until(lambda: not vt.accepts(self.sock()), 10.0)
-        self.assertTrue(stopped, "the daemon still answers after stop")
+        self.assertFalse(vt.accepts(self.sock()),
+                         "the daemon still answers after stop")
+        exited = vt.wait_until(lambda: not self.repo.lock_held(), 10.0)
+        self.assertTrue(exited, "the daemon still holds its lock after stop")
 
     def test_status_starts_the_daemon(self):
         self.assertFalse(vt.accepts(self.sock()))

@@ -2,13 +2,15 @@
  * Integration suite of libvmem: each test gets a fresh temporary git
  * repository and its own socket inside it; opening with autostart=1
  * starts the real vmemd ($VMEMD), which is stopped with server.shutdown
- * and awaited (socket refused, tree lock free) when the test ends, even
- * when it fails. A scripted fake server covers what a well-behaved daemon
+ * and awaited (socket refused, tree lock free) when the test ends, and
+ * again by a sweep of all test directories at the end (a failed test
+ * skips its teardown). A scripted fake server covers what a well-behaved daemon
  * never does (notifications, foreign ids, silence, hang-ups).
  */
 #include "vmem.h"
 
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -27,7 +29,7 @@
 
 static char tdir[PATH_MAX];	  /* canonical temporary repository */
 static char tsock[PATH_MAX + 16]; /* the daemon's socket in it */
-static bool cleanup_armed;
+static char base[64];		  /* every test's directory is made in it */
 
 static void sleep_ms(int ms)
 {
@@ -68,12 +70,16 @@ static vmem_client *open_ok(const char *agent)
 	return c;
 }
 
-static void set_path(struct sockaddr_un *sa, const char *path)
+/* Fill sun_path; false when path does not fit. No ck_assert: the sweep
+ * runs outside any test. */
+static bool set_path(struct sockaddr_un *sa, const char *path)
 {
 	size_t n = strlen(path);
 
-	ck_assert_uint_lt(n, sizeof(sa->sun_path));
+	if (n >= sizeof(sa->sun_path))
+		return false;
 	memcpy(sa->sun_path, path, n + 1);
+	return true;
 }
 
 static bool connect_refused(const char *path)
@@ -81,7 +87,8 @@ static bool connect_refused(const char *path)
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	int fd, rc;
 
-	set_path(&sa, path);
+	if (!set_path(&sa, path))
+		return false;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return false;
@@ -126,23 +133,12 @@ static bool stop_daemon(void)
 	return false;
 }
 
-static void cleanup(void)
-{
-	char cmd[PATH_MAX + 32];
-
-	if (!cleanup_armed)
-		return;
-	cleanup_armed = false;
-	stop_daemon();
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tdir);
-	run(cmd);
-}
-
 static void setup(void)
 {
-	char tmpl[] = "/tmp/vmem-it-XXXXXX";
+	char tmpl[sizeof(base) + 16];
 	char cmd[PATH_MAX + 32];
 
+	snprintf(tmpl, sizeof(tmpl), "%s/t-XXXXXX", base);
 	ck_assert_ptr_nonnull(mkdtemp(tmpl));
 	ck_assert_ptr_nonnull(realpath(tmpl, tdir));
 	snprintf(tsock, sizeof(tsock), "%s/d.sock", tdir);
@@ -151,18 +147,34 @@ static void setup(void)
 	unsetenv("VMEM_SOCKET");
 	unsetenv("VMEM_REPO");
 	unsetenv("VMEM_NO_AUTOSTART");
-	/* A failed assertion exits the forked test: clean up then too. */
-	cleanup_armed = true;
-	atexit(cleanup);
 }
 
 static void teardown(void)
 {
-	bool stopped;
+	ck_assert_msg(stop_daemon(), "the daemon did not stop");
+}
 
-	stopped = stop_daemon();
-	cleanup();
-	ck_assert_msg(stopped, "the daemon did not stop");
+/*
+ * A failed assertion ends a forked test at once, without its teardown:
+ * stop whatever daemon each test left behind, then remove everything.
+ */
+static void sweep(void)
+{
+	char cmd[sizeof(base) + 16];
+	struct dirent *e;
+	DIR *d = opendir(base);
+
+	while (d && (e = readdir(d))) {
+		if (strncmp(e->d_name, "t-", 2) != 0)
+			continue;
+		snprintf(tdir, sizeof(tdir), "%s/%s", base, e->d_name);
+		snprintf(tsock, sizeof(tsock), "%s/d.sock", tdir);
+		stop_daemon();
+	}
+	if (d)
+		closedir(d);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
+	run(cmd);
 }
 
 static json_t *parse(const char *text)
@@ -523,7 +535,7 @@ START_TEST(test_no_autostart)
 
 	/* A stale socket file: nobody listens. */
 	snprintf(stale, sizeof(stale), "%s/stale.sock", tdir);
-	set_path(&sa, stale);
+	ck_assert(set_path(&sa, stale));
 	fd = socket(AF_UNIX, SOCK_STREAM, 0);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -674,7 +686,7 @@ START_TEST(test_fake_server)
 	pid_t pid;
 
 	snprintf(path, sizeof(path), "%s/fake.sock", tdir);
-	set_path(&sa, path);
+	ck_assert(set_path(&sa, path));
 	lfd = socket(AF_UNIX, SOCK_STREAM, 0);
 	ck_assert_int_ge(lfd, 0);
 	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
@@ -751,11 +763,18 @@ static Suite *client_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(client_suite());
+	SRunner *sr;
 	int failed;
 
+	snprintf(base, sizeof(base), "/tmp/vmem-it-XXXXXX");
+	if (!mkdtemp(base)) {
+		perror("mkdtemp");
+		return EXIT_FAILURE;
+	}
+	sr = srunner_create(client_suite());
 	srunner_run_all(sr, CK_ENV);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	sweep();
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -144,6 +144,21 @@ class KillNine(vt.VmemTestCase):
             total += self.kill_round(rng, state, round_no, seed)
         vt.diag("%d acknowledged writes verified" % total)
         self.assertGreater(total, KILL_ROUNDS)
+        self.assertFilesEqualIndex(sorted(state))
+
+    def assertFilesEqualIndex(self, coords):
+        """After a graceful stop the files hold exactly what get served."""
+        conn = self.connect()
+        records = snapshot(conn, coords)
+        conn.close()
+        self.daemon.stop()
+        for c, rec in records.items():
+            if rec is None:
+                self.assertIsNone(self.repo.read_decision_bytes(*c), c)
+            else:
+                self.assertFileMatches(rec, timeout=0)
+        self.assertEqual(self.repo.temp_files(), [])
+        self.assertOnlyDecisionFiles()
 
     def kill_round(self, rng, state, round_no, seed):
         where = "seed %d round %d" % (seed, round_no)
@@ -215,6 +230,22 @@ class Replay(vt.VmemTestCase):
         self.assertTrue(vt.wait_until(lambda: not self.repo.temp_files()),
                         self.repo.temp_files())
         self.assertOnlyDecisionFiles()
+
+    def test_torn_log_tail_cut(self):
+        conn = self.connect(agent_id="wal")
+        recs = [conn.store(x, 1, 4, "before the tear %d" % x)
+                for x in range(1, 21)]
+        self.daemon.kill()
+        with open(os.path.join(self.repo.gitdir, "vmem", "wal"), "ab") as f:
+            f.write(b"\x35\x00\x00\x00torn")  # a half-written record
+        self.daemon.start()
+        conn = self.connect(agent_id="wal")
+        for rec in recs:
+            self.assertEqual(conn.get(*rec["coordinate"].values()), rec)
+        self.assertFileMatches(conn.store(21, 1, 4, "after the tear"))
+        self.daemon.restart()
+        self.assertEqual(self.connect().call("server.health")["decisions"],
+                         21)
 
     def test_files_written_when_killed_right_after_ack(self):
         for round_no in range(5):

@@ -9,6 +9,7 @@ the substrings (all when none is given).
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -110,6 +111,37 @@ class Repo:
     def temp_files(self):
         return [p for p in self.vm_files()
                 if os.path.basename(p).startswith(".tmp-")]
+
+    def lock_held(self):
+        """True while a daemon holds the tree's lock (<gitdir>/vmem/lock)."""
+        try:
+            fd = os.open(os.path.join(self.gitdir, "vmem", "lock"), os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+
+    def processes(self):
+        """Pids of live processes whose command line names this temporary
+        directory (daemons we started, directly or through the CLI)."""
+        needle = self.tmp.encode()
+        pids = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                    if needle in f.read():
+                        pids.append(int(entry))
+            except OSError:
+                pass
+        return pids
 
     def cleanup(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -315,6 +347,18 @@ def rss_kib(pid):
     raise AssertionError("no VmRSS for pid %d" % pid)
 
 
+def describe_process(pid):
+    """"pid (state) command line" of a process, for reports."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return "%d (%s) %s" % (pid, state, cmd.strip())
+    except OSError:
+        return "%d (gone)" % pid
+
+
 class Daemon:
     """A vmemd --foreground process on a repository."""
 
@@ -436,6 +480,7 @@ class VmemTestCase(unittest.TestCase):
     def setUp(self):
         self.repo = Repo()
         self.addCleanup(self.repo.cleanup)
+        self.addCleanup(self._no_strays)
         self.daemon = None
         if self.start_daemon:
             self.daemon = self.start_vmemd(*self.daemon_args)
@@ -454,6 +499,17 @@ class VmemTestCase(unittest.TestCase):
         d.kill()
         self.daemon_logs = getattr(self, "daemon_logs", [])
         self.daemon_logs.append((d.sock, d.stderr()))
+
+    def _no_strays(self):
+        """Kill (by pid) processes of this test still running at its end,
+        and fail the test: nothing may outlive it."""
+        if not wait_until(lambda: not self.repo.processes(), 3.0):
+            pids = self.repo.processes()
+            described = [describe_process(pid) for pid in pids]
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            raise AssertionError("processes left running: %s" % described)
 
     def connect(self, agent_id=None, daemon=None, timeout=DEFAULT_TIMEOUT):
         c = (daemon or self.daemon).connect(agent_id=agent_id, timeout=timeout)
@@ -570,13 +626,3 @@ def main(module=None):
         diag("%s: %.2f s" % (_case_name(test), time.monotonic() - started))
         sys.stdout.flush()
     sys.exit(1 if failed else 0)
-
-
-@contextlib.contextmanager
-def env_removed(*names):
-    """Temporarily unset environment variables."""
-    saved = {n: os.environ.pop(n) for n in names if n in os.environ}
-    try:
-        yield
-    finally:
-        os.environ.update(saved)

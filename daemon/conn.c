@@ -37,14 +37,14 @@ void conn_unref(struct conn *c)
 	if (--c->refs > 0)
 		return;
 	framer_done(&c->in);
-	free(c->out);
+	buf_done(&c->out);
 	free(c->agent_id);
 	free(c);
 }
 
 static bool backlog_ok(const struct conn *c)
 {
-	return c->out_len + c->out_queued < c->srv->d->limits.output_backlog;
+	return c->out.len + c->out_queued < c->srv->d->limits.output_backlog;
 }
 
 static void close_cb(uv_handle_t *h)
@@ -99,13 +99,13 @@ static void conn_flush(struct conn *c)
 	size_t off = 0;
 	int rc;
 
-	if (c->out_len == 0 || c->closing)
+	if (c->out.len == 0 || c->closing)
 		return;
 	if (c->out_queued == 0) {
-		buf = uv_buf_init(c->out, (unsigned)c->out_len);
+		buf = uv_buf_init(c->out.data, (unsigned)c->out.len);
 		rc = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
-		if (rc == (int)c->out_len) {
-			c->out_len = 0;
+		if (rc == (int)c->out.len) {
+			c->out.len = 0;
 			return;
 		}
 		if (rc > 0)
@@ -121,10 +121,8 @@ static void conn_flush(struct conn *c)
 		return;
 	}
 	w->conn = c;
-	w->base = c->out;
-	w->len = c->out_len - off;
-	c->out = NULL;
-	c->out_len = c->out_cap = 0;
+	w->base = buf_take(&c->out, &w->len);
+	w->len -= off;
 	buf = uv_buf_init(w->base + off, (unsigned)w->len);
 	rc = uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, write_cb);
 	if (rc < 0) {
@@ -140,23 +138,10 @@ void conn_send(struct conn *c, const char *line, size_t len)
 {
 	if (c->closing)
 		return;
-	if (c->out_len + len > c->out_cap) {
-		size_t cap = c->out_cap ? c->out_cap : 4096;
-		char *p;
-
-		while (cap < c->out_len + len)
-			cap *= 2;
-		p = realloc(c->out, cap);
-		if (!p) {
-			log_err("out of memory buffering a response");
-			conn_close(c);
-			return;
-		}
-		c->out = p;
-		c->out_cap = cap;
+	if (!buf_append(&c->out, line, len)) {
+		log_err("out of memory buffering a response");
+		conn_close(c);
 	}
-	memcpy(c->out + c->out_len, line, len);
-	c->out_len += len;
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -213,7 +198,7 @@ static void conn_update(struct conn *c)
 	}
 	finished = c->close_when_flushed ||
 		   ((c->eof || c->draining) && !c->busy && c->input_exhausted);
-	if (finished && c->out_len == 0 && c->out_queued == 0)
+	if (finished && c->out.len == 0 && c->out_queued == 0)
 		conn_close(c);
 }
 

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <uv.h>
 
+#include "buf.h"
 #include "protocol/framer.h"
 
 struct server;
@@ -27,8 +28,7 @@ struct conn {
 	struct server *srv;
 	struct conn *prev, *next;
 	struct framer in;
-	char *out; /* responses not yet handed to libuv */
-	size_t out_len, out_cap;
+	struct buf out;	   /* responses not yet handed to libuv */
 	size_t out_queued; /* bytes inside uv_write requests */
 	unsigned refs;
 	bool reading;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
@@ -25,28 +26,8 @@ struct job {
 	bool batch;
 	size_t n, next;
 	struct call call;
-	char *out; /* "[r1,r2" for a batch, the response for a single */
-	size_t out_len, out_cap;
+	struct buf out; /* "[r1,r2" for a batch, the response for a single */
 };
-
-static bool out_append(struct job *j, const char *s, size_t len)
-{
-	if (j->out_len + len + 1 > j->out_cap) {
-		size_t cap = j->out_cap ? j->out_cap * 2 : 256;
-		char *p;
-
-		while (cap < j->out_len + len + 1)
-			cap *= 2;
-		p = realloc(j->out, cap);
-		if (!p)
-			return false;
-		j->out = p;
-		j->out_cap = cap;
-	}
-	memcpy(j->out + j->out_len, s, len);
-	j->out_len += len;
-	return true;
-}
 
 static void set_response(struct call *call, json_t *msg)
 {
@@ -94,8 +75,8 @@ static void collect(struct job *j)
 		if (len > 0 && call->response[len - 1] == '\n')
 			len--;
 		if (j->batch)
-			ok = out_append(j, j->out_len ? "," : "[", 1);
-		ok = ok && out_append(j, call->response, len);
+			ok = buf_append(&j->out, j->out.len ? "," : "[", 1);
+		ok = ok && buf_append(&j->out, call->response, len);
 		if (!ok)
 			log_err("out of memory collecting a response");
 	}
@@ -108,7 +89,7 @@ static void job_free(struct job *j)
 {
 	json_decref(j->doc);
 	free(j->call.response);
-	free(j->out);
+	buf_done(&j->out);
 	conn_unref(j->conn);
 	free(j);
 }
@@ -116,11 +97,11 @@ static void job_free(struct job *j)
 /* Send the job's output and free it. */
 static void job_finish(struct job *j)
 {
-	if (j->out_len > 0) {
+	if (j->out.len > 0) {
 		if (j->batch)
-			out_append(j, "]", 1);
-		out_append(j, "\n", 1);
-		conn_send(j->conn, j->out, j->out_len);
+			buf_append(&j->out, "]", 1);
+		buf_append(&j->out, "\n", 1);
+		conn_send(j->conn, j->out.data, j->out.len);
 	}
 	job_free(j);
 }

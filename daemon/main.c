@@ -264,9 +264,12 @@ static void stop_timer_cb(uv_timer_t *t)
 
 	if (server_connections(&d->server) > 0 && !late)
 		return;
-	if (late)
+	if (late) {
+		log_warn("closing %zu connections that did not drain in %d ms",
+			 server_connections(&d->server), DRAIN_DEADLINE_MS);
 		for (struct conn *c = d->server.conns; c; c = c->next)
 			conn_close(c);
+	}
 	uv_timer_stop(t);
 	store_flush(&d->store, store_idle_cb, d);
 }

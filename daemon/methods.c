@@ -200,7 +200,7 @@ static int server_health(struct call *call)
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
 	const char *last_error = d->store.last_error;
-	bool degraded = d->loaded.n_quarantined > 0 || last_error[0];
+	bool degraded = d->loaded.n_quarantined > 0 || store_failing(&d->store);
 
 	if (!only_members(call, allowed))
 		return CALL_DONE;

@@ -10,11 +10,13 @@
 #include "store.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "log.h"
 #include "protocol/errors.h"
 
 /* Delay that lets bursts of writes coalesce before files are written. */
@@ -50,6 +52,19 @@ struct writer_job {
 };
 
 static void wal_kick(struct store *s);
+
+/* Remember and log a storage failure (health reports the last one). */
+static void __attribute__((format(printf, 2, 3)))
+set_error(struct store *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->last_error, sizeof(s->last_error), fmt, ap);
+	va_end(ap);
+	log_err("%s", s->last_error);
+}
+
 static void writer_kick(struct store *s, unsigned delay_ms);
 static void check_idle(struct store *s);
 
@@ -203,8 +218,7 @@ static void writer_after_cb(uv_work_t *req, int status)
 		snprintf(j->errmsg, sizeof(j->errmsg), "writer cancelled");
 	}
 	if (j->rc < 0) {
-		snprintf(s->last_error, sizeof(s->last_error),
-			 "writing decision files: %s", j->errmsg);
+		set_error(s, "writing decision files: %s", j->errmsg);
 		writer_restore(s, j->items, j->n);
 		s->writer_retry_ms =
 			s->writer_retry_ms ? s->writer_retry_ms * 2 : 100;
@@ -323,14 +337,14 @@ static void wal_after_cb(uv_work_t *req, int status)
 		if (rc == 0)
 			s->wal_has_records = false;
 		else
-			snprintf(s->last_error, sizeof(s->last_error),
-				 "truncating the write-ahead log: %s",
-				 strerror(-rc));
+			set_error(s, "truncating the write-ahead log: %s",
+				  strerror(-rc));
 	} else if (rc == 0) {
 		s->wal_has_records = true;
+		s->wal_failing = false;
 	} else {
-		snprintf(s->last_error, sizeof(s->last_error),
-			 "write-ahead log: %s", strerror(-rc));
+		s->wal_failing = true;
+		set_error(s, "write-ahead log: %s", strerror(-rc));
 	}
 	/* Acknowledge the batch; freed locks may start the next writes,
 	 * which queue for the next log job. */
@@ -576,6 +590,11 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg)
 	check_idle(s);
 }
 
+bool store_failing(const struct store *s)
+{
+	return s->wal_failing || s->writer_retry_ms > 0;
+}
+
 size_t store_pending(const struct store *s)
 {
 	return s->n_dirty + s->filling_n + s->in_flight;
@@ -660,10 +679,10 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (rc < 0)
 		return rc;
 	if (wrep.torn_bytes)
-		snprintf(s->last_error, sizeof(s->last_error),
-			 "cut a torn tail of %llu bytes off the write-ahead "
-			 "log",
-			 (unsigned long long)wrep.torn_bytes);
+		set_error(s,
+			  "cut a torn tail of %llu bytes off the write-ahead "
+			  "log",
+			  (unsigned long long)wrep.torn_bytes);
 	if (s->n_dirty > 0) {
 		rc = writer_snapshot(s, &items, &n);
 		if (rc == 0)

@@ -79,6 +79,7 @@ struct store {
 	size_t filling_n;
 	bool wal_busy;
 	bool wal_has_records; /* appended since the last truncate */
+	bool wal_failing;     /* the last append failed */
 	size_t in_flight;     /* writes inside the running log job */
 
 	/* Materialisation of dirty coordinates. */
@@ -114,6 +115,9 @@ void store_submit(struct store *s, struct store_write *w);
 /* Call cb once no write is in flight, every applied write is in synced
  * files and the log is empty (used for a graceful stop). */
 void store_flush(struct store *s, store_idle_fn cb, void *arg);
+
+/* True while the log or the file writer is failing (and retrying). */
+bool store_failing(const struct store *s);
 
 /* Writes accepted but not yet in synced files. */
 size_t store_pending(const struct store *s);

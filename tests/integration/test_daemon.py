@@ -6,7 +6,9 @@ import json
 import os
 import signal
 import socket
+import shutil
 import stat
+import subprocess
 import time
 
 import vmemtest as vt
@@ -48,8 +50,8 @@ class SingleInstance(vt.VmemTestCase):
         for d in ds:
             if d is not running[0]:
                 self.assertEqual(d.wait(), 3, d.stderr())
-        vt.wait_until(lambda: vt.accepts(running[0].sock), 5.0)
-        running[0].connect().close()
+        self.assertTrue(vt.wait_until(lambda: vt.accepts(running[0].sock),
+                                      5.0))
         running[0].stop()
 
     def test_restart_after_stop_takes_the_lock_again(self):
@@ -107,6 +109,32 @@ class SocketSafety(vt.VmemTestCase):
         if os.geteuid() != 0:
             self.skipTest("needs root to chown")
         self.refuse_directory(lambda sub: os.chown(sub, 65534, 65534))
+
+    def test_peer_of_another_user_refused(self):
+        python = shutil.which("python3", path="/usr/bin:/bin")
+        if os.geteuid() != 0 or not python:
+            self.skipTest("needs root and a system python3")
+        d = self.start_vmemd(sock=self.repo.path("peer", "d.sock"))
+        os.chmod(self.repo.tmp, 0o711)
+        os.chmod(os.path.dirname(d.sock), 0o711)
+        os.chmod(d.sock, 0o666)  # let the kernel pass; the daemon must not
+        probe = ("import socket, sys\n"
+                 "s = socket.socket(socket.AF_UNIX)\n"
+                 "s.settimeout(5)\n"
+                 "s.connect(sys.argv[1])\n"
+                 "try:\n"
+                 "    s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,"
+                 "\"method\":\"server.hello\"}\\n')\n"
+                 "    print(s.recv(4096).decode())\n"
+                 "except OSError as e:\n"
+                 "    print('error', e)\n")
+        p = subprocess.run([python, "-c", probe, d.sock],
+                           user=65534, group=65534, capture_output=True,
+                           text=True, timeout=20)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        vt.diag("another user got: %r" % p.stdout.strip())
+        self.assertNotIn('"result"', p.stdout)
+        self.connect(daemon=d).call("server.hello")
 
     def test_socket_path_too_long_refused(self):
         deep = self.repo.path("d" * 60, "e" * 60)

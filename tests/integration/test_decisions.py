@@ -10,15 +10,14 @@ import threading
 import vmemtest as vt
 
 BAD_VALUES = [0, -1, 1001, 2.5, 2.0, "2", True, None, [2], {"v": 2}]
-BAD_Y = [6, 10]
-BAD_Z = [5, 0]
+BAD_PER_AXIS = {"x": [], "y": [6, 10], "z": [5]}
+NOT_OBJECTS = [[1, 1, 2], "1,1,2", None, 5]
 
 
 def bad_coordinates():
-    """Every coordinate object that must be refused."""
+    """Every coordinate that must be refused with -32001."""
     for axis in "xyz":
-        extra = {"x": [], "y": BAD_Y, "z": BAD_Z}[axis]
-        for value in BAD_VALUES + extra:
+        for value in BAD_VALUES + BAD_PER_AXIS[axis]:
             c = vt.coord(1, 1, 2)
             c[axis] = value
             yield c
@@ -27,6 +26,7 @@ def bad_coordinates():
         yield c
     yield dict(vt.coord(1, 1, 2), w=1)
     yield {}
+    yield from NOT_OBJECTS
 
 
 def coordinate_methods(c):
@@ -359,9 +359,10 @@ class Races(vt.VmemTestCase):
 class Files(vt.VmemTestCase):
     def test_store_writes_the_exact_file(self):
         conn = self.connect(agent_id="claude-code-01")
+        ctx = {"issue_id": "codeframe-aco-t49",
+               "issue_title": "Vector Memory Manager"}
         rec = conn.store(5, 2, 1, "Use PostgreSQL for persistence layer",
-                         issue_context={"issue_id": "codeframe-aco-t49",
-                                        "issue_title": "Vector Memory Manager"})
+                         issue_context=ctx)
         self.assertFileMatches(rec)
         path = self.repo.decision_path(5, 2, 1)
         self.assertTrue(path.endswith("/.vector-memory/x-005/y-2-z-1.json"))

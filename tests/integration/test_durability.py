@@ -19,6 +19,15 @@ def snapshot(conn, coords):
     return {c: conn.get(*c) for c in coords}
 
 
+def raw_gets(conn, coords):
+    """The response lines of decision.get (id 1), byte for byte."""
+    lines = []
+    for c in coords:
+        conn.request("decision.get", {"coordinate": vt.coord(*c)}, rid=1)
+        lines.append(conn.read_line())
+    return lines
+
+
 class Restart(vt.VmemTestCase):
     def store_some(self, conn):
         recs = []
@@ -37,16 +46,12 @@ class Restart(vt.VmemTestCase):
         recs = self.store_some(conn)
         coords = sorted({tuple(r["coordinate"].values()) for r in recs})
         before = snapshot(conn, coords)
-        raw_before = [conn.call("decision.get", {"coordinate": vt.coord(*c)})
-                      for c in coords]
+        raw_before = raw_gets(conn, coords)
         health = conn.call("server.health")
         conn.close()
         self.daemon.restart()
         conn = self.connect()
-        self.assertEqual(snapshot(conn, coords), before)
-        self.assertEqual([conn.call("decision.get",
-                                    {"coordinate": vt.coord(*c)})
-                          for c in coords], raw_before)
+        self.assertEqual(raw_gets(conn, coords), raw_before)
         self.assertEqual(conn.call("server.health")["decisions"],
                          health["decisions"])
         self.assertIsNone(before[(2, 3, 3)])
@@ -255,6 +260,29 @@ class Replay(vt.VmemTestCase):
             self.daemon.start()
             self.assertFileMatches(rec)
             self.assertEqual(self.connect().get(round_no + 1, 4, 4), rec)
+
+
+class WriterFailure(vt.VmemTestCase):
+    def test_file_write_failure_reported_then_retried(self):
+        conn = self.connect(agent_id="w")
+        obstacle = os.path.join(self.repo.vmdir, "x-005")
+        os.makedirs(self.repo.vmdir, exist_ok=True)
+        with open(obstacle, "w") as f:
+            f.write("a file where a directory belongs")
+        rec = conn.store(5, 1, 2, "acknowledged from the log")
+        health = vt.wait_until(
+            lambda: conn.call("server.health")["last_error"], 3.0)
+        self.assertIsInstance(health, str)
+        self.assertIn("x-005", health)
+        self.assertEqual(conn.call("server.health")["status"], "degraded")
+        self.assertEqual(conn.get(5, 1, 2), rec)
+        os.unlink(obstacle)
+        self.assertFileMatches(rec, timeout=5.0)
+        # Recovered: ok again, the last error is still there to read.
+        self.assertEqual(vt.wait_until(
+            lambda: conn.call("server.health")["status"] == "ok", 3.0), True)
+        self.assertIn("x-005", conn.call("server.health")["last_error"])
+        self.daemon.stop()
 
 
 class StartupRecovery(vt.VmemTestCase):

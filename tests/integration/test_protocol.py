@@ -194,6 +194,28 @@ class Framing(vt.VmemTestCase):
         self.assertEqual(conn.read_json()["id"], 2)
         self.assertTrue(conn.silent_for(0.3))
 
+    def test_invalid_utf8_is_a_parse_error(self):
+        conn = self.connect()
+        for bad in (b'{"jsonrpc":"2.0","id":1,"method":"server.hello",'
+                    b'"params":{"client":"\xff\xfe"}}',
+                    b'\xef\xbb\xbf' + hello_line(1)[:-1],  # a BOM
+                    b'{"jsonrpc":"2.0","id":1,"method":"server.\xc3"}'):
+            conn.send_raw(bad + b"\n")
+            resp = conn.read_json()
+            self.assertEqual((resp["id"], resp["error"]["code"]),
+                             (None, vt.PARSE_ERROR), bad)
+        conn.send_raw(hello_line(2))
+        self.assertEqual(conn.read_json()["id"], 2)
+
+    def test_deep_nesting_refused(self):
+        conn = self.connect()
+        conn.send_raw(b"[" * 100000 + b"]" * 100000 + b"\n")
+        resp = conn.read_json()
+        self.assertIn(resp["error"]["code"],
+                      (vt.PARSE_ERROR, vt.INVALID_REQUEST))
+        conn.send_raw(hello_line(3))
+        self.assertEqual(conn.read_json()["id"], 3)
+
     def test_partial_line_then_close_is_not_a_request(self):
         agent = self.connect(agent_id="a")
         raw = vt.Conn(self.daemon.sock)

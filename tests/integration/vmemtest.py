@@ -29,6 +29,7 @@ VMEM = os.environ.get("VMEM", "vmem")
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 DECISION_KEYS = ("coordinate", "content", "timestamp", "agent_id",
                  "issue_context", "version")
+SANITIZER_RE = re.compile(r".*(ERROR: \w+Sanitizer|runtime error:).*")
 CONTENT_MAX = 102400
 DEFAULT_TIMEOUT = 10.0
 START_TIMEOUT = 10.0
@@ -38,12 +39,10 @@ E_VALUE = (-32602, "ValueError")
 E_COORD = (-32001, "CoordinateValidationError")
 E_IMMUTABLE = (-32002, "ImmutableLayerError")
 E_CONCURRENCY = (-32003, "ConcurrencyError")
-E_STORAGE = (-32004, "StorageError")
 E_OCCUPIED = (-32006, "CoordinateOccupiedError")
 E_UNAVAILABLE = (-32007, "UnavailableError")
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
 
 
 # --------------------------------------------------------------------------
@@ -85,7 +84,8 @@ class Repo:
         return os.path.join(self.tmp, *parts)
 
     def decision_path(self, x, y, z):
-        return os.path.join(self.vmdir, "x-%03d" % x, "y-%d-z-%d.json" % (y, z))
+        return os.path.join(self.vmdir, "x-%03d" % x,
+                            "y-%d-z-%d.json" % (y, z))
 
     def read_decision_bytes(self, x, y, z):
         """The bytes of a decision file, or None when it does not exist."""
@@ -160,7 +160,8 @@ def decision_file_bytes(record):
 
 
 def wait_until(predicate, timeout=2.0, interval=0.01):
-    """Poll predicate() until it returns a true value; return its last value."""
+    """Poll predicate() until it returns a true value; return the last
+    value."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -415,7 +416,7 @@ class Daemon:
             return ""
 
     def wait(self, timeout=DEFAULT_TIMEOUT):
-        """Wait for the exit status; kill -9 and fail when it takes too long."""
+        """The exit status; kill -9 and fail when it takes too long."""
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -495,10 +496,15 @@ class VmemTestCase(unittest.TestCase):
 
     def _reap(self, d):
         """Kill a daemon left running and keep its stderr for the report
-        of a failed test (the temporary directory goes away)."""
+        of a failed test (the temporary directory goes away); a sanitizer
+        report in it fails the test."""
         d.kill()
+        log = d.stderr()
         self.daemon_logs = getattr(self, "daemon_logs", [])
-        self.daemon_logs.append((d.sock, d.stderr()))
+        self.daemon_logs.append((d.sock, log))
+        found = SANITIZER_RE.search(log)
+        if found:
+            raise AssertionError("vmemd on %s: %s" % (d.sock, found.group(0)))
 
     def _no_strays(self):
         """Kill (by pid) processes of this test still running at its end,
@@ -594,7 +600,9 @@ def _report(number, test, result):
         return True
     if problems:
         print("not ok %d - %s" % (number, name))
-        for _, text in problems:
+        for case, text in problems:
+            if case is not test:  # a subTest: say which one
+                diag("in %s" % case.id().split(".", 1)[-1])
             diag(text)
         for sock, log in getattr(test, "daemon_logs", []):
             diag("stderr of vmemd on %s (last 3000 bytes):" % sock,

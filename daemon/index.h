@@ -11,11 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "protocol/decision.h"
+#include "search.h"
 
 struct record {
 	struct coord coord;
 	int64_t version;
+	size_t content_off; /* the escaped content string inside json */
+	size_t content_esc_len;
 	size_t json_len;
 	char json[]; /* compact decision JSON, NUL-terminated */
 };
@@ -25,6 +29,10 @@ struct index {
 	size_t n_slots;
 	size_t count;
 	int max_x;
+	size_t content_bytes;	     /* of every decision held */
+	struct search_index *search; /* kept in step with slots */
+	struct buf scratch;	     /* unescaped content for search_add */
+	struct buf text;	     /* unescaped content for index_text */
 };
 
 /* A new record holding d's compact JSON, or NULL on allocation failure. */
@@ -41,10 +49,20 @@ size_t index_slot(const struct index *ix, const struct coord *c);
 /* The record at c, borrowed, or NULL. c must be valid. */
 struct record *index_get(const struct index *ix, const struct coord *c);
 
-/* Store rec at its coordinate (taking ownership), freeing any old one. */
-void index_put(struct index *ix, struct record *rec);
+/*
+ * Store rec at its coordinate (taking ownership), freeing any old one, and
+ * index its content for search. Returns 0, or -ENOMEM when the search
+ * index could not take it (the record is stored all the same).
+ */
+int index_put(struct index *ix, struct record *rec);
 
 /* Remove and free the record at c. Returns 1 if there was one, else 0. */
 int index_remove(struct index *ix, const struct coord *c);
+
+/* The content of a record, unescaped into b (reset first). 0 or -errno. */
+int record_content(const struct record *r, struct buf *b);
+
+/* search_text_fn over an index (ctx is the index): the slot's content. */
+int index_text(void *ctx, size_t slot, const char **text, size_t *len);
 
 #endif

@@ -6,18 +6,24 @@
  */
 #include "methods.h"
 
+#include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "conn.h"
 #include "daemon.h"
 #include "dispatch.h"
 #include "protocol/decision.h"
 #include "protocol/errors.h"
+#include "query.h"
+#include "search.h"
 
 #define TIMEOUT_DEFAULT_MS 5000
 #define TIMEOUT_MAX_MS	   600000
+#define RESULTS_LIMIT_MAX  10000
 
 /* Refuse members of params not listed in allowed (NULL-terminated). */
 static bool only_members(struct call *call, const char *const *allowed)
@@ -262,6 +268,254 @@ static int decision_exists(struct call *call)
 	return CALL_DONE;
 }
 
+/* ---- queries ---- */
+
+/* Answer with a JSON array of records, spliced without re-parsing. */
+static void reply_records(struct call *call, const struct record *const *recs,
+			  size_t n)
+{
+	struct buf b = {0};
+	bool ok = buf_append(&b, "[", 1);
+
+	for (size_t i = 0; ok && i < n; i++)
+		ok = (i == 0 || buf_append(&b, ",", 1)) &&
+		     buf_append(&b, recs[i]->json, recs[i]->json_len);
+	if (ok && buf_append(&b, "]", 1))
+		call_reply_raw(call, b.data, b.len);
+	else
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+	buf_done(&b);
+}
+
+/*
+ * An optional axis range [min, max]. Absent or null means the whole axis.
+ * A value that is not a two-element array is a ValueError; bounds that
+ * are not integers, or min > max, are a QueryError.
+ */
+static bool get_range(struct call *call, const char *name,
+		      struct axis_range *out)
+{
+	json_t *v = json_object_get(call->params, name);
+	json_t *lo, *hi;
+
+	out->min = INT32_MIN;
+	out->max = INT32_MAX;
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_array(v) || json_array_size(v) != 2) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "%s must be an array [min, max]", name);
+		return false;
+	}
+	lo = json_array_get(v, 0);
+	hi = json_array_get(v, 1);
+	if (!json_is_integer(lo) || !json_is_integer(hi)) {
+		call_error(call, RPC_QUERY, NULL, "%s bounds must be integers",
+			   name);
+		return false;
+	}
+	if (json_integer_value(lo) > json_integer_value(hi)) {
+		call_error(call, RPC_QUERY, NULL,
+			   "%s is empty: min %lld > max %lld", name,
+			   (long long)json_integer_value(lo),
+			   (long long)json_integer_value(hi));
+		return false;
+	}
+	/* Bounds beyond int just match nothing beyond the domain. */
+	out->min = json_integer_value(lo) < INT32_MIN
+			   ? INT32_MIN
+			   : (json_integer_value(lo) > INT32_MAX
+				      ? INT32_MAX
+				      : (int)json_integer_value(lo));
+	out->max = json_integer_value(hi) > INT32_MAX
+			   ? INT32_MAX
+			   : (json_integer_value(hi) < INT32_MIN
+				      ? INT32_MIN
+				      : (int)json_integer_value(hi));
+	return true;
+}
+
+static int decision_query_range(struct call *call)
+{
+	static const char *const allowed[] = {"x_range", "y_range", "z_range",
+					      "limit",	 "after",   NULL};
+	struct axis_range x, y, z;
+	struct coord after;
+	json_t *after_v = json_object_get(call->params, "after");
+	int64_t limit = 0;
+	const struct record **recs;
+	size_t n;
+	char msg[VMEM_ERRMSG_LEN];
+
+	if (!only_members(call, allowed) || !get_range(call, "x_range", &x) ||
+	    !get_range(call, "y_range", &y) ||
+	    !get_range(call, "z_range", &z) ||
+	    !get_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+		return CALL_DONE;
+	if (after_v && !json_is_null(after_v) &&
+	    coord_from_json(after_v, call->d->limits.max_x, &after, msg) != 0) {
+		call_error(call, RPC_COORDINATE_VALIDATION, NULL, "after: %s",
+			   msg);
+		return CALL_DONE;
+	}
+	if (query_range(&call->d->store.index, &x, &y, &z,
+			after_v && !json_is_null(after_v) ? &after : NULL,
+			(size_t)limit, &recs, &n) < 0) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	reply_records(call, recs, n);
+	free(recs);
+	return CALL_DONE;
+}
+
+/* A required (or, with def > 0, optional) threshold integer in
+ * [1, max]; anything else is a CoordinateValidationError. */
+static bool get_threshold(struct call *call, const char *name, int max, int def,
+			  int *out)
+{
+	json_t *v = json_object_get(call->params, name);
+
+	if (!v && def > 0) {
+		*out = def == INT32_MAX ? 0 : def;
+		return true;
+	}
+	if (!v) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "missing parameter: %s", name);
+		return false;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+	    json_integer_value(v) > max) {
+		call_error(call, RPC_COORDINATE_VALIDATION, NULL,
+			   "%s must be an integer in 1..%d", name, max);
+		return false;
+	}
+	*out = (int)json_integer_value(v);
+	return true;
+}
+
+static int decision_query_partial_order(struct call *call)
+{
+	static const char *const allowed[] = {"x_threshold", "y_threshold",
+					      "z_filter", NULL};
+	int max_x = call->d->limits.max_x;
+	int xt, yt, zf;
+	const struct record **recs;
+	size_t n;
+
+	if (!only_members(call, allowed) ||
+	    !get_threshold(call, "x_threshold", max_x + 1, 0, &xt) ||
+	    !get_threshold(call, "y_threshold", VMEM_MAX_Y + 1, 0, &yt) ||
+	    !get_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf))
+		return CALL_DONE;
+	if (query_before(&call->d->store.index, xt, yt, zf, &recs, &n) < 0) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	reply_records(call, recs, n);
+	free(recs);
+	return CALL_DONE;
+}
+
+/* One search hit: the decision with "score" and "matched_terms" added. */
+static bool append_hit(struct buf *b, const struct record *r,
+		       const struct search_hit *h, char *const *term_json,
+		       size_t n_terms)
+{
+	char score[48];
+	bool ok, first = true;
+
+	snprintf(score, sizeof(score), ",\"score\":%u,\"matched_terms\":[",
+		 h->score);
+	ok = buf_append(b, r->json, r->json_len - 1) && buf_puts(b, score);
+	for (size_t i = 0; ok && i < n_terms; i++) {
+		if (!(h->matched & ((uint64_t)1 << i)))
+			continue;
+		ok = (first || buf_append(b, ",", 1)) &&
+		     buf_puts(b, term_json[i]);
+		first = false;
+	}
+	return ok && buf_append(b, "]}", 2);
+}
+
+static int decision_search(struct call *call)
+{
+	static const char *const allowed[] = {"terms", "match_all", "limit",
+					      NULL};
+	struct index *ix = &call->d->store.index;
+	json_t *terms = json_object_get(call->params, "terms");
+	const char *texts[SEARCH_TERMS_MAX];
+	size_t lens[SEARCH_TERMS_MAX];
+	char *term_json[SEARCH_TERMS_MAX] = {0};
+	struct search_query *q = NULL;
+	struct search_hit *hits = NULL;
+	size_t n_terms, n_hits = 0;
+	bool match_all = false, ok = true;
+	int64_t limit = 0;
+	struct buf b = {0};
+	char msg[160];
+	int rc;
+
+	if (!only_members(call, allowed) ||
+	    !get_bool(call, "match_all", &match_all) ||
+	    !get_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+		return CALL_DONE;
+	if (!terms || !json_is_array(terms)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "terms must be an array of strings");
+		return CALL_DONE;
+	}
+	n_terms = json_array_size(terms);
+	if (n_terms > SEARCH_TERMS_MAX) {
+		call_error(call, RPC_QUERY, NULL,
+			   "at most %d search terms are allowed",
+			   SEARCH_TERMS_MAX);
+		return CALL_DONE;
+	}
+	for (size_t i = 0; i < n_terms; i++) {
+		json_t *t = json_array_get(terms, i);
+
+		if (!json_is_string(t)) {
+			call_error(call, RPC_INVALID_PARAMS, NULL,
+				   "terms[%zu] must be a string", i);
+			return CALL_DONE;
+		}
+		texts[i] = json_string_value(t);
+		lens[i] = json_string_length(t);
+	}
+	rc = search_query_parse(texts, lens, n_terms, &q, msg, sizeof(msg));
+	if (rc < 0) {
+		call_error(call, rc == -EINVAL ? RPC_QUERY : RPC_INTERNAL_ERROR,
+			   NULL, "%s", rc == -EINVAL ? msg : "out of memory");
+		return CALL_DONE;
+	}
+	if (search_run(ix->search, q, match_all, (size_t)limit, index_text, ix,
+		       &hits, &n_hits) < 0)
+		ok = false;
+	for (size_t i = 0; ok && i < n_terms; i++) {
+		term_json[i] = json_dumps(json_array_get(terms, i),
+					  JSON_ENCODE_ANY | JSON_COMPACT);
+		ok = term_json[i] != NULL;
+	}
+	ok = ok && buf_append(&b, "[", 1);
+	for (size_t i = 0; ok && i < n_hits; i++)
+		ok = (i == 0 || buf_append(&b, ",", 1)) &&
+		     append_hit(&b, ix->slots[hits[i].slot], &hits[i],
+				term_json, n_terms);
+	if (ok && buf_append(&b, "]", 1))
+		call_reply_raw(call, b.data, b.len);
+	else
+		call_error(call, RPC_INTERNAL_ERROR, NULL,
+			   "out of memory searching");
+	for (size_t i = 0; i < n_terms; i++)
+		free(term_json[i]);
+	buf_done(&b);
+	free(hits);
+	search_query_free(q);
+	return CALL_DONE;
+}
+
 /* ---- decision writes ---- */
 
 /* A write in progress on behalf of a call. The store may answer inside
@@ -415,6 +669,9 @@ static const struct method methods[] = {
 	{"decision.delete", decision_delete},
 	{"decision.exists", decision_exists},
 	{"decision.get", decision_get},
+	{"decision.query_partial_order", decision_query_partial_order},
+	{"decision.query_range", decision_query_range},
+	{"decision.search", decision_search},
 	{"decision.store", decision_store},
 	{"server.health", server_health},
 	{"server.hello", server_hello},

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEARCH_TERMS_MAX 64
+#define SEARCH_TERMS_MAX      64
 #define SEARCH_TERM_BYTES_MAX 1024
 
 struct search_index;
@@ -34,8 +34,8 @@ typedef int (*search_text_fn)(void *ctx, size_t slot, const char **text,
 struct search_index *search_new(size_t n_slots);
 void search_free(struct search_index *si);
 
-/* Index a slot's text; the slot must not be indexed. 0 or -ENOMEM (then
- * the slot is left unindexed). */
+/* Index a slot's text; the slot must not be indexed. 0, -EINVAL for a
+ * slot >= n_slots, or -ENOMEM (then the slot is left unindexed). */
 int search_add(struct search_index *si, size_t slot, const char *text,
 	       size_t len);
 
@@ -48,21 +48,24 @@ void search_remove(struct search_index *si, size_t slot, const char *text,
  * make a phrase (consecutive tokens); a trailing '*' makes the last token
  * a prefix. Returns 0, -EINVAL with msg for an empty list, more than
  * SEARCH_TERMS_MAX terms, an empty or over-long term, or a term without
- * tokens, or -ENOMEM.
+ * tokens (msg names the term by its 0-based index), or -ENOMEM. The '*'
+ * is exactly the term's last byte. Terms equal after folding (same
+ * tokens, same prefix flag: "Über" and "über") are one term for the
+ * score, and each of them gets its matched bit.
  */
-int search_query_parse(const char *const *terms, const size_t *lens,
-		       size_t n, struct search_query **out, char *msg,
-		       size_t msgn);
+int search_query_parse(const char *const *terms, const size_t *lens, size_t n,
+		       struct search_query **out, char *msg, size_t msgn);
 void search_query_free(struct search_query *q);
 
 /*
  * Run a query: hits sorted by score descending, then slot ascending; with
  * match_all only slots matching every term. At most limit hits (0: no
- * limit). *hits is malloc'd (caller frees). Returns 0 or -errno.
+ * limit). *hits is malloc'd (caller frees; NULL when there are none).
+ * Hits have score >= 1. Returns 0, or -errno (text_of's error, -ENOMEM).
  */
 int search_run(struct search_index *si, const struct search_query *q,
-	       bool match_all, size_t limit, search_text_fn text_of,
-	       void *ctx, struct search_hit **hits, size_t *n_hits);
+	       bool match_all, size_t limit, search_text_fn text_of, void *ctx,
+	       struct search_hit **hits, size_t *n_hits);
 
 /* Bytes held by the index (postings, vocabulary, tables). */
 size_t search_memory(const struct search_index *si);

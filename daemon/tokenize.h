@@ -8,6 +8,7 @@
 #ifndef VMEM_DAEMON_TOKENIZE_H
 #define VMEM_DAEMON_TOKENIZE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /*
@@ -22,5 +23,21 @@ typedef int (*token_fn)(void *ctx, const char *tok, size_t len, size_t pos);
  * callback's non-zero value, or -ENOMEM.
  */
 int tokenize(const char *text, size_t len, token_fn cb, void *ctx);
+
+/* A folded token (as tokenize() hands them out), borrowed. */
+struct tok_span {
+	const char *p;
+	size_t len;
+};
+
+/*
+ * Whether text's tokens contain toks[0..n-1] (n >= 1) as consecutive
+ * tokens; with last_prefix the last one need only be a prefix of the
+ * text's token. Same result as tokenizing text and comparing, faster on
+ * all-ASCII text. Returns 1, 0 or -ENOMEM.
+ */
+int tokenize_has_phrase(const char *text, size_t len,
+			const struct tok_span *toks, size_t n,
+			bool last_prefix);
 
 #endif

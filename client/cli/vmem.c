@@ -2,7 +2,9 @@
  * vmem: the command-line client of vmemd, built on the public libvmem API
  * only (jansson just reads and prints results). Human output by default,
  * --json for scripts. Exit status: 0 ok, 1 a domain error or an absent
- * decision, 2 a usage, connection or other local error.
+ * decision, 2 a usage, connection or other local error. Arguments are
+ * checked before connecting, so a usage error never starts a daemon; the
+ * daemon alone judges values (a range 7-3, a limit 0, an unknown layer).
  */
 #include "vmem.h"
 
@@ -13,12 +15,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #define VMEM_CLI_VERSION "0.1.0"
 #define STDIN_MAX	 ((size_t)64 * 1024 * 1024)
 #define STOP_WAIT_MS	 10000
-#define MAX_POS		 8
+#define TERM_COLS	 100 /* output width when stdout is not a terminal */
+#define AGENT_COLS	 24  /* the agent column is cut beyond this */
+#define CONTENT_MIN_COLS 16
+#define HL_ON		 "\033[1;31m"
+#define HL_ON_NO_COLOR	 "\033[1m"
+#define HL_OFF		 "\033[0m"
 
 enum { EXIT_OK = 0, EXIT_DOMAIN = 1, EXIT_USAGE = 2 };
 
@@ -31,9 +40,13 @@ struct cli {
 	int timeout_ms;
 	bool overwrite;
 	int64_t if_version;
-	json_t *context; /* --context k=v pairs, or NULL */
-	const char *pos[MAX_POS];
+	json_t *context;  /* --context k=v pairs, or NULL */
+	const char **pos; /* positional arguments (argv's), argc slots */
 	int npos;
+	const char *range[3]; /* ls --x, --y, --z (before: --z) as given */
+	const char *limit;    /* --limit as given */
+	const char *after;    /* --after as given */
+	bool all;	      /* search --all */
 };
 
 static const char *const layer_names[] = {"Architecture", "Interfaces",
@@ -53,10 +66,27 @@ static void usage(FILE *f)
 	      "  exists X Y Z         print true or false (exit 1 if absent)\n"
 	      "  rm X Y Z [--if-version N]\n"
 	      "                       delete the decision at (X, Y, Z)\n"
+	      "  ls [--x A-B] [--y A-B] [--z A-B] [--limit N] [--after "
+	      "X,Y,Z]\n"
+	      "                       decisions in a box of coordinates, by\n"
+	      "                       (x, y, z); A-B inclusive, or one number "
+	      "A;\n"
+	      "                       --after: only those past X,Y,Z (paging)\n"
+	      "  before X Y [--z Z]   decisions before issue X, stage Y: x < "
+	      "X,\n"
+	      "                       or x = X and y < Y (--z: one layer)\n"
+	      "  search TERM... [--all] [--limit N]\n"
+	      "                       decisions mentioning the terms, best "
+	      "first;\n"
+	      "                       a term of several words is a phrase, a\n"
+	      "                       trailing * a prefix; --all: each term "
+	      "must\n"
+	      "                       match\n"
 	      "  status               the daemon's health\n"
 	      "  daemon start|stop|run\n"
 	      "                       start it in the background, stop it, or\n"
 	      "                       run it in the foreground\n"
+	      "  help                 this help\n"
 	      "\n"
 	      "X: issue number; Y: stage 1 architect, 2 test, 3 implement,\n"
 	      "4 review, 5 merge; Z: layer 1 Architecture (write-once),\n"
@@ -94,6 +124,12 @@ die_usage(const char *fmt, ...)
 	va_end(ap);
 	fputs("\n\n", stderr);
 	usage(stderr);
+	exit(EXIT_USAGE);
+}
+
+__attribute__((noreturn)) static void die_oom(void)
+{
+	fputs("vmem: out of memory\n", stderr);
 	exit(EXIT_USAGE);
 }
 
@@ -203,13 +239,14 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 	int64_t n;
 	int i;
 
+	cli->pos = calloc((size_t)argc, sizeof(*cli->pos));
+	if (!cli->pos)
+		die_oom();
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
 
 		if (rest || a[0] != '-' || a[1] == '\0' ||
 		    (a[1] >= '0' && a[1] <= '9')) {
-			if (cli->npos >= MAX_POS)
-				die_usage("too many arguments");
 			cli->pos[cli->npos++] = a;
 		} else if (strcmp(a, "--") == 0) {
 			rest = true;
@@ -244,6 +281,18 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 		} else if (opt_is(a, "--context", true)) {
 			add_context(cli,
 				    opt_value(argc, argv, &i, "--context"));
+		} else if (opt_is(a, "--x", true)) {
+			cli->range[0] = opt_value(argc, argv, &i, "--x");
+		} else if (opt_is(a, "--y", true)) {
+			cli->range[1] = opt_value(argc, argv, &i, "--y");
+		} else if (opt_is(a, "--z", true)) {
+			cli->range[2] = opt_value(argc, argv, &i, "--z");
+		} else if (opt_is(a, "--limit", true)) {
+			cli->limit = opt_value(argc, argv, &i, "--limit");
+		} else if (opt_is(a, "--after", true)) {
+			cli->after = opt_value(argc, argv, &i, "--after");
+		} else if (strcmp(a, "--all") == 0) {
+			cli->all = true;
 		} else {
 			die_usage("unknown option '%s'", a);
 		}
@@ -686,6 +735,665 @@ static int cmd_daemon(struct cli *cli)
 	return EXIT_OK;
 }
 
+/* ---- queries: ls, before, search ------------------------------------ */
+
+static void set_or_die(json_t *o, const char *key, json_t *v)
+{
+	if (!v || json_object_set_new(o, key, v))
+		die_oom();
+}
+
+/*
+ * "A-B" or "A" (meaning A-A), each bound a decimal integer that may be
+ * negative: "-5-3" is [-5, 3]. Only the syntax is checked here.
+ */
+static bool parse_range(const char *s, int64_t r[2])
+{
+	char *end;
+	long long v;
+
+	if (!(s[0] >= '0' && s[0] <= '9') &&
+	    !(s[0] == '-' && s[1] >= '0' && s[1] <= '9'))
+		return false;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno)
+		return false;
+	r[0] = v;
+	if (*end == '\0') {
+		r[1] = v;
+		return true;
+	}
+	return *end == '-' && parse_i64(end + 1, &r[1]);
+}
+
+/* "X,Y,Z", optionally as printed in tables: "(X, Y, Z)". */
+static bool parse_after(const char *s, int64_t v[3])
+{
+	char buf[96], *p, *comma, *e;
+	size_t n = strlen(s);
+	int i;
+
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, s, n + 1);
+	p = buf;
+	if (*p == '(' && n >= 2 && buf[n - 1] == ')') {
+		buf[n - 1] = '\0';
+		p++;
+	}
+	for (i = 0; i < 3; i++) {
+		comma = strchr(p, ',');
+		if ((comma != NULL) != (i < 2))
+			return false;
+		if (comma)
+			*comma = '\0';
+		while (*p == ' ')
+			p++;
+		e = p + strlen(p);
+		while (e > p && e[-1] == ' ')
+			*--e = '\0';
+		if (!parse_i64(p, &v[i]))
+			return false;
+		if (comma)
+			p = comma + 1;
+	}
+	return true;
+}
+
+static const char *const axis_opt[3] = {"--x", "--y", "--z"};
+static const char *const axis_key[3] = {"x_range", "y_range", "z_range"};
+
+/* The params of a query command; a bad argument is a usage error. */
+static json_t *query_params(const char *cmd, const struct cli *cli)
+{
+	json_t *p = json_object(), *terms;
+	int64_t r[3];
+	int i;
+
+	if (!p)
+		die_oom();
+	if (strcmp(cmd, "ls") == 0) {
+		if (cli->npos != 0)
+			die_usage("ls takes options only, not '%s'",
+				  cli->pos[0]);
+		for (i = 0; i < 3; i++) {
+			if (!cli->range[i])
+				continue;
+			if (!parse_range(cli->range[i], r))
+				die_usage("%s takes A-B or A (integers), not "
+					  "'%s'",
+					  axis_opt[i], cli->range[i]);
+			set_or_die(p, axis_key[i],
+				   json_pack("[II]", r[0], r[1]));
+		}
+		if (cli->after) {
+			if (!parse_after(cli->after, r))
+				die_usage("--after takes X,Y,Z, not '%s'",
+					  cli->after);
+			set_or_die(p, "after",
+				   json_pack("{sI,sI,sI}", "x", r[0], "y", r[1],
+					     "z", r[2]));
+		}
+	} else if (strcmp(cmd, "before") == 0) {
+		if (cli->npos != 2)
+			die_usage("before takes X Y");
+		for (i = 0; i < 2; i++)
+			if (!parse_i64(cli->pos[i], &r[i]))
+				die_usage("'%s' is not an integer",
+					  cli->pos[i]);
+		set_or_die(p, "x_threshold", json_integer(r[0]));
+		set_or_die(p, "y_threshold", json_integer(r[1]));
+		if (cli->range[2]) {
+			if (!parse_i64(cli->range[2], &r[2]))
+				die_usage("--z takes a layer number, not '%s'",
+					  cli->range[2]);
+			set_or_die(p, "z_filter", json_integer(r[2]));
+		}
+	} else {
+		if (cli->npos == 0)
+			die_usage("search takes one or more terms");
+		terms = json_array();
+		if (!terms)
+			die_oom();
+		set_or_die(p, "terms", terms);
+		for (i = 0; i < cli->npos; i++) {
+			json_t *t = json_string(cli->pos[i]);
+
+			if (!t)
+				die_usage("term '%s' is not valid UTF-8",
+					  cli->pos[i]);
+			if (json_array_append_new(terms, t))
+				die_oom();
+		}
+		set_or_die(p, "match_all", json_boolean(cli->all));
+	}
+	if (cli->limit) {
+		if (!parse_i64(cli->limit, &r[0]))
+			die_usage("--limit takes an integer, not '%s'",
+				  cli->limit);
+		set_or_die(p, "limit", json_integer(r[0]));
+	}
+	return p;
+}
+
+/* Decode one UTF-8 sequence of s[0..len); returns its length (>= 1). */
+static size_t u8_next(const char *s, size_t len, uint32_t *cp)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n, i;
+
+	if (u[0] < 0x80) {
+		*cp = u[0];
+		return 1;
+	}
+	n = u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 0;
+	if (n == 0 || n > len)
+		goto bad;
+	*cp = u[0] & (0x7f >> n);
+	for (i = 1; i < n; i++) {
+		if ((u[i] & 0xc0) != 0x80)
+			goto bad;
+		*cp = *cp << 6 | (u[i] & 0x3f);
+	}
+	return n;
+bad:
+	*cp = 0xfffd;
+	return 1;
+}
+
+/* Terminal columns of a code point, roughly wcwidth() in any locale. */
+static int cp_cols(uint32_t cp)
+{
+	if ((cp >= 0x300 && cp <= 0x36f) || (cp >= 0x1ab0 && cp <= 0x1aff) ||
+	    (cp >= 0x1dc0 && cp <= 0x1dff) || (cp >= 0x200b && cp <= 0x200f) ||
+	    (cp >= 0x20d0 && cp <= 0x20ff) || (cp >= 0xfe00 && cp <= 0xfe0f) ||
+	    (cp >= 0xfe20 && cp <= 0xfe2f))
+		return 0;
+	if ((cp >= 0x1100 && cp <= 0x115f) || (cp >= 0x2e80 && cp <= 0xa4cf) ||
+	    (cp >= 0xac00 && cp <= 0xd7a3) || (cp >= 0xf900 && cp <= 0xfaff) ||
+	    (cp >= 0xfe30 && cp <= 0xfe4f) || (cp >= 0xff00 && cp <= 0xff60) ||
+	    (cp >= 0xffe0 && cp <= 0xffe6) ||
+	    (cp >= 0x1f300 && cp <= 0x1f64f) ||
+	    (cp >= 0x1f900 && cp <= 0x1f9ff) ||
+	    (cp >= 0x20000 && cp <= 0x3fffd))
+		return 2;
+	return 1;
+}
+
+static int text_cols(const char *s, size_t len)
+{
+	size_t i = 0;
+	uint32_t cp;
+	int cols = 0;
+
+	while (i < len) {
+		i += u8_next(s + i, len - i, &cp);
+		cols += cp_cols(cp);
+	}
+	return cols;
+}
+
+/*
+ * Print s[0..len) in at most maxcols columns, cut with an ellipsis when
+ * longer. Control characters print as blanks. Bytes whose mark is set are
+ * highlighted with hl (an escape sequence) when hl is not NULL. Returns
+ * the columns printed.
+ */
+static int put_text(const char *s, size_t len, int maxcols,
+		    const unsigned char *mark, const char *hl)
+{
+	int cols = 0, w, room = maxcols;
+	bool lit = false;
+	size_t i = 0, n;
+	uint32_t cp;
+
+	if (text_cols(s, len) > maxcols)
+		room = maxcols - 1;
+	while (i < len) {
+		n = u8_next(s + i, len - i, &cp);
+		w = cp_cols(cp);
+		if (cols + w > room)
+			break;
+		if (hl && mark && mark[i] != lit) {
+			fputs(mark[i] ? hl : HL_OFF, stdout);
+			lit = mark[i];
+		}
+		if (cp < 0x20 || cp == 0x7f || (cp >= 0x80 && cp < 0xa0))
+			putchar(' ');
+		else
+			fwrite(s + i, 1, n, stdout);
+		cols += w;
+		i += n;
+	}
+	if (lit)
+		fputs(HL_OFF, stdout);
+	if (i < len && maxcols > 0) {
+		fputs("\u2026", stdout);
+		cols++;
+	}
+	return cols;
+}
+
+/* A cell padded to width columns (right-aligned when right). */
+static void put_cell(const char *s, int width, bool right)
+{
+	int cols = text_cols(s, strlen(s));
+
+	if (right)
+		printf("%*s", cols < width ? width - cols : 0, "");
+	cols = put_text(s, strlen(s), width, NULL, NULL);
+	if (!right)
+		printf("%*s", cols < width ? width - cols : 0, "");
+	fputs("  ", stdout);
+}
+
+/* "12s", "5m", "3h", "2d" since an RFC 3339 UTC timestamp. */
+static void format_age(const char *ts, time_t now, char *buf, size_t size)
+{
+	struct tm tm = {0};
+	long long d;
+	time_t t;
+
+	if (sscanf(ts, "%4d-%2d-%2dT%2d:%2d:%2d", &tm.tm_year, &tm.tm_mon,
+		   &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec) != 6) {
+		snprintf(buf, size, "?");
+		return;
+	}
+	tm.tm_year -= 1900;
+	tm.tm_mon -= 1;
+	t = timegm(&tm);
+	d = t == (time_t)-1 || now < t ? 0 : (long long)(now - t);
+	if (d < 60)
+		snprintf(buf, size, "%llds", d);
+	else if (d < 3600)
+		snprintf(buf, size, "%lldm", d / 60);
+	else if (d < 86400)
+		snprintf(buf, size, "%lldh", d / 3600);
+	else
+		snprintf(buf, size, "%lldd", d / 86400);
+}
+
+/*
+ * Highlighting approximates the daemon's tokenizer: a token is a run of
+ * ASCII letters, digits, '_' and non-ASCII letters (most non-ASCII
+ * punctuation and symbols excluded); case folding covers ASCII, Latin-1,
+ * Greek and Cyrillic capitals. Matching itself is the daemon's.
+ */
+static bool is_tok(uint32_t cp)
+{
+	if (cp < 0x80)
+		return (cp >= '0' && cp <= '9') || (cp >= 'a' && cp <= 'z') ||
+		       (cp >= 'A' && cp <= 'Z') || cp == '_';
+	return !((cp < 0xc0 && cp != 0xaa && cp != 0xb5 && cp != 0xba) ||
+		 cp == 0xd7 || cp == 0xf7 || (cp >= 0x2000 && cp <= 0x2bff) ||
+		 (cp >= 0x3000 && cp <= 0x303f) ||
+		 (cp >= 0xfe30 && cp <= 0xfe4f) ||
+		 (cp >= 0xff01 && cp <= 0xff0f) ||
+		 (cp >= 0xff1a && cp <= 0xff20) ||
+		 (cp >= 0x1f000 && cp <= 0x1faff) || cp == 0xfffd);
+}
+
+static uint32_t fold(uint32_t cp)
+{
+	if ((cp >= 'A' && cp <= 'Z') ||
+	    (cp >= 0xc0 && cp <= 0xde && cp != 0xd7))
+		return cp + 0x20;
+	if ((cp >= 0x391 && cp <= 0x3a9 && cp != 0x3a2) ||
+	    (cp >= 0x410 && cp <= 0x42f))
+		return cp + 0x20;
+	if (cp >= 0x400 && cp <= 0x40f)
+		return cp + 0x50;
+	return cp;
+}
+
+struct tok {
+	size_t start, end; /* byte offsets */
+};
+
+/* Tokens of s[0..len) into a new array; returns their count or -ENOMEM. */
+static long tokenize(const char *s, size_t len, struct tok **out)
+{
+	struct tok *v = NULL, *t;
+	size_t i = 0, n, cap = 0, count = 0;
+	bool in = false;
+	uint32_t cp;
+
+	while (i < len) {
+		n = u8_next(s + i, len - i, &cp);
+		if (is_tok(cp) && !in) {
+			if (count == cap) {
+				cap = cap ? cap * 2 : 16;
+				t = realloc(v, cap * sizeof(*v));
+				if (!t) {
+					free(v);
+					return -ENOMEM;
+				}
+				v = t;
+			}
+			v[count].start = i;
+			in = true;
+		} else if (!is_tok(cp) && in) {
+			v[count++].end = i;
+			in = false;
+		}
+		i += n;
+	}
+	if (in)
+		v[count++].end = len;
+	*out = v;
+	return (long)count;
+}
+
+/* Does token a (of s) equal token b (of t), or start with it (prefix)? */
+static bool tok_eq(const char *s, struct tok a, const char *t, struct tok b,
+		   bool prefix)
+{
+	size_t i = a.start, j = b.start;
+	uint32_t c1, c2;
+
+	while (i < a.end && j < b.end) {
+		i += u8_next(s + i, a.end - i, &c1);
+		j += u8_next(t + j, b.end - j, &c2);
+		if (fold(c1) != fold(c2))
+			return false;
+	}
+	return j == b.end && (prefix || i == a.end);
+}
+
+/* Set mark[] over every occurrence of term in the content's tokens. */
+static int mark_term(const char *content, const struct tok *ct, long nct,
+		     const char *term, unsigned char *mark)
+{
+	size_t len = strlen(term);
+	bool prefix = len > 0 && term[len - 1] == '*';
+	struct tok *tt = NULL;
+	long ntt, i, k;
+
+	ntt = tokenize(term, len, &tt);
+	if (ntt < 0)
+		return (int)ntt;
+	for (i = 0; ntt > 0 && i + ntt <= nct; i++) {
+		for (k = 0; k < ntt; k++)
+			if (!tok_eq(content, ct[i + k], term, tt[k],
+				    prefix && k == ntt - 1))
+				break;
+		if (k == ntt)
+			memset(mark + ct[i].start, 1,
+			       ct[i + ntt - 1].end - ct[i].start);
+	}
+	free(tt);
+	return 0;
+}
+
+static bool blank_line(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++)
+		if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+			return false;
+	return true;
+}
+
+/*
+ * Print the content cell in cols columns: the first non-blank line, or
+ * for a search the first line with a highlighted match, starting a little
+ * before the match when it would fall beyond the cut.
+ */
+static int put_content(const char *s, json_t *terms, int cols, const char *hl)
+{
+	size_t len = strlen(s), ls = 0, le, m, me, p, q, n;
+	unsigned char *mark = NULL;
+	struct tok *ct = NULL;
+	long nct = 0;
+	uint32_t cp;
+	json_t *t;
+	size_t i;
+	int rc = 0, w;
+
+	if (terms) {
+		mark = calloc(len + 1, 1);
+		nct = mark ? tokenize(s, len, &ct) : -ENOMEM;
+		if (nct < 0) {
+			rc = (int)nct;
+			goto out;
+		}
+		json_array_foreach(terms, i, t)
+		{
+			if (!json_is_string(t))
+				continue;
+			rc = mark_term(s, ct, nct, json_string_value(t), mark);
+			if (rc < 0)
+				goto out;
+		}
+	}
+	/* The line to show: [ls, le). */
+	for (m = 0; mark && m < len && !mark[m]; m++)
+		;
+	if (mark && m < len) {
+		while (m > 0 && s[m - 1] != '\n')
+			m--;
+		ls = m;
+	} else {
+		for (;;) {
+			le = strcspn(s + ls, "\n") + ls;
+			if (le == len || !blank_line(s + ls, le - ls))
+				break;
+			ls = le + 1;
+		}
+	}
+	le = strcspn(s + ls, "\n") + ls;
+	while (le > ls && (s[le - 1] == '\r' || s[le - 1] == ' '))
+		le--;
+	while (ls < le && (s[ls] == ' ' || s[ls] == '\t') &&
+	       (!mark || !mark[ls]))
+		ls++;
+	for (m = ls; mark && m < le && !mark[m]; m++)
+		;
+	if (!mark || m == le || text_cols(s + ls, le - ls) <= cols) {
+		put_text(s + ls, le - ls, cols, mark ? mark + ls : NULL, hl);
+		goto out;
+	}
+	for (me = m; me < le && mark[me]; me++)
+		;
+	w = text_cols(s + ls, m - ls);
+	if (w + text_cols(s + m, me - m) <= cols - 1) {
+		put_text(s + ls, le - ls, cols, mark + ls, hl);
+		goto out;
+	}
+	/* Start about a quarter of the width before the match, on a word. */
+	w = 0;
+	for (p = m; p > ls && w < cols / 4;) {
+		do
+			p--;
+		while (p > ls && (s[p] & 0xc0) == 0x80);
+		u8_next(s + p, le - p, &cp);
+		w += cp_cols(cp);
+	}
+	q = p;
+	if (q > ls) {
+		/* Skip the rest of a word cut in its middle. */
+		n = q - 1;
+		while (n > ls && (s[n] & 0xc0) == 0x80)
+			n--;
+		u8_next(s + n, le - n, &cp);
+		while (is_tok(cp) && q < m) {
+			n = u8_next(s + q, le - q, &cp);
+			if (!is_tok(cp))
+				break;
+			q += n;
+		}
+	}
+	while (q < m && (s[q] == ' ' || s[q] == '\t'))
+		q++;
+	if (q == ls) {
+		put_text(s + ls, le - ls, cols, mark + ls, hl);
+		goto out;
+	}
+	fputs("\u2026", stdout);
+	put_text(s + q, le - q, cols - 1, mark + q, hl);
+out:
+	free(ct);
+	free(mark);
+	return rc;
+}
+
+enum {
+	COL_COORD,
+	COL_LAYER,
+	COL_STAGE,
+	COL_AGENT,
+	COL_AGE,
+	COL_VER,
+	COL_SCORE,
+	NCOLS
+};
+
+struct row {
+	char cell[NCOLS][80];
+	json_t *d;
+};
+
+static int term_cols(void)
+{
+	struct winsize ws;
+
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+		return ws.ws_col;
+	return TERM_COLS;
+}
+
+static int print_table(json_t *arr, json_t *query_terms)
+{
+	static const char *const head[NCOLS] = {
+		"COORD", "LAYER", "STAGE", "AGENT", "AGE", "VER", "SCORE"};
+	static const bool right[NCOLS] = {false, false, false, false,
+					  true,	 true,	true};
+	bool tty = isatty(STDOUT_FILENO), search = query_terms != NULL;
+	const char *env = getenv("NO_COLOR");
+	const char *hl = !tty ? NULL : env && *env ? HL_ON_NO_COLOR : HL_ON;
+	int width[NCOLS] = {0}, ncols = search ? NCOLS : COL_SCORE;
+	int used = 0, rc = 0, k, w;
+	size_t n = json_array_size(arr), i;
+	time_t now = time(NULL);
+	struct row *rows;
+	json_t *terms;
+
+	if (n == 0) {
+		if (tty)
+			puts("(no decisions)");
+		return EXIT_OK;
+	}
+	rows = calloc(n, sizeof(*rows));
+	if (!rows)
+		die_oom();
+	for (k = 0; k < ncols; k++)
+		width[k] = (int)strlen(head[k]);
+	for (i = 0; i < n; i++) {
+		struct row *r = &rows[i];
+		json_t *d = json_array_get(arr, i);
+		json_t *co = json_object_get(d, "coordinate");
+		json_int_t y = int_member(co, "y"), z = int_member(co, "z");
+
+		r->d = d;
+		snprintf(r->cell[COL_COORD], sizeof(r->cell[0]),
+			 "(%lld, %lld, %lld)", (long long)int_member(co, "x"),
+			 (long long)y, (long long)z);
+		snprintf(r->cell[COL_LAYER], sizeof(r->cell[0]), "%s",
+			 name_of(layer_names, 4, z));
+		snprintf(r->cell[COL_STAGE], sizeof(r->cell[0]), "%s",
+			 name_of(stage_names, 5, y));
+		format_age(str_member(d, "timestamp"), now, r->cell[COL_AGE],
+			   sizeof(r->cell[0]));
+		snprintf(r->cell[COL_VER], sizeof(r->cell[0]), "%lld",
+			 (long long)int_member(d, "version"));
+		snprintf(r->cell[COL_SCORE], sizeof(r->cell[0]), "%lld",
+			 (long long)int_member(d, "score"));
+		for (k = 0; k < ncols; k++) {
+			const char *s = k == COL_AGENT
+						? str_member(d, "agent_id")
+						: r->cell[k];
+
+			w = text_cols(s, strlen(s));
+			if (k == COL_AGENT && w > AGENT_COLS)
+				w = AGENT_COLS;
+			if (w > width[k])
+				width[k] = w;
+		}
+	}
+	for (k = 0; k < ncols; k++)
+		used += width[k] + 2;
+	w = term_cols() - used;
+	if (w < CONTENT_MIN_COLS)
+		w = CONTENT_MIN_COLS;
+	for (k = 0; k < ncols; k++)
+		put_cell(head[k], width[k], right[k]);
+	puts("CONTENT");
+	for (i = 0; i < n && rc == 0; i++) {
+		for (k = 0; k < ncols; k++)
+			put_cell(k == COL_AGENT
+					 ? str_member(rows[i].d, "agent_id")
+					 : rows[i].cell[k],
+				 width[k], right[k]);
+		terms = json_object_get(rows[i].d, "matched_terms");
+		if (!json_is_array(terms))
+			terms = query_terms;
+		rc = put_content(str_member(rows[i].d, "content"),
+				 search ? terms : NULL, w, hl);
+		putchar('\n');
+	}
+	free(rows);
+	if (rc < 0)
+		die_oom();
+	return EXIT_OK;
+}
+
+static int cmd_query(const char *cmd, struct cli *cli, vmem_client *c,
+		     json_t *params)
+{
+	struct vmem_error err;
+	char *text = NULL, *out = NULL;
+	const char *method = strcmp(cmd, "ls") == 0 ? "decision.query_range"
+			     : strcmp(cmd, "before") == 0
+				     ? "decision."
+				       "query_partial_order"
+				     : "decision.search";
+	json_t *arr = NULL;
+	int rc, status = EXIT_OK;
+
+	text = json_dumps(params, JSON_COMPACT);
+	if (!text)
+		die_oom();
+	rc = vmem_call(c, method, text, &out, &err);
+	if (rc < 0) {
+		status = report(rc, &err);
+		goto out;
+	}
+	if (cli->json) {
+		puts(out);
+		goto out;
+	}
+	arr = load(out);
+	if (!arr) {
+		status = EXIT_USAGE;
+		goto out;
+	}
+	if (!json_is_array(arr)) {
+		fputs("vmem: the daemon's answer is not a list\n", stderr);
+		status = EXIT_USAGE;
+		goto out;
+	}
+	status = print_table(arr, strcmp(cmd, "search") == 0
+					  ? json_object_get(params, "terms")
+					  : NULL);
+out:
+	json_decref(arr);
+	vmem_free(out);
+	free(text);
+	return status;
+}
+
 /* Refuse bad arguments before connecting (or starting a daemon). */
 static void check_args(const char *cmd, const struct cli *cli)
 {
@@ -711,7 +1419,9 @@ int main(int argc, char **argv)
 {
 	struct cli cli = {0};
 	vmem_client *c = NULL;
+	json_t *params = NULL;
 	const char *cmd, *env;
+	bool ls, before, search;
 	int status;
 
 	parse_args(&cli, argc, argv);
@@ -722,16 +1432,39 @@ int main(int argc, char **argv)
 		die_usage("no command given");
 	cmd = cli.pos[0];
 	/* The remaining positionals are the command's arguments. */
-	memmove(cli.pos, cli.pos + 1, sizeof(cli.pos[0]) * (MAX_POS - 1));
+	memmove(cli.pos, cli.pos + 1, sizeof(cli.pos[0]) * (size_t)cli.npos);
 	cli.npos--;
+	if (strcmp(cmd, "help") == 0) {
+		usage(stdout);
+		status = EXIT_OK;
+		goto out;
+	}
+	ls = strcmp(cmd, "ls") == 0;
+	before = strcmp(cmd, "before") == 0;
+	search = strcmp(cmd, "search") == 0;
 	if ((cli.overwrite || cli.context) && strcmp(cmd, "store") != 0)
 		die_usage("--overwrite and --context apply to store only");
 	if (cli.if_version && strcmp(cmd, "store") != 0 &&
 	    strcmp(cmd, "rm") != 0)
 		die_usage("--if-version applies to store and rm only");
+	if ((cli.range[0] || cli.range[1] || cli.after) && !ls)
+		die_usage("--x, --y and --after apply to ls only");
+	if (cli.range[2] && !ls && !before)
+		die_usage("--z applies to ls and before only");
+	if (cli.limit && !ls && !search)
+		die_usage("--limit applies to ls and search only");
+	if (cli.all && !search)
+		die_usage("--all applies to search only");
 
 	if (strcmp(cmd, "daemon") == 0) {
 		status = cmd_daemon(&cli);
+		goto out;
+	}
+	if (ls || before || search) {
+		params = query_params(cmd, &cli);
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_query(cmd, &cli, c, params);
 		goto out;
 	}
 	if (strcmp(cmd, "store") != 0 && strcmp(cmd, "get") != 0 &&
@@ -754,7 +1487,9 @@ int main(int argc, char **argv)
 		status = cmd_status(&cli, c);
 out:
 	vmem_client_free(c);
+	json_decref(params);
 	json_decref(cli.context);
+	free(cli.pos);
 	if (fflush(stdout) != 0 && status == EXIT_OK)
 		status = EXIT_USAGE;
 	return status;

@@ -165,7 +165,8 @@ static bool has_dot_git(const char *dir)
 VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 			       struct vmem_error *err)
 {
-	char *cwd = NULL, *p;
+	char *cwd = NULL, *p = NULL;
+	const char *start;
 	int rc = 0;
 
 	err_clear(err);
@@ -173,28 +174,26 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 	if (!repo || !*repo)
 		repo = getenv("VMEM_REPO");
 	if (repo && *repo) {
-		*root = realpath(repo, NULL);
-		if (!*root) {
+		start = repo;
+	} else {
+		cwd = getcwd(NULL, 0);
+		if (!cwd) {
 			rc = -errno;
-			return err_local(err, rc, "cannot resolve %s: %s", repo,
+			return err_local(err, rc,
+					 "cannot get the current directory: %s",
 					 vmem_strerror(rc));
 		}
-		return 0;
+		start = cwd;
 	}
-	cwd = getcwd(NULL, 0);
-	if (!cwd) {
-		rc = -errno;
-		return err_local(err, rc,
-				 "cannot get the current directory: %s",
-				 vmem_strerror(rc));
-	}
-	p = realpath(cwd, NULL);
+	p = realpath(start, NULL);
 	if (!p) {
 		rc = -errno;
-		err_local(err, rc, "cannot resolve %s: %s", cwd,
+		err_local(err, rc, "cannot resolve %s: %s", start,
 			  vmem_strerror(rc));
 		goto out;
 	}
+	/* The tree root is the first directory up from start with .git, as
+	 * the daemon finds it, so both derive the same socket key. */
 	for (;;) {
 		char *slash;
 
@@ -214,7 +213,7 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 	rc = err_local(err, -ENOENT,
 		       "not in a git working tree (no .git above %s); "
 		       "use --repo or VMEM_REPO",
-		       cwd);
+		       start);
 out:
 	free(p);
 	free(cwd);

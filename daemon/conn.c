@@ -17,6 +17,8 @@
 #include "protocol/jsonrpc.h"
 
 #define READ_CHUNK (64 * 1024)
+/* Input a refused connection may still send before we hang up on it. */
+#define LINGER_MAX (1024 * 1024)
 
 struct write_req {
 	uv_write_t req;
@@ -146,11 +148,16 @@ void conn_send(struct conn *c, const char *line, size_t len)
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
+	static char discard[READ_CHUNK];
 	struct conn *c = h->data;
 	char *ptr = NULL;
 	size_t avail = 0;
 
 	(void)suggested;
+	if (c->lingering) {
+		*buf = uv_buf_init(discard, sizeof(discard));
+		return;
+	}
 	if (framer_reserve(&c->in, READ_CHUNK, &ptr, &avail) < 0)
 		avail = 0;
 	*buf = uv_buf_init(ptr, (unsigned)avail);
@@ -161,6 +168,11 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	struct conn *c = s->data;
 
 	(void)buf;
+	if (c->lingering) {
+		if (nread < 0 || (c->discarded += (size_t)nread) > LINGER_MAX)
+			conn_close(c);
+		return;
+	}
 	if (nread > 0) {
 		framer_commit(&c->in, (size_t)nread);
 		c->input_exhausted = false;
@@ -176,12 +188,38 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	conn_process(c);
 }
 
+static void shutdown_cb(uv_shutdown_t *req, int status)
+{
+	(void)req;
+	(void)status;
+}
+
+/*
+ * Hang up on a refused client without losing our last words: closing a
+ * socket with unread input can reset the connection before the client
+ * reads the error we sent. So shut our side down (the client sees the
+ * error, then EOF) and drop its input until it closes, or until it has
+ * sent LINGER_MAX more bytes.
+ */
+static void linger(struct conn *c)
+{
+	c->lingering = true;
+	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe,
+			shutdown_cb) < 0 ||
+	    (!c->reading &&
+	     uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb) < 0)) {
+		conn_close(c);
+		return;
+	}
+	c->reading = true;
+}
+
 /* Start or stop reading, or close, as the state now requires. */
 static void conn_update(struct conn *c)
 {
 	bool want_read, finished;
 
-	if (c->closing)
+	if (c->closing || c->lingering)
 		return;
 	want_read = !c->busy && !c->eof && !c->draining &&
 		    !c->close_when_flushed && backlog_ok(c);
@@ -198,7 +236,11 @@ static void conn_update(struct conn *c)
 	}
 	finished = c->close_when_flushed ||
 		   ((c->eof || c->draining) && !c->busy && c->input_exhausted);
-	if (finished && c->out.len == 0 && c->out_queued == 0)
+	if (!finished || c->out.len > 0 || c->out_queued > 0)
+		return;
+	if (c->close_when_flushed && !c->eof)
+		linger(c);
+	else
 		conn_close(c);
 }
 
@@ -224,26 +266,33 @@ static void send_line_too_long(struct conn *c)
  * input runs out; then flush once. */
 static void conn_process(struct conn *c)
 {
-	if (c->processing || c->closing)
+	if (c->processing || c->closing || c->lingering)
 		return;
 	c->processing = true;
-	while (!c->busy && !c->close_when_flushed && !c->closing &&
-	       backlog_ok(c)) {
-		const char *line;
-		size_t len;
-		int rc = framer_next(&c->in, &line, &len);
+	for (;;) {
+		while (!c->busy && !c->close_when_flushed && !c->closing &&
+		       backlog_ok(c)) {
+			const char *line;
+			size_t len;
+			int rc = framer_next(&c->in, &line, &len);
 
-		if (rc == 0) {
-			c->input_exhausted = true;
-			break;
+			if (rc == 0) {
+				c->input_exhausted = true;
+				break;
+			}
+			if (rc < 0) {
+				send_line_too_long(c);
+				break;
+			}
+			dispatch_line(c, line, len);
 		}
-		if (rc < 0) {
-			send_line_too_long(c);
+		conn_flush(c);
+		/* The flush may have emptied a full backlog at once: carry on
+		 * with buffered lines, as no read may ever come for them. */
+		if (c->busy || c->close_when_flushed || c->closing ||
+		    c->input_exhausted || !backlog_ok(c))
 			break;
-		}
-		dispatch_line(c, line, len);
 	}
-	conn_flush(c);
 	c->processing = false;
 	conn_update(c);
 }

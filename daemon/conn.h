@@ -30,6 +30,8 @@ struct conn {
 	struct framer in;
 	struct buf out;	   /* responses not yet handed to libuv */
 	size_t out_queued; /* bytes inside uv_write requests */
+	uv_shutdown_t shutdown_req;
+	size_t discarded; /* input bytes dropped while lingering */
 	unsigned refs;
 	bool reading;
 	bool busy;	      /* a request is waiting */
@@ -38,6 +40,7 @@ struct conn {
 	bool eof;	      /* the client closed its side */
 	bool draining;	      /* no more input: answer what is buffered */
 	bool close_when_flushed;
+	bool lingering; /* refused: output shut down, input discarded */
 	bool closing;
 	bool counted;	/* counts against the connection limit */
 	char *agent_id; /* from server.hello (owned) */

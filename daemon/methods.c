@@ -418,10 +418,11 @@ static int decision_query_partial_order(struct call *call)
 	return CALL_DONE;
 }
 
-/* One search hit: the decision with "score" and "matched_terms" added. */
+/* One search hit: the decision with "score" and "matched_terms" added;
+ * a term repeated (after folding) is listed once, as first given. */
 static bool append_hit(struct buf *b, const struct record *r,
-		       const struct search_hit *h, char *const *term_json,
-		       size_t n_terms)
+		       const struct search_hit *h, uint64_t unique,
+		       char *const *term_json, size_t n_terms)
 {
 	char score[48];
 	bool ok, first = true;
@@ -430,7 +431,7 @@ static bool append_hit(struct buf *b, const struct record *r,
 		 h->score);
 	ok = buf_append(b, r->json, r->json_len - 1) && buf_puts(b, score);
 	for (size_t i = 0; ok && i < n_terms; i++) {
-		if (!(h->matched & ((uint64_t)1 << i)))
+		if (!(h->matched & unique & ((uint64_t)1 << i)))
 			continue;
 		ok = (first || buf_append(b, ",", 1)) &&
 		     buf_puts(b, term_json[i]);
@@ -502,7 +503,7 @@ static int decision_search(struct call *call)
 	for (size_t i = 0; ok && i < n_hits; i++)
 		ok = (i == 0 || buf_append(&b, ",", 1)) &&
 		     append_hit(&b, ix->slots[hits[i].slot], &hits[i],
-				term_json, n_terms);
+				search_query_unique(q), term_json, n_terms);
 	if (ok && buf_append(&b, "]", 1))
 		call_reply_raw(call, b.data, b.len);
 	else

@@ -555,6 +555,11 @@ out:
 	return rc;
 }
 
+uint64_t search_query_unique(const struct search_query *q)
+{
+	return q->unique;
+}
+
 void search_query_free(struct search_query *q)
 {
 	size_t i;

@@ -57,6 +57,10 @@ int search_query_parse(const char *const *terms, const size_t *lens, size_t n,
 		       struct search_query **out, char *msg, size_t msgn);
 void search_query_free(struct search_query *q);
 
+/* Bit i set when term i is the first of the terms equal to it after
+ * folding ("Über" and "über" are one term): the terms to report. */
+uint64_t search_query_unique(const struct search_query *q);
+
 /*
  * Run a query: hits sorted by score descending, then slot ascending; with
  * match_all only slots matching every term. At most limit hits (0: no

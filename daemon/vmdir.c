@@ -13,6 +13,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -541,26 +542,48 @@ out:
 }
 
 /* Load the x-NNN directory whose fd is xfd (consumed). */
+static int not_dots(const struct dirent *de)
+{
+	return strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+}
+
+/*
+ * The entries of a directory in version order ("x-999" before "x-1000"),
+ * so decisions load in (x, y, z) order and the search index only ever
+ * appends. Returns the count (*list: free each entry and the array) or
+ * -errno.
+ */
+static int list_sorted(int dfd, struct dirent ***list)
+{
+	int n = scandirat(dfd, ".", list, not_dots, versionsort);
+
+	return n < 0 ? -errno : n;
+}
+
+static void list_free(struct dirent **list, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(list[i]);
+	free(list);
+}
+
 static int load_xdir(struct load *l, int xfd, const char *xname)
 {
-	DIR *dir = NULL;
-	struct dirent *de;
+	struct dirent **list = NULL, *de;
 	char rel[NAME_MAX * 2 + 2];
 	bool dirty = false;
-	int type, ret = 0;
+	int n, type, ret = 0;
 
-	dir = fdopendir(xfd);
-	if (!dir) {
-		ret = -errno;
-		close(xfd);
+	n = list_sorted(xfd, &list);
+	if (n < 0) {
+		ret = n;
 		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
 		       VMDIR_DIRNAME, xname, strerror(-ret));
+		close(xfd);
 		return ret;
 	}
-	xfd = dirfd(dir);
-	while ((errno = 0, de = readdir(dir))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
+	for (int i = 0; i < n; i++) {
+		de = list[i];
 		snprintf(rel, sizeof(rel), "%s/%s", xname, de->d_name);
 		type = entry_type(xfd, de);
 		if (type == -ENOENT)
@@ -584,12 +607,6 @@ static int load_xdir(struct load *l, int xfd, const char *xname)
 		if (ret < 0)
 			goto out;
 	}
-	if (errno) {
-		ret = -errno;
-		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
-		       VMDIR_DIRNAME, xname, strerror(-ret));
-		goto out;
-	}
 	if (dirty && fsync(xfd) < 0) {
 		ret = -errno;
 		seterr(l->errmsg, l->errn, "cannot sync %s/%s: %s",
@@ -598,7 +615,8 @@ static int load_xdir(struct load *l, int xfd, const char *xname)
 	}
 	ret = 0;
 out:
-	closedir(dir);
+	list_free(list, n);
+	close(xfd);
 	return ret;
 }
 
@@ -629,9 +647,19 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 		return quarantine(l, vfd, name, name, "symbolic link");
 	if (type != S_IFDIR)
 		return quarantine(l, vfd, name, name, "unexpected file");
-	if (xdir_parse(name, l->d->max_x, &x) < 0)
+	if (xdir_parse(name, l->d->max_x, &x) < 0) {
+		/* Valid decisions of a larger configured space are refused,
+		 * never quarantined: a smaller max_x must not move data. */
+		if (xdir_parse(name, INT_MAX, &x) == 0) {
+			seterr(l->errmsg, l->errn,
+			       "%s/%s holds decisions of issue %d, beyond "
+			       "max_x %d: start with max_x %d or more",
+			       VMDIR_DIRNAME, name, x, l->d->max_x, x);
+			return -ERANGE;
+		}
 		return quarantine(l, vfd, name, name,
-				  "not an issue directory x-NNN within max_x");
+				  "not an issue directory x-NNN");
+	}
 	xfd = openat(vfd, name,
 		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (xfd < 0) {
@@ -720,10 +748,9 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 		.errn = errn,
 	};
 	struct vmdir_load_report local;
-	DIR *dir = NULL;
-	struct dirent *de;
+	struct dirent **list = NULL;
 	bool dirty = false;
-	int rootfd = -1, vfd = -1, ret;
+	int rootfd = -1, vfd = -1, n = 0, ret;
 
 	if (!rep)
 		rep = l.rep = &local;
@@ -751,26 +778,18 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 		seterr(errmsg, errn, "out of memory");
 		goto out;
 	}
-	dir = fdopendir(vfd);
-	if (!dir) {
-		ret = -errno;
+	n = list_sorted(vfd, &list);
+	if (n < 0) {
+		ret = n;
+		n = 0;
 		seterr(errmsg, errn, "cannot read %s: %s", VMDIR_DIRNAME,
 		       strerror(-ret));
 		goto out;
 	}
-	vfd = dirfd(dir);
-	while ((errno = 0, de = readdir(dir))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		ret = load_top_entry(&l, vfd, de, &dirty);
+	for (int i = 0; i < n; i++) {
+		ret = load_top_entry(&l, vfd, list[i], &dirty);
 		if (ret < 0)
 			goto out;
-	}
-	if (errno) {
-		ret = -errno;
-		seterr(errmsg, errn, "cannot read %s: %s", VMDIR_DIRNAME,
-		       strerror(-ret));
-		goto out;
 	}
 	if (dirty && fsync(vfd) < 0) {
 		ret = -errno;
@@ -780,9 +799,8 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	}
 	ret = 0;
 out:
-	if (dir)
-		closedir(dir);
-	else if (vfd >= 0)
+	list_free(list, n);
+	if (vfd >= 0)
 		close(vfd);
 	if (rootfd >= 0)
 		close(rootfd);

@@ -132,14 +132,12 @@ static bool rec_valid(const unsigned char *buf, size_t size, size_t off,
 static bool later_batch_follows(const unsigned char *buf, size_t size,
 				size_t off, bool have_last, uint64_t last)
 {
-	bool seen = false, bad_in_last = false;
+	bool seen = false;
+	bool hdr_ok = size - off >= WAL_HDR && get32(buf + off) == WAL_MAGIC;
+	uint64_t bad_batch = hdr_ok ? get64(buf + off + 4) : 0;
 	uint64_t first = 0, b;
 	size_t p, rl;
 
-	/* A bad record whose header still names the last good batch. */
-	if (have_last && size - off >= WAL_HDR &&
-	    get32(buf + off) == WAL_MAGIC && get64(buf + off + 4) == last)
-		bad_in_last = true;
 	for (p = off + 1; p + WAL_HDR <= size;) {
 		if (!rec_valid(buf, size, p, &rl, &b)) {
 			p++;
@@ -151,7 +149,10 @@ static bool later_batch_follows(const unsigned char *buf, size_t size,
 		}
 		if (have_last && b >= last + 2)
 			return true;
-		if (bad_in_last && b == last + 1)
+		/* The bad record's header names its batch: a complete later
+		 * batch means it was synced before, so it is damage, not a
+		 * torn write. */
+		if (hdr_ok && b > bad_batch)
 			return true;
 		if (seen && b != first)
 			return true;

@@ -44,8 +44,9 @@ struct vmem_coord {
 };
 
 struct vmem_options {
-	/* Working tree; NULL: $VMEM_REPO, else walk up from the current
-	 * directory to the first directory holding .git. */
+	/* Any directory inside the working tree; NULL: $VMEM_REPO, else the
+	 * current directory. The root is the first directory holding .git
+	 * at or above it. */
 	const char *repo;
 	/* Socket; NULL: $VMEM_SOCKET, else the rule of the design. */
 	const char *socket;
@@ -130,9 +131,9 @@ VMEM_EXPORT int vmem_decision_delete(vmem_client *c,
 
 /*
  * Find the canonical working-tree root the way vmem_client_open() does:
- * repo if not NULL, else $VMEM_REPO, else the first directory holding
- * .git above the current directory. On success *root is the realpath
- * (caller frees with vmem_free()).
+ * the first directory holding .git at or above repo if not NULL, else
+ * above $VMEM_REPO, else above the current directory. On success *root
+ * is the realpath (caller frees with vmem_free()).
  */
 VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 			       struct vmem_error *err);

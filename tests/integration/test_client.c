@@ -597,13 +597,19 @@ START_TEST(test_repo_discovery)
 	ck_assert_str_eq(root, wt);
 	vmem_free(root);
 
-	/* VMEM_REPO overrides, an explicit repo overrides that. */
+	/* VMEM_REPO overrides the current directory, an explicit repo
+	 * overrides that; either may name a directory inside the tree,
+	 * which resolves to the tree's root as the daemon's does. */
+	setenv("VMEM_REPO", wt, 1);
+	ck_assert_int_eq(vmem_repo_find(NULL, &root, &err), 0);
+	ck_assert_str_eq(root, wt);
+	vmem_free(root);
 	setenv("VMEM_REPO", sub, 1);
 	ck_assert_int_eq(vmem_repo_find(NULL, &root, &err), 0);
-	ck_assert_str_eq(root, sub);
-	vmem_free(root);
-	ck_assert_int_eq(vmem_repo_find(tdir, &root, &err), 0);
 	ck_assert_str_eq(root, tdir);
+	vmem_free(root);
+	ck_assert_int_eq(vmem_repo_find(path, &root, &err), 0);
+	ck_assert_str_eq(root, wt);
 	vmem_free(root);
 	unsetenv("VMEM_REPO");
 

@@ -253,5 +253,22 @@ class SlowReader(vt.VmemTestCase):
         self.daemon.stop()
 
 
+class SmallBacklog(vt.VmemTestCase):
+    """Back-pressure must pause a pipelining client, never stall it."""
+    daemon_args = ("--output-backlog", "4096")
+
+    def test_pipelined_requests_past_the_backlog_all_answered(self):
+        conn = self.connect(agent_id="bp")
+        rec = conn.store(2, 1, 2, "p" * 800)
+        line = json.dumps({"jsonrpc": "2.0", "id": 7,
+                           "method": "decision.get",
+                           "params": {"coordinate": vt.coord(2, 1, 2)}})
+        conn.send_raw((line + "\n").encode() * 20)
+        for _ in range(20):
+            reply = json.loads(conn.read_line(timeout=5.0))
+            self.assertEqual(reply["result"], rec)
+        self.daemon.stop()
+
+
 if __name__ == "__main__":
     vt.main()

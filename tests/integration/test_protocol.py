@@ -320,6 +320,24 @@ class Limits(vt.VmemTestCase):
         again = vt.wait_until(lambda: self._serves_new_connection(), 3.0)
         self.assertTrue(again, "a slot did not free up after a close")
 
+    def test_refused_client_can_still_send_then_read_the_error(self):
+        # Closing with the client's request unread could reset the
+        # connection before it reads why: the daemon must linger.
+        # A client typically connects, then sends its hello a moment
+        # later, after the daemon has already answered the refusal.
+        conns = [self.served_connection() for _ in range(4)]
+        for _ in range(5):
+            extra = vt.Conn(self.daemon.sock)
+            time.sleep(0.1)
+            extra.send_raw((json.dumps(HELLO) + "\n").encode() * 50)
+            resp = extra.read_json()
+            self.assertEqual(resp["error"]["data"]["type"],
+                             vt.E_UNAVAILABLE[1])
+            self.assertTrue(extra.at_eof(5.0))
+            extra.close()
+        for c in conns:
+            c.call("server.hello")
+
     def _serves_new_connection(self):
         c = vt.Conn(self.daemon.sock)
         try:

@@ -271,6 +271,14 @@ class QueryRange(QueryCase):
                 self.assertRpcError(vt.E_VALUE, self.qr, self.conn,
                                     **{name: [1, 2]})
 
+    def test_params_must_be_an_object(self):
+        for method in ("decision.query_range", "decision.search",
+                       "decision.query_partial_order"):
+            for params in ([], [5, 3], ["post"]):
+                with self.subTest(method=method, params=params):
+                    self.assertRpcError(vt.E_VALUE, self.conn.call, method,
+                                        params)
+
     def test_limit(self):
         everything = sorted(self.stored)
         self.assertEqual(cts(self.qr(self.conn, limit=1)), everything[:1])
@@ -567,6 +575,33 @@ class Search(QueryCase):
                          [(7, 1, 2)])
         self.assertEqual(self.found(["use database"]), [])
 
+    def test_phrase_positions(self):
+        self.put(1, 1, 2, "rest rest api")
+        self.put(2, 1, 2, "api rest x api rest")
+        self.put(3, 1, 2, "a b a b c")
+        cases = {"rest api": [(1, 1, 2)], "rest a*": [(1, 1, 2)],
+                 "api rest": [(2, 1, 2)], "x api rest": [(2, 1, 2)],
+                 "rest x api": [(2, 1, 2)], "a b c": [(3, 1, 2)],
+                 "b a b c": [(3, 1, 2)], "a b a b c a": [],
+                 "rest rest": [(1, 1, 2)], "rest rest rest": [],
+                 "api api": [], "rest rest a*": [(1, 1, 2)],
+                 "api rest x*": [(2, 1, 2)], "c a": []}
+        for term, want in cases.items():
+            with self.subTest(term=term):
+                self.assertEqual(self.found([term]), want)
+
+    def test_large_content(self):
+        big = "filler " * 14000 + "needle"
+        self.put(1, 1, 2, big)
+        self.put(2, 1, 2, "filler")
+        self.assertEqual(self.found(["needle"]), [(1, 1, 2)])
+        self.assertEqual(self.found(["filler needle"]), [(1, 1, 2)])
+        self.assertEqual(self.found(["needle filler"]), [])
+        self.assertEqual(self.found(["filler"]), [(1, 1, 2), (2, 1, 2)])
+        self.put(1, 1, 2, "small now", overwrite=True)
+        self.assertEqual(self.found(["filler"]), [(2, 1, 2)])
+        self.assertEqual(self.found(["needle"]), [])
+
     def test_match_all_score_and_matched_terms(self):
         self.put(2, 1, 2, "alpha beta gamma")
         self.put(1, 1, 2, "alpha only")
@@ -603,13 +638,20 @@ class Search(QueryCase):
     def test_identical_terms_count_once(self):
         self.put(1, 1, 2, "alpha beta")
         self.put(2, 1, 2, "alpha")
+        # a repeated term (also one equal after folding) counts once and
+        # is listed once, as first given: score == len(matched_terms)
         hits = self.search(self.conn, ["alpha", "alpha"])
-        self.assertEqual(hit_summary(hits), [((1, 1, 2), 1, ["alpha"]),
-                                             ((2, 1, 2), 1, ["alpha"])])
-        hits = self.search(self.conn, ["alpha", "beta", "alpha"],
+        self.assertEqual(cts(hits), [(1, 1, 2), (2, 1, 2)])
+        for h in hits:
+            self.assertEqual(h["score"], 1)
+            self.assertEqual(h["matched_terms"], ["alpha"])
+        hits = self.search(self.conn, ["alpha", "beta", "ALPHA"],
                            match_all=True)
-        self.assertEqual(hit_summary(hits),
-                         [((1, 1, 2), 2, ["alpha", "beta"])])
+        self.assertEqual(cts(hits), [(1, 1, 2)])
+        self.assertEqual(hits[0]["score"], 2)
+        self.assertEqual(hits[0]["matched_terms"], ["alpha", "beta"])
+        self.assertEqual(self.found(["alpha", "alpha", "gamma"],
+                                    match_all=True), [])
 
     def test_limit(self):
         for x in range(1, 13):
@@ -677,6 +719,12 @@ class Search(QueryCase):
         self.assertEqual(self.found(["CAFE\u0301"]), [(3, 1, 2)])
         self.assertEqual(self.found(["cafe"]), [])
         self.assertEqual(self.found(["uber"]), [])
+        self.put(5, 1, 2, "\U0001f680launch\U0001f680 \u6570\u636e\u5e93 "
+                 "nai\u0308ve")
+        self.assertEqual(self.found(["launch"]), [(5, 1, 2)])
+        self.assertEqual(self.found(["\u6570\u636e\u5e93"]), [(5, 1, 2)])
+        self.assertEqual(self.found(["NA\u00cfVE"]), [(5, 1, 2)])
+        self.assertEqual(self.found(["naive"]), [])
         hits = self.search(self.conn, ["U\u0308ber", "DATENBANK"])
         self.assertEqual(hit_summary(hits), [
             ((1, 1, 2), 2, ["U\u0308ber", "DATENBANK"]),
@@ -802,7 +850,13 @@ class SearchModel(QueryCase):
         coords = [(x, y, z) for x in range(1, 9) for y in range(1, 6)
                   for z in range(1, 5)]
         live = {}
-        for _ in range(200):
+        for step in range(200):
+            if step % 20 == 19:  # no stale or missing postings on the way
+                for _ in range(3):
+                    terms = [random_term(rng)]
+                    hits = self.search(conn, terms)
+                    self.assertEqual(hit_summary(hits),
+                                     model_search(live, terms), terms)
             c = rng.choice(coords)
             text = random_text(rng)
             if c not in live:
@@ -1026,7 +1080,8 @@ class Cli(QueryCase):
     def test_query_errors_exit_one(self):
         self.fails(1, "ls", "--x", "7-3", type_name="QueryError")
         self.fails(1, "ls", "--z", "4-1", "--json", type_name="QueryError")
-        self.fails(1, "search", "--", "--json", type_name="QueryError")
+        self.fails(1, "search", "!!!", "--json", type_name="QueryError")
+        self.fails(1, "search", "--json", "--", "--", type_name="QueryError")
 
     def test_usage_errors_exit_two(self):
         for args in (["ls", "--x", "a-b"], ["ls", "--x"], ["before", "5"],

@@ -540,11 +540,23 @@ START_TEST(test_quarantine_wrong_dir_name)
 }
 END_TEST
 
-START_TEST(test_quarantine_x_beyond_max)
+/* Decisions beyond a smaller max_x stop the load; nothing moves. */
+START_TEST(test_x_beyond_max_refused)
 {
+	struct vmdir_load_report rep;
+	struct loaded l = {.keep = 1};
+	char msg[256] = "";
+
 	apply1(5, 2, 1, "good");
 	apply1(11, 1, 1, "beyond ten");
-	expect_quarantined(".vector-memory/x-011", NULL, 0, 10);
+	vd.max_x = 10;
+	ck_assert_int_eq(vmdir_load(&vd, load_cb, &l, &rep, msg, sizeof(msg)),
+			 -ERANGE);
+	ck_assert_ptr_nonnull(strstr(msg, "max_x 11"));
+	ck_assert_uint_eq(rep.n_quarantined, 0);
+	ck_assert(exists(path_of(".vector-memory/x-011/y-1-z-1.json")));
+	vmdir_load_report_done(&rep);
+	loaded_free(&l);
 }
 END_TEST
 
@@ -767,7 +779,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_quarantine_wrong_x_dir_for_file);
 	tcase_add_test(tc, test_quarantine_unknown_names);
 	tcase_add_test(tc, test_quarantine_wrong_dir_name);
-	tcase_add_test(tc, test_quarantine_x_beyond_max);
+	tcase_add_test(tc, test_x_beyond_max_refused);
 	tcase_add_test(tc, test_quarantine_symlink_inside);
 	tcase_add_test(tc, test_quarantine_symlinked_x_dir);
 	tcase_add_test(tc, test_quarantine_cross_device);

@@ -368,6 +368,30 @@ START_TEST(test_damage_in_batch_before_last)
 }
 END_TEST
 
+/* Damage in the very first record, a later complete batch after it: the
+ * damaged record's own header proves it was synced before, so this is
+ * corruption even with no valid record before it. */
+START_TEST(test_damage_in_first_record)
+{
+	struct wal w;
+	struct seen s = {0};
+	unsigned char *orig;
+	size_t len;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"first", NULL});
+	append(&w, (const char *const[]){"second", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	orig[20 + 2] ^= 0x01; /* payload of "first" */
+	spit(orig, len);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), -EBADMSG);
+	ck_assert_uint_eq(s.n, 0);
+	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
 /* A flipped byte in the last batch (several records) counts as torn. */
 START_TEST(test_last_batch_flip_is_torn)
 {
@@ -533,6 +557,7 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_garbage_tail);
 	tcase_add_test(tc, test_middle_corruption);
 	tcase_add_test(tc, test_damage_in_batch_before_last);
+	tcase_add_test(tc, test_damage_in_first_record);
 	tcase_add_test(tc, test_last_batch_flip_is_torn);
 	tcase_add_test(tc, test_stale_batch_is_torn);
 	tcase_add_test(tc, test_next_batch_continues);

@@ -7,6 +7,10 @@
  * ids >= n_sorted are the tokens not sorted yet; they are sorted and
  * merged in at the next prefix query. Queries accumulate per-slot term
  * masks in a cached array and clear only the slots they touched.
+ * Phrases: each slot also has a small Bloom filter of the pairs of
+ * consecutive tokens in its text (about one byte per token), so most
+ * candidates that hold a phrase's words, but not side by side, are
+ * rejected without reading their text.
  * Invariant: a slot is in a token's list iff the slot's indexed text
  * contains the token.
  */
@@ -36,8 +40,19 @@ struct tok {
 	struct plist pl;
 };
 
+/* Bloom filter of a document's consecutive token pairs. */
+struct pairs {
+	uint32_t nbits; /* a multiple of 64 */
+	uint8_t bits[];
+};
+
 struct search_index {
 	size_t n_slots;
+	struct pairs **pairs; /* per slot, NULL when not indexed */
+	size_t pairs_bytes;
+	uint64_t *doc_pairs; /* pair hashes of the document being added */
+	uint32_t doc_pairs_n, doc_pairs_cap;
+	int64_t prev_tok; /* previous token of the document being added */
 	struct tok *toks;
 	uint32_t n_toks, cap_toks;
 	uint32_t *table;    /* 0: empty, else token id + 1 */
@@ -294,7 +309,9 @@ struct search_index *search_new(size_t n_slots)
 	si->mask = calloc(n_slots ? n_slots : 1, sizeof(*si->mask));
 	si->stamp = calloc(n_slots ? n_slots : 1, sizeof(*si->stamp));
 	si->touched = malloc((n_slots ? n_slots : 1) * sizeof(*si->touched));
-	if (!si->table || !si->mask || !si->stamp || !si->touched) {
+	si->pairs = calloc(n_slots ? n_slots : 1, sizeof(*si->pairs));
+	if (!si->table || !si->mask || !si->stamp || !si->touched ||
+	    !si->pairs) {
 		search_free(si);
 		return NULL;
 	}
@@ -310,6 +327,11 @@ void search_free(struct search_index *si)
 	for (i = 0; i < si->n_toks; i++)
 		if (si->toks[i].pl.cap)
 			free(si->toks[i].pl.u.arr);
+	if (si->pairs)
+		for (size_t s = 0; s < si->n_slots; s++)
+			free(si->pairs[s]);
+	free(si->pairs);
+	free(si->doc_pairs);
 	free(si->toks);
 	free(si->table);
 	free(si->arena);
@@ -333,6 +355,61 @@ static void next_gen(struct search_index *si)
 	}
 }
 
+/* splitmix64 of a pair of token ids: two filter bits from one hash. */
+static uint64_t pair_hash(uint32_t a, uint32_t b)
+{
+	uint64_t z = ((uint64_t)a << 32 | b) + 0x9e3779b97f4a7c15ULL;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+static void pairs_set(struct pairs *f, uint64_t h)
+{
+	uint32_t a = (uint32_t)h % f->nbits, b = (uint32_t)(h >> 32) % f->nbits;
+
+	f->bits[a / 8] |= (uint8_t)(1u << (a % 8));
+	f->bits[b / 8] |= (uint8_t)(1u << (b % 8));
+}
+
+static bool pairs_has(const struct pairs *f, uint64_t h)
+{
+	uint32_t a = (uint32_t)h % f->nbits, b = (uint32_t)(h >> 32) % f->nbits;
+
+	return (f->bits[a / 8] >> (a % 8) & 1) &&
+	       (f->bits[b / 8] >> (b % 8) & 1);
+}
+
+/* The filter of the pairs collected for the document being added:
+ * 8 bits per pair (two set per pair: ~5% false positives). */
+static struct pairs *pairs_build(struct search_index *si)
+{
+	uint32_t nbits, i;
+	struct pairs *f;
+
+	nbits = si->doc_pairs_n < (1u << 17) ? si->doc_pairs_n * 8u : 1u << 20;
+	nbits = (nbits + 63) / 64 * 64;
+	if (nbits == 0)
+		nbits = 64;
+	f = calloc(1, sizeof(*f) + nbits / 8);
+	if (!f)
+		return NULL;
+	f->nbits = nbits;
+	for (i = 0; i < si->doc_pairs_n; i++)
+		pairs_set(f, si->doc_pairs[i]);
+	return f;
+}
+
+static void pairs_drop(struct search_index *si, size_t slot)
+{
+	if (!si->pairs[slot])
+		return;
+	si->pairs_bytes -= sizeof(struct pairs) + si->pairs[slot]->nbits / 8;
+	free(si->pairs[slot]);
+	si->pairs[slot] = NULL;
+}
+
 static int add_cb(void *ctx, const char *p, size_t len, size_t pos)
 {
 	struct search_index *si = ctx;
@@ -341,6 +418,22 @@ static int add_cb(void *ctx, const char *p, size_t len, size_t pos)
 	(void)pos;
 	if (id < 0)
 		return (int)id;
+	if (si->prev_tok >= 0) {
+		if (si->doc_pairs_n == si->doc_pairs_cap) {
+			uint32_t ncap =
+				si->doc_pairs_cap ? si->doc_pairs_cap * 2 : 256;
+			uint64_t *d = realloc(si->doc_pairs,
+					      (size_t)ncap * sizeof(*d));
+
+			if (!d)
+				return -ENOMEM;
+			si->doc_pairs = d;
+			si->doc_pairs_cap = ncap;
+		}
+		si->doc_pairs[si->doc_pairs_n++] =
+			pair_hash((uint32_t)si->prev_tok, (uint32_t)id);
+	}
+	si->prev_tok = id;
 	if (si->toks[id].mark == si->gen)
 		return 0;
 	if (si->doc_n == si->doc_cap) {
@@ -367,15 +460,24 @@ int search_add(struct search_index *si, size_t slot, const char *text,
 		return -EINVAL;
 	next_gen(si);
 	si->doc_n = 0;
+	si->doc_pairs_n = 0;
+	si->prev_tok = -1;
 	rc = tokenize(text, len, add_cb, si);
 	if (rc < 0)
 		goto out;
+	/* Without a filter phrases are still found, only checked slower. */
+	pairs_drop(si, slot);
+	si->pairs[slot] = pairs_build(si);
+	if (si->pairs[slot])
+		si->pairs_bytes +=
+			sizeof(struct pairs) + si->pairs[slot]->nbits / 8;
 	for (i = 0; i < si->doc_n; i++) {
 		rc = pl_insert(si, &si->toks[si->doc[i]].pl, (uint32_t)slot);
 		if (rc < 0) {
 			for (j = 0; j < i; j++)
 				pl_remove(si, &si->toks[si->doc[j]].pl,
 					  (uint32_t)slot);
+			pairs_drop(si, slot);
 			goto out;
 		}
 	}
@@ -411,6 +513,7 @@ void search_remove(struct search_index *si, size_t slot, const char *text,
 
 	if (slot >= si->n_slots)
 		return;
+	pairs_drop(si, slot);
 	next_gen(si);
 	if (tokenize(text, len, remove_cb, &rc) == 0)
 		return;
@@ -702,19 +805,28 @@ static int run_phrase(struct search_index *si, const struct qterm *t,
 	size_t n_exact = t->prefix ? t->ntok - 1 : t->ntok, i, best = 0;
 	const struct plist **lists = NULL;
 	uint32_t *cand = NULL, n_cand, c, lo, hi, j;
+	uint64_t *pair = NULL; /* hashes of the exact adjacent token pairs */
+	int64_t prev = -1;
 	int rc = 0;
 
 	lists = malloc(n_exact * sizeof(*lists));
-	if (!lists) {
+	pair = malloc(n_exact * sizeof(*pair));
+	if (!lists || !pair) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	for (i = 0; i < n_exact; i++) {
-		lists[i] = exact_list(si, t, i);
-		if (!lists[i] || !lists[i]->n)
+		int64_t id =
+			lookup(si, t->bytes + t->toks[i].off, t->toks[i].len);
+
+		if (id < 0 || !si->toks[id].pl.n)
 			goto out; /* no match anywhere */
+		lists[i] = &si->toks[id].pl;
 		if (lists[i]->n < lists[best]->n)
 			best = i;
+		if (i > 0)
+			pair[i - 1] = pair_hash((uint32_t)prev, (uint32_t)id);
+		prev = id;
 	}
 	n_cand = lists[best]->n;
 	cand = malloc((size_t)n_cand * sizeof(*cand));
@@ -762,9 +874,15 @@ static int run_phrase(struct search_index *si, const struct qterm *t,
 		n_cand = j;
 	}
 	for (c = 0; c < n_cand; c++) {
+		const struct pairs *f = si->pairs[cand[c]];
 		const char *text;
 		size_t len;
 
+		for (i = 0; f && i + 1 < n_exact; i++)
+			if (!pairs_has(f, pair[i]))
+				break;
+		if (f && i + 1 < n_exact)
+			continue; /* the words are never side by side */
 		rc = text_of(ctx, cand[c], &text, &len);
 		if (rc < 0)
 			goto out;
@@ -778,6 +896,7 @@ static int run_phrase(struct search_index *si, const struct qterm *t,
 	rc = 0;
 out:
 	free(lists);
+	free(pair);
 	free(cand);
 	return rc;
 }
@@ -910,6 +1029,8 @@ size_t search_memory(const struct search_index *si)
 	       (size_t)si->table_cap * sizeof(*si->table) + si->arena_cap +
 	       (size_t)si->cap_sorted * sizeof(*si->sorted) +
 	       (size_t)si->doc_cap * sizeof(*si->doc) + si->plist_bytes +
+	       si->pairs_bytes +
+	       (size_t)si->doc_pairs_cap * sizeof(*si->doc_pairs) +
 	       si->n_slots * (sizeof(*si->mask) + sizeof(*si->stamp) +
-			      sizeof(*si->touched));
+			      sizeof(*si->touched) + sizeof(*si->pairs));
 }

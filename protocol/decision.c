@@ -576,9 +576,130 @@ out:
 	return s;
 }
 
+/* A growing output string for the compact writer. */
+struct out {
+	char *s;
+	size_t len, cap;
+	bool failed;
+};
+
+static void out_put(struct out *o, const char *p, size_t n)
+{
+	if (o->failed)
+		return;
+	if (o->cap - o->len <= n) {
+		size_t cap = o->cap ? o->cap : 256;
+		char *s;
+
+		while (cap - o->len <= n)
+			cap *= 2;
+		s = realloc(o->s, cap);
+		if (!s) {
+			o->failed = true;
+			return;
+		}
+		o->s = s;
+		o->cap = cap;
+	}
+	memcpy(o->s + o->len, p, n);
+	o->len += n;
+	o->s[o->len] = '\0';
+}
+
+/* A JSON string escaped exactly as jansson's dump does without
+ * JSON_ENSURE_ASCII, so both writers give the same bytes. */
+static void out_string(struct out *o, const char *p, size_t n)
+{
+	size_t run = 0;
+
+	out_put(o, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+		char esc[8];
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		out_put(o, p + run, i - run);
+		run = i + 1;
+		switch (c) {
+		case '"':
+			out_put(o, "\\\"", 2);
+			break;
+		case '\\':
+			out_put(o, "\\\\", 2);
+			break;
+		case '\b':
+			out_put(o, "\\b", 2);
+			break;
+		case '\f':
+			out_put(o, "\\f", 2);
+			break;
+		case '\n':
+			out_put(o, "\\n", 2);
+			break;
+		case '\r':
+			out_put(o, "\\r", 2);
+			break;
+		case '\t':
+			out_put(o, "\\t", 2);
+			break;
+		default:
+			snprintf(esc, sizeof(esc), "\\u%04X", c);
+			out_put(o, esc, 6);
+		}
+	}
+	out_put(o, p + run, n - run);
+	out_put(o, "\"", 1);
+}
+
+/*
+ * The compact form is written directly rather than through json_t
+ * objects: it is made for every decision loaded at start-up and every
+ * write, and building and dumping a jansson tree costs several times more.
+ */
 char *decision_dump_compact(const struct decision *d, size_t *len)
 {
-	return dump(d, JSON_COMPACT, "", len);
+	struct out o = {0};
+	char num[96];
+	const char *key;
+	json_t *val;
+	bool first = true;
+
+	snprintf(num, sizeof(num),
+		 "{\"coordinate\":{\"x\":%d,\"y\":%d,\"z\":%d},\"content\":",
+		 d->coord.x, d->coord.y, d->coord.z);
+	out_put(&o, num, strlen(num));
+	out_string(&o, d->content, d->content_len);
+	out_put(&o, ",\"timestamp\":", 13);
+	out_string(&o, d->timestamp, strlen(d->timestamp));
+	out_put(&o, ",\"agent_id\":", 12);
+	out_string(&o, d->agent_id, strlen(d->agent_id));
+	out_put(&o, ",\"issue_context\":", 17);
+	if (!d->issue_context) {
+		out_put(&o, "null", 4);
+	} else {
+		out_put(&o, "{", 1);
+		json_object_foreach(d->issue_context, key, val)
+		{
+			if (!first)
+				out_put(&o, ",", 1);
+			first = false;
+			out_string(&o, key, strlen(key));
+			out_put(&o, ":", 1);
+			out_string(&o, json_string_value(val),
+				   json_string_length(val));
+		}
+		out_put(&o, "}", 1);
+	}
+	snprintf(num, sizeof(num), ",\"version\":%lld}", (long long)d->version);
+	out_put(&o, num, strlen(num));
+	if (o.failed) {
+		free(o.s);
+		return NULL;
+	}
+	if (len)
+		*len = o.len;
+	return o.s;
 }
 
 char *decision_dump_file(const struct decision *d, size_t *len)

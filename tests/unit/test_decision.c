@@ -582,6 +582,47 @@ START_TEST(test_parse_rejects)
 }
 END_TEST
 
+/* The hand-written compact writer gives exactly jansson's bytes. */
+START_TEST(test_compact_matches_jansson)
+{
+	static const char *const contents[] = {
+		"plain",
+		"quote \" and backslash \\ and slash /",
+		"tabs\tnew\nlines\rform\ffeed\bback",
+		"\x01\x02\x1f\x7f controls and DEL",
+		"\xc3\x9c"
+		"ber \xe3\x83\x87\xe3\x83\xbc\xe3\x82\xbf \xf0\x9f\x98\x80",
+		"\xe2\x80\xa8 line separator",
+	};
+	char buf[64];
+
+	for (size_t i = 0; i < sizeof(contents) / sizeof(contents[0]); i++) {
+		struct decision d = {.coord = {7, 3, 2}, .version = 42};
+		json_t *obj;
+		char *mine, *theirs;
+		size_t len;
+
+		d.content = strdup(contents[i]);
+		d.content_len = strlen(contents[i]);
+		snprintf(buf, sizeof(buf), "agent \"%zu\"\t", i);
+		d.agent_id = strdup(buf);
+		timestamp_format(1736177400123456LL, d.timestamp);
+		d.issue_context = i % 2 ? json_pack("{s:s,s:s}", "issue_id",
+						    contents[i], "k\"\n", "v")
+					: NULL;
+		obj = decision_to_json(&d);
+		theirs = json_dumps(obj, JSON_COMPACT);
+		mine = decision_dump_compact(&d, &len);
+		ck_assert_str_eq(mine, theirs);
+		ck_assert_uint_eq(len, strlen(theirs));
+		free(mine);
+		free(theirs);
+		json_decref(obj);
+		decision_done(&d);
+	}
+}
+END_TEST
+
 static Suite *decision_suite(void)
 {
 	Suite *s = suite_create("decision");
@@ -603,6 +644,7 @@ static Suite *decision_suite(void)
 	tcase_add_test(tc2, test_dump_file_example);
 	tcase_add_test(tc2, test_file_round_trip);
 	tcase_add_test(tc2, test_parse_rejects);
+	tcase_add_test(tc2, test_compact_matches_jansson);
 	suite_add_tcase(s, tc2);
 	return s;
 }

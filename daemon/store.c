@@ -1,11 +1,19 @@
 /*
  * The write path: coordinate lock -> validation -> log batch -> fdatasync
- * -> index -> acknowledgement -> dirty -> file writer -> log truncation.
+ * -> index -> acknowledgement -> dirty -> file writer (no sync) ->
+ * checkpoint (one syncfs, then the log's head is cut).
  *
  * Invariants: the index holds only durable (logged) state, so readers
  * never see a write that could still be lost; a coordinate's lock is held
- * from validation until its write is applied or refused; the log is
- * truncated only when no logged write is missing from synced files.
+ * from validation until its write is applied or refused; a log record is
+ * dropped only after its write is in a file and the files were synced.
+ *
+ * Files are written without syncing so the writer never competes with the
+ * log's fdatasync for the disk; a checkpoint makes them durable in bulk
+ * when the log has grown past CHECKPOINT_BYTES, after CHECKPOINT_IDLE_MS
+ * without writes, and at a stop. A checkpoint never holds writes back: it
+ * remembers the log's end, waits for a writer pass that started after
+ * that, syncs, and cuts exactly the records before that end.
  */
 #include "store.h"
 
@@ -22,11 +30,14 @@
 /* Delay that lets bursts of writes coalesce before files are written. */
 #define WRITER_DELAY_MS	    20
 #define WRITER_RETRY_MAX_MS 5000
+#define CHECKPOINT_BYTES    (16u << 20)
+#define CHECKPOINT_IDLE_MS  1000
 
 struct wal_job {
 	uv_work_t req;
 	struct store *s;
-	struct store_write *head; /* the batch; NULL for a truncation */
+	struct store_write *head; /* the batch; NULL for a checkpoint cut */
+	uint64_t cut;		  /* log bytes to drop */
 	struct iovec *iov;
 	size_t n;
 	int rc;
@@ -45,8 +56,9 @@ struct writer_item {
 struct writer_job {
 	uv_work_t req;
 	struct store *s;
-	struct writer_item *items;
+	struct writer_item *items; /* NULL for a checkpoint's sync */
 	size_t n;
+	uint64_t seq;
 	int rc;
 	char errmsg[256];
 };
@@ -67,6 +79,9 @@ set_error(struct store *s, const char *fmt, ...)
 
 static void writer_kick(struct store *s, unsigned delay_ms);
 static void check_idle(struct store *s);
+static void checkpoint_start(struct store *s);
+static void checkpoint_step(struct store *s);
+static void ckpt_timer_cb(uv_timer_t *t);
 
 static int64_t now_usec(void)
 {
@@ -158,9 +173,10 @@ static void writer_restore(struct store *s, const struct writer_item *items,
 		mark_dirty(s, index_slot(&s->index, &items[i].coord));
 }
 
-/* Blocking: render the file text of each item and write them durably. */
+/* Blocking: render the file text of each item and write the files
+ * (durably with sync, see vmdir_apply). */
 static int writer_run(struct vmdir *dir, int max_x, struct writer_item *items,
-		      size_t n, char *errmsg, size_t errn)
+		      size_t n, bool sync, char *errmsg, size_t errn)
 {
 	struct vmdir_op *ops = calloc(n ? n : 1, sizeof(*ops));
 	int rc = 0;
@@ -193,7 +209,7 @@ static int writer_run(struct vmdir *dir, int max_x, struct writer_item *items,
 		ops[i].text = items[i].file;
 		ops[i].len = items[i].file_len;
 	}
-	rc = vmdir_apply(dir, ops, n, errmsg, errn);
+	rc = vmdir_apply(dir, ops, n, sync, errmsg, errn);
 out:
 	free(ops);
 	return rc;
@@ -203,8 +219,11 @@ static void writer_work_cb(uv_work_t *req)
 {
 	struct writer_job *j = req->data;
 
-	j->rc = writer_run(&j->s->dir, j->s->max_x, j->items, j->n, j->errmsg,
-			   sizeof(j->errmsg));
+	if (j->items)
+		j->rc = writer_run(&j->s->dir, j->s->max_x, j->items, j->n,
+				   false, j->errmsg, sizeof(j->errmsg));
+	else
+		j->rc = vmdir_sync(&j->s->dir, j->errmsg, sizeof(j->errmsg));
 }
 
 static void writer_after_cb(uv_work_t *req, int status)
@@ -217,7 +236,18 @@ static void writer_after_cb(uv_work_t *req, int status)
 		j->rc = status;
 		snprintf(j->errmsg, sizeof(j->errmsg), "writer cancelled");
 	}
-	if (j->rc < 0) {
+	if (!j->items) {
+		/* A checkpoint's sync: on failure, try again later. */
+		if (j->rc < 0) {
+			set_error(s, "syncing decision files: %s", j->errmsg);
+			s->ckpt = false;
+			uv_timer_start(&s->ckpt_timer, ckpt_timer_cb,
+				       CHECKPOINT_IDLE_MS, 0);
+		} else {
+			s->ckpt_synced = true;
+		}
+		writer_kick(s, WRITER_DELAY_MS);
+	} else if (j->rc < 0) {
 		set_error(s, "writing decision files: %s", j->errmsg);
 		writer_restore(s, j->items, j->n);
 		s->writer_retry_ms =
@@ -227,11 +257,12 @@ static void writer_after_cb(uv_work_t *req, int status)
 		writer_kick(s, s->writer_retry_ms);
 	} else {
 		s->writer_retry_ms = 0;
+		s->writer_done_seq = j->seq;
 		writer_kick(s, WRITER_DELAY_MS);
-		wal_kick(s); /* the log may be fully materialised now */
 	}
 	writer_items_free(j->items, j->n);
 	free(j);
+	checkpoint_step(s);
 	check_idle(s);
 }
 
@@ -249,12 +280,33 @@ static void writer_start(struct store *s)
 	}
 	j->s = s;
 	j->req.data = j;
+	j->seq = ++s->writer_seq;
 	if (uv_queue_work(s->loop, &j->req, writer_work_cb, writer_after_cb) <
 	    0) {
 		writer_restore(s, j->items, j->n);
 		writer_items_free(j->items, j->n);
 		free(j);
 		writer_kick(s, 100);
+		return;
+	}
+	s->writer_busy = true;
+}
+
+/* A checkpoint's flush of the written files, on the writer's lane. */
+static void sync_start(struct store *s)
+{
+	struct writer_job *j;
+
+	if (s->writer_busy || s->closed)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* checkpoint_step tries again after the next job */
+	j->s = s;
+	j->req.data = j;
+	if (uv_queue_work(s->loop, &j->req, writer_work_cb, writer_after_cb) <
+	    0) {
+		free(j);
 		return;
 	}
 	s->writer_busy = true;
@@ -285,7 +337,7 @@ static void wal_work_cb(uv_work_t *req)
 	if (j->head)
 		j->rc = wal_append(&j->s->wal, j->iov, j->n);
 	else
-		j->rc = wal_truncate(&j->s->wal);
+		j->rc = wal_cut_head(&j->s->wal, j->s->wal_path, j->cut);
 }
 
 static void release(struct store *s, const struct coord *c)
@@ -333,15 +385,20 @@ static void wal_after_cb(uv_work_t *req, int status)
 	struct store_write *w = j->head;
 	int rc = status < 0 ? status : j->rc;
 
+	/* The job is over, so the log's end can be read here. */
+	s->wal_end = s->wal.end;
 	if (!j->head) {
-		if (rc == 0)
-			s->wal_has_records = false;
-		else
-			set_error(s, "truncating the write-ahead log: %s",
+		s->ckpt = false;
+		if (rc < 0) {
+			set_error(s, "cutting the write-ahead log: %s",
 				  strerror(-rc));
+			uv_timer_start(&s->ckpt_timer, ckpt_timer_cb,
+				       CHECKPOINT_IDLE_MS, 0);
+		}
 	} else if (rc == 0) {
-		s->wal_has_records = true;
 		s->wal_failing = false;
+		uv_timer_start(&s->ckpt_timer, ckpt_timer_cb,
+			       CHECKPOINT_IDLE_MS, 0);
 	} else {
 		s->wal_failing = true;
 		set_error(s, "write-ahead log: %s", strerror(-rc));
@@ -368,56 +425,47 @@ static void wal_after_cb(uv_work_t *req, int status)
 	s->wal_busy = false;
 	free(j->iov);
 	free(j);
+	if (s->wal_end >= CHECKPOINT_BYTES)
+		checkpoint_start(s);
+	checkpoint_step(s); /* a due cut goes before the next batch */
 	wal_kick(s);
 	writer_kick(s, WRITER_DELAY_MS);
 	check_idle(s);
 }
 
-/*
- * Start the next log job: the filling batch, else a truncation when the
- * log holds records but nothing is dirty, being written or in flight:
- * every applied write marks its coordinate dirty and only a completed
- * writer job clears that, so then every logged write is in synced files.
- */
+/* Start the next log append: the batch filled so far. */
 static void wal_kick(struct store *s)
 {
 	struct wal_job *j;
 	size_t i = 0;
 
-	if (s->wal_busy || s->closed)
-		return;
-	if (s->filling_n == 0 &&
-	    (!s->wal_has_records || s->n_dirty > 0 || s->writer_busy))
+	if (s->wal_busy || s->closed || s->filling_n == 0)
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		goto fail;
 	j->s = s;
 	j->req.data = j;
-	if (s->filling_n > 0) {
-		j->iov = calloc(s->filling_n, sizeof(*j->iov));
-		if (!j->iov)
-			goto fail;
-		for (struct store_write *w = s->filling_head; w; w = w->next) {
-			if (w->is_delete) {
-				j->iov[i].iov_base = w->tombstone;
-				j->iov[i].iov_len = strlen(w->tombstone);
-			} else {
-				j->iov[i].iov_base = w->rec->json;
-				j->iov[i].iov_len = w->rec->json_len;
-			}
-			i++;
+	j->iov = calloc(s->filling_n, sizeof(*j->iov));
+	if (!j->iov)
+		goto fail;
+	for (struct store_write *w = s->filling_head; w; w = w->next) {
+		if (w->is_delete) {
+			j->iov[i].iov_base = w->tombstone;
+			j->iov[i].iov_len = strlen(w->tombstone);
+		} else {
+			j->iov[i].iov_base = w->rec->json;
+			j->iov[i].iov_len = w->rec->json_len;
 		}
-		j->n = s->filling_n;
-		j->head = s->filling_head;
+		i++;
 	}
+	j->n = s->filling_n;
+	j->head = s->filling_head;
 	if (uv_queue_work(s->loop, &j->req, wal_work_cb, wal_after_cb) < 0)
 		goto fail;
-	if (j->head) {
-		s->in_flight = s->filling_n;
-		s->filling_head = s->filling_tail = NULL;
-		s->filling_n = 0;
-	}
+	s->in_flight = s->filling_n;
+	s->filling_head = s->filling_tail = NULL;
+	s->filling_n = 0;
 	s->wal_busy = true;
 	return;
 fail:
@@ -434,6 +482,63 @@ fail:
 		refuse(s, w, RPC_STORAGE, "cannot schedule the log write");
 	}
 	s->filling_tail = NULL;
+}
+
+/* ---- checkpoints ---- */
+
+/* Cut the checkpointed head off the log, between two batches. */
+static void cut_start(struct store *s)
+{
+	struct wal_job *j;
+
+	if (s->wal_busy || s->closed)
+		return;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return; /* tried again after the next log job */
+	j->s = s;
+	j->req.data = j;
+	j->cut = s->ckpt_head;
+	if (uv_queue_work(s->loop, &j->req, wal_work_cb, wal_after_cb) < 0) {
+		free(j);
+		return;
+	}
+	s->wal_busy = true;
+}
+
+static void checkpoint_start(struct store *s)
+{
+	if (s->ckpt || s->closed || s->wal_end == 0)
+		return;
+	s->ckpt = true;
+	s->ckpt_synced = false;
+	s->ckpt_head = s->wal_end;
+	/* Every write logged before head is in a file once a writer pass
+	 * that starts after now has finished (or, with nothing dirty, the
+	 * pass running now). */
+	s->ckpt_need_seq = s->n_dirty	    ? s->writer_seq + 1
+			   : s->writer_busy ? s->writer_seq
+					    : 0;
+	writer_kick(s, 0);
+	checkpoint_step(s);
+}
+
+/* Move a running checkpoint on: writer pass, then sync, then cut. */
+static void checkpoint_step(struct store *s)
+{
+	if (!s->ckpt || s->closed)
+		return;
+	if (s->writer_done_seq < s->ckpt_need_seq)
+		writer_kick(s, 0);
+	else if (!s->ckpt_synced)
+		sync_start(s);
+	else
+		cut_start(s);
+}
+
+static void ckpt_timer_cb(uv_timer_t *t)
+{
+	checkpoint_start(t->data);
 }
 
 /* ---- validation ---- */
@@ -574,7 +679,7 @@ static void check_idle(struct store *s)
 	store_idle_fn cb = s->idle_cb;
 
 	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
-	    s->n_dirty || s->wal_has_records)
+	    s->n_dirty || s->wal_end || s->ckpt)
 		return;
 	s->idle_cb = NULL;
 	cb(s, s->idle_arg);
@@ -586,7 +691,7 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg)
 	s->idle_arg = arg;
 	uv_timer_stop(&s->writer_timer);
 	writer_kick(s, 0);
-	wal_kick(s);
+	checkpoint_start(s);
 	check_idle(s);
 }
 
@@ -669,8 +774,15 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
+	s->wal_path = strdup(r->wal_path);
+	if (!s->wal_path) {
+		snprintf(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
 	uv_timer_init(loop, &s->writer_timer);
 	s->writer_timer.data = s;
+	uv_timer_init(loop, &s->ckpt_timer);
+	s->ckpt_timer.data = s;
 
 	/* The log first: its writes are newer than any file, and a file it
 	 * covers may be incomplete after a crash (vmdir.h), so they are
@@ -686,7 +798,8 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (s->n_dirty > 0) {
 		rc = writer_snapshot(s, &items, &n);
 		if (rc == 0)
-			rc = writer_run(&s->dir, max_x, items, n, errmsg, errn);
+			rc = writer_run(&s->dir, max_x, items, n, true, errmsg,
+					errn);
 		writer_items_free(items, n);
 		if (rc < 0)
 			return rc;
@@ -710,6 +823,9 @@ void store_close(struct store *s)
 	s->closed = true;
 	locks_done(&s->locks);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
+	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
+	free(s->wal_path);
+	s->wal_path = NULL;
 	wal_close(&s->wal);
 	vmdir_done(&s->dir);
 	index_done(&s->index);

@@ -7,8 +7,8 @@
  * log job runs at a time, so every write arriving meanwhile shares the
  * next fdatasync (group commit). Applied writes mark their coordinate
  * dirty; a background writer materialises dirty coordinates as files
- * (coalescing repeated writes), and once every logged write is in synced
- * files the log is truncated.
+ * (coalescing repeated writes, without syncing), and checkpoints sync the
+ * files and cut the log records they now hold from the log's head.
  *
  * Loop thread only; blocking work runs on the libuv thread pool with its
  * data handed over whole.
@@ -78,9 +78,10 @@ struct store {
 	struct store_write *filling_head, *filling_tail;
 	size_t filling_n;
 	bool wal_busy;
-	bool wal_has_records; /* appended since the last truncate */
-	bool wal_failing;     /* the last append failed */
-	size_t in_flight;     /* writes inside the running log job */
+	bool wal_failing; /* the last append failed */
+	char *wal_path;	  /* (owned) */
+	uint64_t wal_end; /* log bytes, as of the last finished log job */
+	size_t in_flight; /* writes inside the running log job */
 
 	/* Materialisation of dirty coordinates. */
 	uint8_t *dirty;	    /* one flag per index slot */
@@ -89,6 +90,15 @@ struct store {
 	bool writer_busy;
 	uv_timer_t writer_timer;
 	unsigned writer_retry_ms;
+	uint64_t writer_seq;	  /* writer passes started */
+	uint64_t writer_done_seq; /* the last pass that succeeded */
+
+	/* Checkpoint: files synced, then the log's head cut (store.c). */
+	uv_timer_t ckpt_timer; /* a checkpoint after writes go quiet */
+	bool ckpt;	       /* one is running */
+	bool ckpt_synced;
+	uint64_t ckpt_head;	/* log bytes it will cut */
+	uint64_t ckpt_need_seq; /* writer pass it waits for */
 
 	int64_t last_timestamp;
 	char last_error[512];

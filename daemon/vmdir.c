@@ -37,9 +37,7 @@ static atomic_ulong tmp_counter;
  * From this many files on, vmdir_apply writes them all and then flushes
  * the file system once (syncfs) instead of syncing each file and
  * directory: per-file fsyncs cannot keep up with the write-ahead log's
- * group commit. A crash before that flush may leave a renamed file
- * incomplete, which is safe because the log still holds every such write
- * and start-up replays the log onto the files before loading them.
+ * group commit.
  */
 #define VMDIR_BULK_MIN 8
 
@@ -923,10 +921,10 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 }
 
 int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
-		char *errmsg, size_t errn)
+		bool sync, char *errmsg, size_t errn)
 {
 	struct apply a = {.rootfd = -1, .vfd = -1};
-	bool bulk = n >= VMDIR_BULK_MIN;
+	bool bulk = n >= VMDIR_BULK_MIN || !sync;
 	char rel[64], xname[64], tag[48], tmp[128];
 	const char *file;
 	struct xdir *xd;
@@ -1018,7 +1016,7 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 	}
 	if (bulk) {
 		/* One flush of the file system instead of one per file. */
-		if (syncfs(a.vfd) < 0) {
+		if (sync && syncfs(a.vfd) < 0) {
 			ret = -errno;
 			seterr(errmsg, errn, "cannot sync %s: %s",
 			       VMDIR_DIRNAME, strerror(-ret));
@@ -1058,5 +1056,35 @@ out:
 		close(a.vfd);
 	if (a.rootfd >= 0)
 		close(a.rootfd);
+	return ret;
+}
+
+int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn)
+{
+	int rootfd, vfd, ret = 0;
+
+	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		ret = -errno;
+		seterr(errmsg, errn, "cannot open %s: %s", d->root,
+		       strerror(-ret));
+		return ret;
+	}
+	vfd = openat(rootfd, VMDIR_DIRNAME,
+		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (vfd < 0) {
+		ret = errno == ENOENT ? 0 : -errno;
+		if (ret < 0)
+			seterr(errmsg, errn, "cannot open %s: %s",
+			       VMDIR_DIRNAME, strerror(-ret));
+	} else {
+		if (syncfs(vfd) < 0) {
+			ret = -errno;
+			seterr(errmsg, errn, "cannot sync %s: %s",
+			       VMDIR_DIRNAME, strerror(-ret));
+		}
+		close(vfd);
+	}
+	close(rootfd);
 	return ret;
 }

@@ -14,6 +14,7 @@
 #ifndef VMEM_DAEMON_VMDIR_H
 #define VMEM_DAEMON_VMDIR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "protocol/decision.h"
@@ -71,18 +72,21 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 void vmdir_load_report_done(struct vmdir_load_report *rep);
 
 /*
- * Apply ops durably, in order: each file written to a unique temp name in
- * its directory, fsynced, renamed over the target (or the target
- * unlinked), then every touched directory fsynced. From VMDIR_BULK_MIN ops
- * on (see vmdir.c), the per-file and per-directory syncs are replaced by
- * one syncfs() at the end, so a crash may leave incomplete files that the
- * caller's own log must be able to rewrite. Creates .vector-memory,
- * its x-NNN directories and metadata.json ({"format": 1}) as needed.
- * Deleting an absent file is not an error. Returns 0 or -errno (errmsg);
- * -ELOOP when .vector-memory or an x-NNN entry is a symlink, -EINVAL for
- * a coordinate outside the domain. Ops before a failing one stay applied.
+ * Apply ops in order: each file written to a unique temp name in its
+ * directory and renamed over the target (or the target unlinked).
+ * Creates .vector-memory, its x-NNN directories and metadata.json
+ * ({"format": 1}) as needed. Deleting an absent file is not an error.
+ * With sync, everything is durable on return: each file is fsynced before
+ * its rename and every touched directory after, or, from VMDIR_BULK_MIN
+ * ops on (see vmdir.c), the file system is flushed once with syncfs().
+ * Without sync nothing is flushed (vmdir_sync does it later): a crash may
+ * then leave incomplete files, so the caller's log must still hold those
+ * writes. Returns 0 or -errno (errmsg).
  */
 int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
-		char *errmsg, size_t errn);
+		bool sync, char *errmsg, size_t errn);
+
+/* Make every earlier vmdir_apply durable (syncfs). 0 or -errno. */
+int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn);
 
 #endif

@@ -241,6 +241,18 @@ void wal_init(struct wal *w)
 	w->next_batch = 1;
 }
 
+/* A <path>.tmp left by a wal_cut_head cut short: the log itself is
+ * intact (the rename had not happened), so the copy goes. */
+static void remove_cut_leftover(const char *path)
+{
+	char *tmp;
+
+	if (asprintf(&tmp, "%s.tmp", path) < 0)
+		return;
+	unlink(tmp);
+	free(tmp);
+}
+
 int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	     struct wal_report *rep, char *errmsg, size_t errn)
 {
@@ -253,6 +265,7 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	wal_init(w);
 	if (rep)
 		memset(rep, 0, sizeof(*rep));
+	remove_cut_leftover(path);
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0 && errno == ENOENT) {
 		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -342,12 +355,29 @@ out:
 	return ret;
 }
 
+/* pwrite all of buf at off. 0 or -errno (-EIO for a zero write). */
+static int write_all_at(int fd, const void *buf, size_t len, uint64_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t r = pwrite(fd, (const char *)buf + done, len - done,
+				   (off_t)(off + done));
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
 int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
 {
 	unsigned char *buf = NULL, *p;
-	size_t total = 0, i, done = 0;
+	size_t total = 0, i;
 	uint64_t batch = w->next_batch;
-	ssize_t r;
 	int ret;
 
 	if (w->fd < 0)
@@ -373,21 +403,9 @@ int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
 		rec_header(p, batch, (uint32_t)payloads[i].iov_len);
 		p += WAL_HDR + payloads[i].iov_len;
 	}
-	while (done < total) {
-		r = pwrite(w->fd, buf + done, total - done,
-			   (off_t)(w->end + done));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = -errno;
-			goto fail;
-		}
-		if (r == 0) {
-			ret = -EIO;
-			goto fail;
-		}
-		done += (size_t)r;
-	}
+	ret = write_all_at(w->fd, buf, total, w->end);
+	if (ret < 0)
+		goto fail;
 	if (fdatasync(w->fd) < 0) {
 		ret = -errno;
 		goto fail;
@@ -400,6 +418,79 @@ fail:
 		(void)fdatasync(w->fd);
 out:
 	free(buf);
+	return ret;
+}
+
+int wal_cut_head(struct wal *w, const char *path, uint64_t head)
+{
+	unsigned char *tail = NULL;
+	size_t len, got = 0;
+	char *tmp = NULL, *dir = NULL, *slash;
+	int fd = -1, dfd = -1, ret;
+
+	if (w->fd < 0)
+		return -EBADF;
+	if (head > w->end)
+		return -EINVAL;
+	if (head == 0)
+		return 0;
+	if (head == w->end)
+		return wal_truncate(w);
+	len = (size_t)(w->end - head);
+	tail = malloc(len);
+	if (!tail || asprintf(&tmp, "%s.tmp", path) < 0 ||
+	    !(dir = strdup(path))) {
+		tmp = NULL;
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (got < len) {
+		ssize_t n = pread(w->fd, tail + got, len - got,
+				  (off_t)(head + got));
+
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			if (n < 0 && errno == EINTR)
+				continue;
+			goto out;
+		}
+		got += (size_t)n;
+	}
+	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+		  0600);
+	if (fd < 0) {
+		ret = -errno;
+		goto out;
+	}
+	ret = write_all_at(fd, tail, len, 0);
+	if (ret == 0 && fdatasync(fd) < 0)
+		ret = -errno;
+	if (ret == 0 && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret < 0) {
+		unlink(tmp);
+		goto out;
+	}
+	slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) < 0) {
+		/* The new log is in place but maybe not its name: keep it. */
+		ret = -errno;
+	}
+	close(w->fd);
+	w->fd = fd;
+	fd = -1;
+	w->end = len;
+out:
+	if (dfd >= 0)
+		close(dfd);
+	if (fd >= 0)
+		close(fd);
+	free(tail);
+	free(tmp);
+	free(dir);
 	return ret;
 }
 

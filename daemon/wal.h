@@ -56,6 +56,15 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
  */
 int wal_append(struct wal *w, const struct iovec *payloads, size_t n);
 
+/*
+ * Drop the first head bytes of the log (whole records, head <= end)
+ * durably: the records after them are copied to <path>.tmp, synced, and
+ * renamed over the log at path, then the directory is synced. Records
+ * appended later go to the new file. 0 or -errno (the old log stays in
+ * use on failure).
+ */
+int wal_cut_head(struct wal *w, const char *path, uint64_t head);
+
 /* Empty the log durably (ftruncate to 0, fdatasync). 0 or -errno. */
 int wal_truncate(struct wal *w);
 

@@ -262,6 +262,38 @@ class Replay(vt.VmemTestCase):
             self.assertEqual(self.connect().get(round_no + 1, 4, 4), rec)
 
 
+class Checkpoint(vt.VmemTestCase):
+    """The log is cut once its writes are in synced files: after a quiet
+    second, and while writes go on once it passes 16 MiB."""
+
+    def wal_size(self):
+        return os.path.getsize(os.path.join(self.repo.gitdir, "vmem", "wal"))
+
+    def test_quiet_log_emptied(self):
+        conn = self.connect(agent_id="ck")
+        recs = [conn.store(x, 3, 3, "quiet %d" % x) for x in range(1, 31)]
+        self.assertGreater(self.wal_size(), 0)
+        self.assertTrue(vt.wait_until(lambda: self.wal_size() == 0, 5.0))
+        for rec in recs:
+            self.assertFileMatches(rec, timeout=0)
+
+    def test_busy_log_cut_while_writing_then_kill9(self):
+        conn = self.connect(agent_id="ck")
+        big = "b" * (100 * 1024 - 20)
+        recs, logged = [], 0
+        for i in range(400):
+            x, z = i % 200 + 1, 2 + i // 200
+            recs.append(conn.store(x, 4, z, "%04d %s" % (i, big)))
+            logged += len(big) + 300
+        # No quiet second has passed: only the size trigger can have cut.
+        self.assertLess(self.wal_size(), logged * 0.7)
+        self.daemon.kill()
+        self.daemon.start()
+        conn = self.connect()
+        for rec in recs:
+            self.assertEqual(conn.get(*rec["coordinate"].values()), rec)
+
+
 class WriterFailure(vt.VmemTestCase):
     def test_file_write_failure_reported_then_retried(self):
         conn = self.connect(agent_id="w")

@@ -119,7 +119,7 @@ static void apply1(int x, int y, int z, const char *content)
 		t = text_of(x, y, z, content, &op.len);
 		op.text = t;
 	}
-	ck_assert_msg(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)) == 0, "%s",
+	ck_assert_msg(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)) == 0, "%s",
 		      msg);
 	free(t);
 }
@@ -229,7 +229,7 @@ START_TEST(test_apply_many_ops_and_umask)
 				   &ops[i].len);
 		ops[i].text = texts[i];
 	}
-	ck_assert_int_eq(vmdir_apply(&vd, ops, 6, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(vmdir_apply(&vd, ops, 6, true, msg, sizeof(msg)), 0);
 	umask(old);
 	ck_assert_int_eq(count_entries(path_of(".vector-memory")), 4);
 	ck_assert_int_eq(count_entries(path_of(".vector-memory/x-002")), 2);
@@ -276,12 +276,12 @@ START_TEST(test_apply_delete)
 
 	apply1(7, 3, 2, "to delete");
 	apply1(7, 3, 3, "to keep");
-	ck_assert_int_eq(vmdir_apply(&vd, ops, 2, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(vmdir_apply(&vd, ops, 2, true, msg, sizeof(msg)), 0);
 	ck_assert(!exists(path_of(".vector-memory/x-007/y-3-z-2.json")));
 	ck_assert(exists(path_of(".vector-memory/x-007/y-3-z-3.json")));
 	ck_assert(!exists(path_of(".vector-memory/x-009")));
 	/* again: absent is fine; the x directory stays even when empty */
-	ck_assert_int_eq(vmdir_apply(&vd, ops, 2, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(vmdir_apply(&vd, ops, 2, true, msg, sizeof(msg)), 0);
 	apply1(7, 3, 3, NULL);
 	ck_assert(exists(path_of(".vector-memory/x-007")));
 	ck_assert_int_eq(count_entries(path_of(".vector-memory/x-007")), 0);
@@ -293,10 +293,10 @@ START_TEST(test_apply_bad_coordinate)
 	struct vmdir_op op = {{1001, 1, 1}, "x", 1};
 	char msg[256] = "";
 
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)), -EINVAL);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -EINVAL);
 	ck_assert_str_ne(msg, "");
 	op.coord = (struct coord){1, 6, 1};
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)), -EINVAL);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -EINVAL);
 }
 END_TEST
 
@@ -655,7 +655,7 @@ START_TEST(test_quarantine_symlinked_x_dir)
 	ck_assert_int_eq(mkdir(other, 0755), 0);
 	ck_assert_int_eq(symlink(other, path_of(".vector-memory/x-009")), 0);
 	/* apply refuses to write through it */
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)), -ELOOP);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -ELOOP);
 	ck_assert_ptr_nonnull(strstr(msg, "x-009"));
 	ck_assert_int_eq(count_entries(other), 0);
 	/* load moves it away */
@@ -678,7 +678,7 @@ START_TEST(test_vmdir_symlink_refused)
 	ck_assert_ptr_nonnull(strstr(msg, "symbolic link"));
 	vmdir_load_report_done(&rep);
 	msg[0] = '\0';
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)), -ELOOP);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -ELOOP);
 	ck_assert_str_ne(msg, "");
 	ck_assert_int_eq(count_entries(other), 0);
 	ck_assert(exists(path_of(".vector-memory")));
@@ -695,7 +695,7 @@ START_TEST(test_vmdir_not_a_directory)
 	ck_assert_int_eq(vmdir_load(&vd, NULL, NULL, &rep, msg, sizeof(msg)),
 			 -ENOTDIR);
 	vmdir_load_report_done(&rep);
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)), -ENOTDIR);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -ENOTDIR);
 }
 END_TEST
 
@@ -709,7 +709,7 @@ START_TEST(test_apply_read_only_fails)
 	apply1(5, 2, 1, "good");
 	ck_assert_int_eq(chmod(path_of(".vector-memory/x-005"), 0555), 0);
 	op.coord = (struct coord){5, 2, 2};
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, msg, sizeof(msg)), -EACCES);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -EACCES);
 	ck_assert_ptr_nonnull(strstr(msg, "x-005/y-2-z-2.json"));
 	ck_assert_int_eq(chmod(path_of(".vector-memory/x-005"), 0755), 0);
 	ck_assert_int_eq(count_entries(path_of(".vector-memory/x-005")), 1);

@@ -392,6 +392,48 @@ START_TEST(test_damage_in_first_record)
 }
 END_TEST
 
+/* Cutting the head keeps the later records, and appends go on after them. */
+START_TEST(test_cut_head)
+{
+	struct wal w;
+	struct seen s = {0};
+	char tmp[4200];
+	uint64_t head;
+	FILE *f;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"a1", "a2", NULL});
+	head = w.end;
+	append(&w, (const char *const[]){"b1", NULL});
+	append(&w, (const char *const[]){"c1", "c2", NULL});
+	ck_assert_int_eq(wal_cut_head(&w, logpath, w.end + 1), -EINVAL);
+	ck_assert_int_eq(wal_cut_head(&w, logpath, head), 0);
+	append(&w, (const char *const[]){"d1", NULL});
+	wal_close(&w);
+
+	/* a leftover copy of an interrupted cut is removed at open */
+	snprintf(tmp, sizeof(tmp), "%s.tmp", logpath);
+	f = fopen(tmp, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("half a copy", f);
+	fclose(f);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
+	ck_assert_int_eq(access(tmp, F_OK), -1);
+	ck_assert_uint_eq(s.n, 4);
+	ck_assert_str_eq(s.rec[0], "b1");
+	ck_assert_str_eq(s.rec[1], "c1");
+	ck_assert_str_eq(s.rec[2], "c2");
+	ck_assert_str_eq(s.rec[3], "d1");
+	ck_assert_uint_eq(w.next_batch, 5);
+	/* cutting everything empties the log */
+	ck_assert_int_eq(wal_cut_head(&w, logpath, w.end), 0);
+	ck_assert_uint_eq(w.end, 0);
+	ck_assert_int_eq(file_size(), 0);
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
 /* A flipped byte in the last batch (several records) counts as torn. */
 START_TEST(test_last_batch_flip_is_torn)
 {
@@ -558,6 +600,7 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_middle_corruption);
 	tcase_add_test(tc, test_damage_in_batch_before_last);
 	tcase_add_test(tc, test_damage_in_first_record);
+	tcase_add_test(tc, test_cut_head);
 	tcase_add_test(tc, test_last_batch_flip_is_torn);
 	tcase_add_test(tc, test_stale_batch_is_torn);
 	tcase_add_test(tc, test_next_batch_continues);

@@ -175,8 +175,8 @@ static void writer_restore(struct store *s, const struct writer_item *items,
 
 /* Blocking: render the file text of each item and write the files
  * (durably with sync, see vmdir_apply). */
-static int writer_run(struct vmdir *dir, int max_x, struct writer_item *items,
-		      size_t n, bool sync, char *errmsg, size_t errn)
+static int writer_run(struct vmdir *dir, struct writer_item *items, size_t n,
+		      bool sync, char *errmsg, size_t errn)
 {
 	struct vmdir_op *ops = calloc(n ? n : 1, sizeof(*ops));
 	int rc = 0;
@@ -189,18 +189,8 @@ static int writer_run(struct vmdir *dir, int max_x, struct writer_item *items,
 		ops[i].coord = items[i].coord;
 		if (!items[i].json)
 			continue;
-		struct decision d;
-		char msg[VMEM_ERRMSG_LEN];
-
-		if (decision_parse(items[i].json, items[i].json_len, max_x, &d,
-				   msg) != 0) {
-			snprintf(errmsg, errn, "internal record invalid: %s",
-				 msg);
-			rc = -EINVAL;
-			goto out;
-		}
-		items[i].file = decision_dump_file(&d, &items[i].file_len);
-		decision_done(&d);
+		items[i].file = decision_file_from_compact(
+			items[i].json, items[i].json_len, &items[i].file_len);
 		if (!items[i].file) {
 			snprintf(errmsg, errn, "out of memory");
 			rc = -ENOMEM;
@@ -220,8 +210,8 @@ static void writer_work_cb(uv_work_t *req)
 	struct writer_job *j = req->data;
 
 	if (j->items)
-		j->rc = writer_run(&j->s->dir, j->s->max_x, j->items, j->n,
-				   false, j->errmsg, sizeof(j->errmsg));
+		j->rc = writer_run(&j->s->dir, j->items, j->n, false, j->errmsg,
+				   sizeof(j->errmsg));
 	else
 		j->rc = vmdir_sync(&j->s->dir, j->errmsg, sizeof(j->errmsg));
 }
@@ -798,8 +788,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (s->n_dirty > 0) {
 		rc = writer_snapshot(s, &items, &n);
 		if (rc == 0)
-			rc = writer_run(&s->dir, max_x, items, n, true, errmsg,
-					errn);
+			rc = writer_run(&s->dir, items, n, true, errmsg, errn);
 		writer_items_free(items, n);
 		if (rc < 0)
 			return rc;

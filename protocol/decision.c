@@ -702,6 +702,71 @@ char *decision_dump_compact(const struct decision *d, size_t *len)
 	return o.s;
 }
 
+static void out_indent(struct out *o, int depth)
+{
+	static const char spaces[] = "                ";
+
+	out_put(o, "\n", 1);
+	for (int i = 0; i < depth; i++)
+		out_put(o, spaces, 2);
+}
+
+char *decision_file_from_compact(const char *json, size_t len, size_t *out_len)
+{
+	struct out o = {0};
+	bool in_string = false;
+	int depth = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = json[i];
+
+		if (in_string) {
+			out_put(&o, &c, 1);
+			if (c == '\\' && i + 1 < len)
+				out_put(&o, &json[++i], 1);
+			else if (c == '"')
+				in_string = false;
+			continue;
+		}
+		switch (c) {
+		case '"':
+			in_string = true;
+			out_put(&o, &c, 1);
+			break;
+		case '{':
+			if (i + 1 < len && json[i + 1] == '}') {
+				out_put(&o, "{}", 2);
+				i++;
+				break;
+			}
+			out_put(&o, "{", 1);
+			out_indent(&o, ++depth);
+			break;
+		case '}':
+			out_indent(&o, --depth);
+			out_put(&o, "}", 1);
+			break;
+		case ',':
+			out_put(&o, ",", 1);
+			out_indent(&o, depth);
+			break;
+		case ':':
+			out_put(&o, ": ", 2);
+			break;
+		default:
+			out_put(&o, &c, 1);
+		}
+	}
+	out_put(&o, "\n", 1);
+	if (o.failed || depth != 0 || in_string) {
+		free(o.s);
+		return NULL;
+	}
+	if (out_len)
+		*out_len = o.len;
+	return o.s;
+}
+
 char *decision_dump_file(const struct decision *d, size_t *len)
 {
 	return dump(d, JSON_INDENT(2), "\n", len);

@@ -115,6 +115,14 @@ char *decision_dump_compact(const struct decision *d, size_t *len);
 char *decision_dump_file(const struct decision *d, size_t *len);
 
 /*
+ * The file form of a record given in the compact form that
+ * decision_dump_compact wrote, by re-indenting its text (no parsing):
+ * the same bytes as decision_dump_file. malloc'd, caller frees; NULL on
+ * allocation failure or text that is not such a record.
+ */
+char *decision_file_from_compact(const char *json, size_t len, size_t *out_len);
+
+/*
  * Parse and validate a record from text (a file or a log payload).
  * Returns 0 or an RPC code with msg; *out owned by the caller.
  */

@@ -582,7 +582,8 @@ START_TEST(test_parse_rejects)
 }
 END_TEST
 
-/* The hand-written compact writer gives exactly jansson's bytes. */
+/* The hand-written compact writer gives exactly jansson's bytes, and
+ * re-indenting it gives exactly the file form. */
 START_TEST(test_compact_matches_jansson)
 {
 	static const char *const contents[] = {
@@ -599,22 +600,33 @@ START_TEST(test_compact_matches_jansson)
 	for (size_t i = 0; i < sizeof(contents) / sizeof(contents[0]); i++) {
 		struct decision d = {.coord = {7, 3, 2}, .version = 42};
 		json_t *obj;
-		char *mine, *theirs;
-		size_t len;
+		char *mine, *theirs, *file;
+		size_t len, flen;
 
 		d.content = strdup(contents[i]);
 		d.content_len = strlen(contents[i]);
 		snprintf(buf, sizeof(buf), "agent \"%zu\"\t", i);
 		d.agent_id = strdup(buf);
 		timestamp_format(1736177400123456LL, d.timestamp);
-		d.issue_context = i % 2 ? json_pack("{s:s,s:s}", "issue_id",
-						    contents[i], "k\"\n", "v")
-					: NULL;
+		if (i % 3 == 1)
+			d.issue_context =
+				json_pack("{s:s,s:s}", "issue_id", contents[i],
+					  "k\"\n", "v{,:}");
+		else if (i % 3 == 2)
+			d.issue_context = json_object();
 		obj = decision_to_json(&d);
 		theirs = json_dumps(obj, JSON_COMPACT);
 		mine = decision_dump_compact(&d, &len);
 		ck_assert_str_eq(mine, theirs);
 		ck_assert_uint_eq(len, strlen(theirs));
+		free(theirs);
+		/* and its re-indented file form is decision_dump_file's */
+		theirs = decision_dump_file(&d, NULL);
+		file = decision_file_from_compact(mine, len, &flen);
+		ck_assert_ptr_nonnull(file);
+		ck_assert_str_eq(file, theirs);
+		ck_assert_uint_eq(flen, strlen(theirs));
+		free(file);
 		free(mine);
 		free(theirs);
 		json_decref(obj);

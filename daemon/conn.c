@@ -244,21 +244,25 @@ static void conn_update(struct conn *c)
 		conn_close(c);
 }
 
-static void send_line_too_long(struct conn *c)
+void conn_send_error(struct conn *c, int code, const char *msg)
 {
-	char msg[96];
+	json_t *err = rpc_error_new(NULL, code, msg, NULL);
 	size_t len;
-	char *line;
-	json_t *err;
+	char *line = err ? rpc_dump_line(err, &len) : NULL;
 
-	snprintf(msg, sizeof(msg), "line exceeds the limit of %zu bytes",
-		 c->srv->d->limits.max_line);
-	err = rpc_error_new(NULL, RPC_INVALID_REQUEST, msg, NULL);
-	line = err ? rpc_dump_line(err, &len) : NULL;
 	if (line)
 		conn_send(c, line, len);
 	free(line);
 	json_decref(err);
+}
+
+static void send_line_too_long(struct conn *c)
+{
+	char msg[96];
+
+	snprintf(msg, sizeof(msg), "line exceeds the limit of %zu bytes",
+		 c->srv->d->limits.max_line);
+	conn_send_error(c, RPC_INVALID_REQUEST, msg);
 	c->close_when_flushed = true;
 }
 
@@ -328,15 +332,7 @@ static bool peer_allowed(struct conn *c)
 
 static void refuse_too_many(struct conn *c)
 {
-	json_t *err = rpc_error_new(NULL, RPC_UNAVAILABLE,
-				    "too many connections", NULL);
-	size_t len;
-	char *line = err ? rpc_dump_line(err, &len) : NULL;
-
-	if (line)
-		conn_send(c, line, len);
-	free(line);
-	json_decref(err);
+	conn_send_error(c, RPC_UNAVAILABLE, "too many connections");
 	c->close_when_flushed = true;
 	log_warn("refused a connection: limit of %zu reached",
 		 c->srv->d->limits.max_connections);

@@ -52,6 +52,10 @@ void conn_accept(struct server *srv);
 /* Queue a response line (copied). Dropped when the connection is closing. */
 void conn_send(struct conn *c, const char *line, size_t len);
 
+/* Queue a JSON-RPC error response with a null id (a line that could not
+ * be parsed as a request, or a refusal). */
+void conn_send_error(struct conn *c, int code, const char *msg);
+
 /* A request that waited has answered: continue with buffered input. */
 void conn_resume(struct conn *c);
 

@@ -170,18 +170,6 @@ void call_complete(struct call *call)
 	conn_unref(c);
 }
 
-static void reply_line_error(struct conn *c, int code, const char *msg)
-{
-	json_t *err = rpc_error_new(NULL, code, msg, NULL);
-	size_t len;
-	char *line = err ? rpc_dump_line(err, &len) : NULL;
-
-	if (line)
-		conn_send(c, line, len);
-	free(line);
-	json_decref(err);
-}
-
 void dispatch_line(struct conn *c, const char *line, size_t len)
 {
 	const struct limits *lim = &c->srv->d->limits;
@@ -192,7 +180,7 @@ void dispatch_line(struct conn *c, const char *line, size_t len)
 
 	rc = rpc_parse(line, len, lim->max_depth, &doc, &msg);
 	if (rc != 0) {
-		reply_line_error(c, rc, msg);
+		conn_send_error(c, rc, msg);
 		return;
 	}
 	if (json_is_array(doc) && json_array_size(doc) > lim->max_batch) {
@@ -201,13 +189,13 @@ void dispatch_line(struct conn *c, const char *line, size_t len)
 		snprintf(text, sizeof(text),
 			 "batch of %zu requests exceeds the limit of %zu",
 			 json_array_size(doc), lim->max_batch);
-		reply_line_error(c, RPC_INVALID_REQUEST, text);
+		conn_send_error(c, RPC_INVALID_REQUEST, text);
 		json_decref(doc);
 		return;
 	}
 	j = calloc(1, sizeof(*j));
 	if (!j) {
-		reply_line_error(c, RPC_INTERNAL_ERROR, "out of memory");
+		conn_send_error(c, RPC_INTERNAL_ERROR, "out of memory");
 		json_decref(doc);
 		return;
 	}

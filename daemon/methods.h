@@ -1,7 +1,8 @@
 /*
  * The method table: name -> handler. Handlers validate their params by
- * name (unknown members are a ValueError), do their work through the
- * store, and answer through the call (dispatch.h).
+ * name (params.h), do their work through the store and the query modules,
+ * and answer through the call (dispatch.h). They return CALL_DONE, or
+ * CALL_ASYNC when they will answer later.
  */
 #ifndef VMEM_DAEMON_METHODS_H
 #define VMEM_DAEMON_METHODS_H
@@ -10,10 +11,26 @@ struct call;
 
 struct method {
 	const char *name;
-	int (*handler)(struct call *call); /* CALL_DONE or CALL_ASYNC */
+	int (*handler)(struct call *call);
 };
 
 /* The method called name, or NULL. */
 const struct method *method_find(const char *name);
+
+/* methods_server.c */
+int server_hello(struct call *call);
+int server_health(struct call *call);
+int server_shutdown(struct call *call);
+
+/* methods_decision.c */
+int decision_get(struct call *call);
+int decision_exists(struct call *call);
+int decision_store(struct call *call);
+int decision_delete(struct call *call);
+
+/* methods_query.c */
+int decision_query_range(struct call *call);
+int decision_query_partial_order(struct call *call);
+int decision_search(struct call *call);
 
 #endif

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "errmsg.h"
+
 #define FILE_MAX       (1024 * 1024)
 #define TMP_PREFIX     ".tmp-"
 #define METADATA       "metadata.json"
@@ -52,18 +54,6 @@ struct load {
 	char *errmsg;
 	size_t errn;
 };
-
-__attribute__((format(printf, 3, 4))) static void
-seterr(char *errmsg, size_t errn, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!errmsg || !errn)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, errn, fmt, ap);
-	va_end(ap);
-}
 
 static bool has_prefix(const char *s, const char *p)
 {
@@ -358,9 +348,9 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 				ret = -errno;
 		}
 		if (ret < 0) {
-			seterr(l->errmsg, l->errn,
-			       "cannot create quarantine directory %s: %s",
-			       l->d->quarantine, strerror(-ret));
+			errmsg_set(l->errmsg, l->errn,
+				   "cannot create quarantine directory %s: %s",
+				   l->d->quarantine, strerror(-ret));
 			return ret;
 		}
 	}
@@ -398,21 +388,21 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 		} else {
 			ret = -errno;
 		}
-		seterr(l->errmsg, l->errn, "cannot quarantine %s (%s): %s",
-		       path, reason, strerror(-ret));
+		errmsg_set(l->errmsg, l->errn, "cannot quarantine %s (%s): %s",
+			   path, reason, strerror(-ret));
 		return ret;
 	}
 	if (fsync(l->qfd) < 0 || fsync(sdfd) < 0) {
 		ret = -errno;
-		seterr(l->errmsg, l->errn,
-		       "cannot sync after quarantining %s: %s", path,
-		       strerror(-ret));
+		errmsg_set(l->errmsg, l->errn,
+			   "cannot sync after quarantining %s: %s", path,
+			   strerror(-ret));
 		return ret;
 	}
 	snprintf(moved, sizeof(moved), "%s/%s", l->d->quarantine, qname);
 	ret = report_add(l->rep, path, moved, reason);
 	if (ret < 0)
-		seterr(l->errmsg, l->errn, "out of memory");
+		errmsg_set(l->errmsg, l->errn, "out of memory");
 	return ret;
 }
 
@@ -425,8 +415,8 @@ static int remove_temp(struct load *l, int dfd, const char *name,
 		if (errno == EISDIR || errno == EPERM)
 			return quarantine(l, dfd, name, rel,
 					  "temporary name on a directory");
-		seterr(l->errmsg, l->errn, "cannot remove %s/%s: %s",
-		       VMDIR_DIRNAME, rel, strerror(errno));
+		errmsg_set(l->errmsg, l->errn, "cannot remove %s/%s: %s",
+			   VMDIR_DIRNAME, rel, strerror(errno));
 		return -errno;
 	}
 	l->rep->temp_removed++;
@@ -462,14 +452,14 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		if (errno == ENOENT)
 			return 0; /* gone meanwhile */
 		ret = -errno;
-		seterr(l->errmsg, l->errn, "cannot open %s/%s: %s",
-		       VMDIR_DIRNAME, rel, strerror(-ret));
+		errmsg_set(l->errmsg, l->errn, "cannot open %s/%s: %s",
+			   VMDIR_DIRNAME, rel, strerror(-ret));
 		return ret;
 	}
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
-		seterr(l->errmsg, l->errn, "cannot stat %s/%s: %s",
-		       VMDIR_DIRNAME, rel, strerror(-ret));
+		errmsg_set(l->errmsg, l->errn, "cannot stat %s/%s: %s",
+			   VMDIR_DIRNAME, rel, strerror(-ret));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
@@ -488,8 +478,8 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		goto bad;
 	}
 	if (ret < 0) {
-		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
-		       VMDIR_DIRNAME, rel, strerror(-ret));
+		errmsg_set(l->errmsg, l->errn, "cannot read %s/%s: %s",
+			   VMDIR_DIRNAME, rel, strerror(-ret));
 		goto out;
 	}
 	close(fd);
@@ -520,8 +510,8 @@ static int load_file(struct load *l, int xfd, const char *xname,
 	}
 	if (ret < 0) {
 		decision_done(&dec);
-		seterr(l->errmsg, l->errn, "loading %s/%s stopped (%d)",
-		       VMDIR_DIRNAME, rel, ret);
+		errmsg_set(l->errmsg, l->errn, "loading %s/%s stopped (%d)",
+			   VMDIR_DIRNAME, rel, ret);
 		goto out;
 	}
 	l->rep->loaded++;
@@ -575,8 +565,8 @@ static int load_xdir(struct load *l, int xfd, const char *xname)
 	n = list_sorted(xfd, &list);
 	if (n < 0) {
 		ret = n;
-		seterr(l->errmsg, l->errn, "cannot read %s/%s: %s",
-		       VMDIR_DIRNAME, xname, strerror(-ret));
+		errmsg_set(l->errmsg, l->errn, "cannot read %s/%s: %s",
+			   VMDIR_DIRNAME, xname, strerror(-ret));
 		close(xfd);
 		return ret;
 	}
@@ -588,8 +578,8 @@ static int load_xdir(struct load *l, int xfd, const char *xname)
 			continue;
 		if (type < 0) {
 			ret = type;
-			seterr(l->errmsg, l->errn, "cannot stat %s/%s: %s",
-			       VMDIR_DIRNAME, rel, strerror(-ret));
+			errmsg_set(l->errmsg, l->errn, "cannot stat %s/%s: %s",
+				   VMDIR_DIRNAME, rel, strerror(-ret));
 			goto out;
 		}
 		if (has_prefix(de->d_name, TMP_PREFIX))
@@ -607,8 +597,8 @@ static int load_xdir(struct load *l, int xfd, const char *xname)
 	}
 	if (dirty && fsync(xfd) < 0) {
 		ret = -errno;
-		seterr(l->errmsg, l->errn, "cannot sync %s/%s: %s",
-		       VMDIR_DIRNAME, xname, strerror(-ret));
+		errmsg_set(l->errmsg, l->errn, "cannot sync %s/%s: %s",
+			   VMDIR_DIRNAME, xname, strerror(-ret));
 		goto out;
 	}
 	ret = 0;
@@ -629,8 +619,8 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 	if (type == -ENOENT)
 		return 0;
 	if (type < 0) {
-		seterr(l->errmsg, l->errn, "cannot stat %s/%s: %s",
-		       VMDIR_DIRNAME, name, strerror(-type));
+		errmsg_set(l->errmsg, l->errn, "cannot stat %s/%s: %s",
+			   VMDIR_DIRNAME, name, strerror(-type));
 		return type;
 	}
 	if (!strcmp(name, METADATA)) {
@@ -649,10 +639,10 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 		/* Valid decisions of a larger configured space are refused,
 		 * never quarantined: a smaller max_x must not move data. */
 		if (xdir_parse(name, INT_MAX, &x) == 0) {
-			seterr(l->errmsg, l->errn,
-			       "%s/%s holds decisions of issue %d, beyond "
-			       "max_x %d: start with max_x %d or more",
-			       VMDIR_DIRNAME, name, x, l->d->max_x, x);
+			errmsg_set(l->errmsg, l->errn,
+				   "%s/%s holds decisions of issue %d, beyond "
+				   "max_x %d: start with max_x %d or more",
+				   VMDIR_DIRNAME, name, x, l->d->max_x, x);
 			return -ERANGE;
 		}
 		return quarantine(l, vfd, name, name,
@@ -666,8 +656,8 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 		if (errno == ELOOP || errno == ENOTDIR)
 			return quarantine(l, vfd, name, name,
 					  "not a directory");
-		seterr(l->errmsg, l->errn, "cannot open %s/%s: %s",
-		       VMDIR_DIRNAME, name, strerror(errno));
+		errmsg_set(l->errmsg, l->errn, "cannot open %s/%s: %s",
+			   VMDIR_DIRNAME, name, strerror(errno));
 		return -errno;
 	}
 	return load_xdir(l, xfd, name);
@@ -691,12 +681,13 @@ static int open_vmdir(int rootfd, char *errmsg, size_t errn)
 			err = ELOOP;
 		else
 			err = ENOTDIR;
-		seterr(errmsg, errn, "%s is %s; refusing to use it",
-		       VMDIR_DIRNAME,
-		       err == ELOOP ? "a symbolic link" : "not a directory");
+		errmsg_set(errmsg, errn, "%s is %s; refusing to use it",
+			   VMDIR_DIRNAME,
+			   err == ELOOP ? "a symbolic link"
+					: "not a directory");
 	} else if (err != ENOENT) {
-		seterr(errmsg, errn, "cannot open %s: %s", VMDIR_DIRNAME,
-		       strerror(err));
+		errmsg_set(errmsg, errn, "cannot open %s: %s", VMDIR_DIRNAME,
+			   strerror(err));
 	}
 	return -err;
 }
@@ -757,8 +748,8 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot open %s: %s", d->root,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot open %s: %s", d->root,
+			   strerror(-ret));
 		goto out;
 	}
 	vfd = open_vmdir(rootfd, errmsg, errn);
@@ -773,15 +764,15 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	l.buf = malloc(FILE_MAX + 1);
 	if (!l.buf) {
 		ret = -ENOMEM;
-		seterr(errmsg, errn, "out of memory");
+		errmsg_set(errmsg, errn, "out of memory");
 		goto out;
 	}
 	n = list_sorted(vfd, &list);
 	if (n < 0) {
 		ret = n;
 		n = 0;
-		seterr(errmsg, errn, "cannot read %s: %s", VMDIR_DIRNAME,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot read %s: %s", VMDIR_DIRNAME,
+			   strerror(-ret));
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
@@ -791,8 +782,8 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	}
 	if (dirty && fsync(vfd) < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot sync %s: %s", VMDIR_DIRNAME,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot sync %s: %s", VMDIR_DIRNAME,
+			   strerror(-ret));
 		goto out;
 	}
 	ret = 0;
@@ -936,15 +927,15 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 	a.rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (a.rootfd < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot open %s: %s", d->root,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot open %s: %s", d->root,
+			   strerror(-ret));
 		goto out;
 	}
 	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, &made);
 	if (ret < 0) {
-		seterr(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
-		       strerror(-ret),
-		       ret == -ELOOP ? " (symbolic link refused)" : "");
+		errmsg_set(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
+			   strerror(-ret),
+			   ret == -ELOOP ? " (symbolic link refused)" : "");
 		goto out;
 	}
 	a.vfd = ret;
@@ -952,16 +943,16 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 	if (fstatat(a.vfd, METADATA, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		if (errno != ENOENT) {
 			ret = -errno;
-			seterr(errmsg, errn, "cannot stat %s/%s: %s",
-			       VMDIR_DIRNAME, METADATA, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot stat %s/%s: %s",
+				   VMDIR_DIRNAME, METADATA, strerror(-ret));
 			goto out;
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
 				    strlen(METADATA_TEXT), !bulk, tmp,
 				    sizeof(tmp));
 		if (ret < 0) {
-			seterr(errmsg, errn, "cannot write %s/%s: %s",
-			       VMDIR_DIRNAME, METADATA, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
+				   VMDIR_DIRNAME, METADATA, strerror(-ret));
 			goto out;
 		}
 		a.v_dirty = true;
@@ -970,14 +961,15 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
 		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
 			ret = -EINVAL;
-			seterr(errmsg, errn, "bad coordinate (%d, %d, %d)",
-			       ops[i].coord.x, ops[i].coord.y, ops[i].coord.z);
+			errmsg_set(errmsg, errn, "bad coordinate (%d, %d, %d)",
+				   ops[i].coord.x, ops[i].coord.y,
+				   ops[i].coord.z);
 			goto out;
 		}
 		file = strchr(rel, '/');
 		if (!file) {
 			ret = -EINVAL;
-			seterr(errmsg, errn, "bad decision path %s", rel);
+			errmsg_set(errmsg, errn, "bad decision path %s", rel);
 			goto out;
 		}
 		snprintf(xname, sizeof(xname), "%.*s", (int)(file - rel), rel);
@@ -985,9 +977,10 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		xd = xdir_get(&a, ops[i].coord.x, xname, ops[i].text != NULL,
 			      &ret);
 		if (!xd) {
-			seterr(errmsg, errn, "cannot open %s/%s: %s%s",
-			       VMDIR_DIRNAME, xname, strerror(-ret),
-			       ret == -ELOOP ? " (symbolic link refused)" : "");
+			errmsg_set(errmsg, errn, "cannot open %s/%s: %s%s",
+				   VMDIR_DIRNAME, xname, strerror(-ret),
+				   ret == -ELOOP ? " (symbolic link refused)"
+						 : "");
 			goto out;
 		}
 		if (!ops[i].text) {
@@ -997,8 +990,9 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 				if (errno == ENOENT)
 					continue;
 				ret = -errno;
-				seterr(errmsg, errn, "cannot remove %s/%s: %s",
-				       VMDIR_DIRNAME, rel, strerror(-ret));
+				errmsg_set(errmsg, errn,
+					   "cannot remove %s/%s: %s",
+					   VMDIR_DIRNAME, rel, strerror(-ret));
 				goto out;
 			}
 			xd->dirty = true;
@@ -1008,8 +1002,8 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
 				    !bulk, tmp, sizeof(tmp));
 		if (ret < 0) {
-			seterr(errmsg, errn, "cannot write %s/%s: %s",
-			       VMDIR_DIRNAME, rel, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
+				   VMDIR_DIRNAME, rel, strerror(-ret));
 			goto out;
 		}
 		xd->dirty = true;
@@ -1018,8 +1012,8 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		/* One flush of the file system instead of one per file. */
 		if (sync && syncfs(a.vfd) < 0) {
 			ret = -errno;
-			seterr(errmsg, errn, "cannot sync %s: %s",
-			       VMDIR_DIRNAME, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot sync %s: %s",
+				   VMDIR_DIRNAME, strerror(-ret));
 			goto out;
 		}
 		ret = 0;
@@ -1029,21 +1023,21 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 	for (i = 0; i < a.nx; i++) {
 		if (a.xs[i].dirty && fsync(a.xs[i].fd) < 0) {
 			ret = -errno;
-			seterr(errmsg, errn, "cannot sync %s/x-%03d: %s",
-			       VMDIR_DIRNAME, a.xs[i].x, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot sync %s/x-%03d: %s",
+				   VMDIR_DIRNAME, a.xs[i].x, strerror(-ret));
 			goto out;
 		}
 	}
 	if (a.v_dirty && fsync(a.vfd) < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot sync %s: %s", VMDIR_DIRNAME,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot sync %s: %s", VMDIR_DIRNAME,
+			   strerror(-ret));
 		goto out;
 	}
 	if (a.root_dirty && fsync(a.rootfd) < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot sync %s: %s", d->root,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot sync %s: %s", d->root,
+			   strerror(-ret));
 		goto out;
 	}
 	ret = 0;
@@ -1066,8 +1060,8 @@ int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn)
 	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot open %s: %s", d->root,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot open %s: %s", d->root,
+			   strerror(-ret));
 		return ret;
 	}
 	vfd = openat(rootfd, VMDIR_DIRNAME,
@@ -1075,13 +1069,13 @@ int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn)
 	if (vfd < 0) {
 		ret = errno == ENOENT ? 0 : -errno;
 		if (ret < 0)
-			seterr(errmsg, errn, "cannot open %s: %s",
-			       VMDIR_DIRNAME, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot open %s: %s",
+				   VMDIR_DIRNAME, strerror(-ret));
 	} else {
 		if (syncfs(vfd) < 0) {
 			ret = -errno;
-			seterr(errmsg, errn, "cannot sync %s: %s",
-			       VMDIR_DIRNAME, strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot sync %s: %s",
+				   VMDIR_DIRNAME, strerror(-ret));
 		}
 		close(vfd);
 	}

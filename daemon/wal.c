@@ -20,6 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "errmsg.h"
+
 #define WAL_MAGIC	0x4c574d56u /* "VMWL" */
 #define WAL_HDR		20u
 #define WAL_MAX_PAYLOAD (64u * 1024 * 1024)
@@ -78,18 +80,6 @@ static uint64_t get64(const unsigned char *p)
 	for (int i = 7; i >= 0; i--)
 		v = (v << 8) | p[i];
 	return v;
-}
-
-__attribute__((format(printf, 3, 4))) static void
-seterr(char *errmsg, size_t errn, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!errmsg || !errn)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(errmsg, errn, fmt, ap);
-	va_end(ap);
 }
 
 /* Fill the header of a record whose payload is already at p + WAL_HDR. */
@@ -275,8 +265,8 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	}
 	if (fd < 0) {
 		ret = -errno;
-		seterr(errmsg, errn, "cannot open %s: %s", path,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot open %s: %s", path,
+			   strerror(-ret));
 		goto out;
 	}
 	if (fd == 0) {
@@ -286,23 +276,24 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		fd = ret;
 		if (fd < 0) {
 			ret = -errno;
-			seterr(errmsg, errn, "cannot dup %s: %s", path,
-			       strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot dup %s: %s", path,
+				   strerror(-ret));
 			goto out;
 		}
 	}
 	if (created) {
 		ret = sync_parent(path);
 		if (ret < 0) {
-			seterr(errmsg, errn, "cannot sync directory of %s: %s",
-			       path, strerror(-ret));
+			errmsg_set(errmsg, errn,
+				   "cannot sync directory of %s: %s", path,
+				   strerror(-ret));
 			goto out;
 		}
 	}
 	ret = read_all(fd, &buf, &size);
 	if (ret < 0) {
-		seterr(errmsg, errn, "cannot read %s: %s", path,
-		       strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot read %s: %s", path,
+			   strerror(-ret));
 		goto out;
 	}
 	while (off < size) {
@@ -313,9 +304,10 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 			ret = cb(ctx, (const char *)buf + off + WAL_HDR,
 				 rl - WAL_HDR);
 			if (ret < 0) {
-				seterr(errmsg, errn,
-				       "%s: replay stopped at offset %zu (%d)",
-				       path, off, ret);
+				errmsg_set(
+					errmsg, errn,
+					"%s: replay stopped at offset %zu (%d)",
+					path, off, ret);
 				goto out;
 			}
 		}
@@ -328,16 +320,18 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	if (off < size) {
 		if (later_batch_follows(buf, size, off, have_last, last)) {
 			ret = -EBADMSG;
-			seterr(errmsg, errn,
-			       "%s: corrupt record at offset %zu followed by "
-			       "a later complete batch",
-			       path, off);
+			errmsg_set(
+				errmsg, errn,
+				"%s: corrupt record at offset %zu followed by "
+				"a later complete batch",
+				path, off);
 			goto out;
 		}
 		if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0) {
 			ret = -errno;
-			seterr(errmsg, errn, "cannot cut torn tail of %s: %s",
-			       path, strerror(-ret));
+			errmsg_set(errmsg, errn,
+				   "cannot cut torn tail of %s: %s", path,
+				   strerror(-ret));
 			goto out;
 		}
 		if (rep)

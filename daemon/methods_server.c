@@ -1,0 +1,122 @@
+/* server.* methods: hello, health, shutdown. */
+#include "methods.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "dispatch.h"
+#include "params.h"
+#include "protocol/decision.h"
+#include "protocol/errors.h"
+
+static json_t *limits_json(const struct limits *l)
+{
+	return json_pack("{s:I,s:I,s:I,s:i,s:i}", "max_line",
+			 (json_int_t)l->max_line, "max_batch",
+			 (json_int_t)l->max_batch, "max_connections",
+			 (json_int_t)l->max_connections, "max_x", l->max_x,
+			 "content_max", VMEM_CONTENT_MAX);
+}
+
+int server_hello(struct call *call)
+{
+	static const char *const allowed[] = {"agent_id", "client", "protocol",
+					      NULL};
+	json_t *agent = json_object_get(call->params, "agent_id");
+	json_t *client = json_object_get(call->params, "client");
+	int64_t protocol = 1;
+	const char *agent_id = NULL;
+	struct conn *c = call->conn;
+
+	if (!param_only(call, allowed) ||
+	    !param_int(call, "protocol", INT64_MIN, INT64_MAX, &protocol))
+		return CALL_DONE;
+	if (protocol != 1) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "unsupported protocol version %lld (this daemon "
+			   "speaks 1)",
+			   (long long)protocol);
+		return CALL_DONE;
+	}
+	if (client && !json_is_string(client) && !json_is_object(client)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "client must be a string or an object");
+		return CALL_DONE;
+	}
+	if (agent && !param_agent(call, &agent_id))
+		return CALL_DONE;
+	if (agent_id) {
+		char *copy = strdup(agent_id);
+
+		if (!copy) {
+			call_error(call, RPC_INTERNAL_ERROR, NULL,
+				   "out of memory");
+			return CALL_DONE;
+		}
+		free(c->agent_id);
+		c->agent_id = copy;
+	}
+	call_reply(
+		call,
+		json_pack("{s:s,s:s,s:i,s:s,s:o,s:o}", "server", "vmemd",
+			  "version", VMEMD_VERSION, "protocol", 1, "repo",
+			  call->d->repo.root, "agent_id",
+			  c->agent_id ? json_string(c->agent_id) : json_null(),
+			  "limits", limits_json(&call->d->limits)));
+	return CALL_DONE;
+}
+
+static json_t *quarantined_json(const struct vmdir_load_report *rep)
+{
+	json_t *list = json_array();
+
+	for (size_t i = 0; list && i < rep->n_quarantined; i++) {
+		const struct vmdir_quarantined *q = &rep->quarantined[i];
+
+		json_array_append_new(list, json_pack("{s:s,s:s,s:s}", "path",
+						      q->path, "moved_to",
+						      q->moved_to, "reason",
+						      q->reason));
+	}
+	return list;
+}
+
+int server_health(struct call *call)
+{
+	static const char *const allowed[] = {NULL};
+	struct daemon *d = call->d;
+	const char *last_error = d->store.last_error;
+	bool degraded = d->loaded.n_quarantined > 0 || store_failing(&d->store);
+
+	if (!param_only(call, allowed))
+		return CALL_DONE;
+	call_reply(
+		call,
+		json_pack("{s:s,s:s,s:s,s:I,s:I,s:n,s:n,s:o,s:o,s:I}", "status",
+			  d->stopping ? "stopping"
+				      : (degraded ? "degraded" : "ok"),
+			  "version", VMEMD_VERSION, "repo", d->repo.root,
+			  "decisions", (json_int_t)d->store.index.count,
+			  "pending", (json_int_t)store_pending(&d->store),
+			  "last_commit", "commit_deferred", "quarantined",
+			  quarantined_json(&d->loaded), "last_error",
+			  last_error[0] ? json_string(last_error) : json_null(),
+			  "uptime_s",
+			  (json_int_t)((uv_now(d->loop) - d->started_ms) /
+				       1000)));
+	return CALL_DONE;
+}
+
+int server_shutdown(struct call *call)
+{
+	static const char *const allowed[] = {NULL};
+
+	if (!param_only(call, allowed))
+		return CALL_DONE;
+	call_reply(call, json_true());
+	daemon_stop(call->d);
+	return CALL_DONE;
+}

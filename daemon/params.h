@@ -1,0 +1,46 @@
+/*
+ * Param checks for method handlers. Each returns true when the member is
+ * acceptable (absent optional members leave *out untouched unless said
+ * otherwise), and otherwise answers the call with an error and returns
+ * false.
+ */
+#ifndef VMEM_DAEMON_PARAMS_H
+#define VMEM_DAEMON_PARAMS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dispatch.h"
+#include "protocol/decision.h"
+#include "query.h"
+
+/* Refuse members not listed in allowed (NULL-terminated): ValueError. */
+bool param_only(struct call *call, const char *const *allowed);
+
+/* The required "coordinate": ValueError when missing, else
+ * CoordinateValidationError when not a coordinate of the domain. */
+bool param_coord(struct call *call, struct coord *out);
+
+/* An optional integer in [min, max]: ValueError otherwise. */
+bool param_int(struct call *call, const char *name, int64_t min, int64_t max,
+	       int64_t *out);
+
+/* An optional boolean: ValueError otherwise. */
+bool param_bool(struct call *call, const char *name, bool *out);
+
+/* The agent of a write: the "agent_id" param (checked), else the
+ * connection's from server.hello, else ValueError. Borrowed. */
+bool param_agent(struct call *call, const char **out);
+
+/* An optional axis range [min, max]; absent or null: the whole axis. */
+bool param_range(struct call *call, const char *name, struct axis_range *out);
+
+/*
+ * A threshold integer in [1, max] (CoordinateValidationError otherwise).
+ * With def > 0 it is optional and def is used when absent (INT32_MAX
+ * meaning 0, "none"); with def 0 it is required (ValueError if missing).
+ */
+bool param_threshold(struct call *call, const char *name, int max, int def,
+		     int *out);
+
+#endif

@@ -379,7 +379,8 @@ int main(int argc, char **argv)
 	       (double)search_memory(ix.search) / 1e6,
 	       (double)search_memory(ix.search) / (double)content_bytes);
 	vmdir_init(&dir, workdir, "/nonexistent", N_X);
-	if (vmdir_apply(&dir, ops, ix.n_slots, true, errmsg, sizeof(errmsg)) < 0) {
+	if (vmdir_apply(&dir, ops, ix.n_slots, true, errmsg, sizeof(errmsg)) <
+	    0) {
 		fprintf(stderr, "vmem-query-bench: %s\n", errmsg);
 		return 1;
 	}

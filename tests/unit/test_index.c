@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "index.h"
+#include "run_suite.h"
 
 static struct record *make(int x, int y, int z, int64_t version,
 			   const char *content)
@@ -98,16 +99,10 @@ int main(void)
 {
 	Suite *s = suite_create("index");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, put_get_remove);
 	tcase_add_test(tc, slots_are_distinct_and_ordered);
 	tcase_add_test(tc, corners_of_the_space);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return run_suite(s);
 }

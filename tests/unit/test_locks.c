@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "locks.h"
+#include "run_suite.h"
 
 struct waiter {
 	struct lock_waiter lw;
@@ -101,16 +102,10 @@ int main(void)
 {
 	Suite *s = suite_create("locks");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, fifo_handover);
 	tcase_add_test(tc, deadline_expires);
 	tcase_add_test(tc, done_cancels_waiters);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return run_suite(s);
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "query.h"
+#include "run_suite.h"
 
 static void put(struct index *ix, int x, int y, int z)
 {
@@ -127,17 +128,11 @@ int main(void)
 {
 	Suite *s = suite_create("query");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, range_sorted_and_filtered);
 	tcase_add_test(tc, range_pages_without_gaps);
 	tcase_add_test(tc, partial_order_example);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return run_suite(s);
 }

@@ -119,8 +119,8 @@ static void apply1(int x, int y, int z, const char *content)
 		t = text_of(x, y, z, content, &op.len);
 		op.text = t;
 	}
-	ck_assert_msg(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)) == 0, "%s",
-		      msg);
+	ck_assert_msg(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)) == 0,
+		      "%s", msg);
 	free(t);
 }
 
@@ -293,10 +293,12 @@ START_TEST(test_apply_bad_coordinate)
 	struct vmdir_op op = {{1001, 1, 1}, "x", 1};
 	char msg[256] = "";
 
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -EINVAL);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
+			 -EINVAL);
 	ck_assert_str_ne(msg, "");
 	op.coord = (struct coord){1, 6, 1};
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -EINVAL);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
+			 -EINVAL);
 }
 END_TEST
 
@@ -655,7 +657,8 @@ START_TEST(test_quarantine_symlinked_x_dir)
 	ck_assert_int_eq(mkdir(other, 0755), 0);
 	ck_assert_int_eq(symlink(other, path_of(".vector-memory/x-009")), 0);
 	/* apply refuses to write through it */
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -ELOOP);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
+			 -ELOOP);
 	ck_assert_ptr_nonnull(strstr(msg, "x-009"));
 	ck_assert_int_eq(count_entries(other), 0);
 	/* load moves it away */
@@ -678,7 +681,8 @@ START_TEST(test_vmdir_symlink_refused)
 	ck_assert_ptr_nonnull(strstr(msg, "symbolic link"));
 	vmdir_load_report_done(&rep);
 	msg[0] = '\0';
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -ELOOP);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
+			 -ELOOP);
 	ck_assert_str_ne(msg, "");
 	ck_assert_int_eq(count_entries(other), 0);
 	ck_assert(exists(path_of(".vector-memory")));
@@ -695,7 +699,8 @@ START_TEST(test_vmdir_not_a_directory)
 	ck_assert_int_eq(vmdir_load(&vd, NULL, NULL, &rep, msg, sizeof(msg)),
 			 -ENOTDIR);
 	vmdir_load_report_done(&rep);
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -ENOTDIR);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
+			 -ENOTDIR);
 }
 END_TEST
 
@@ -709,7 +714,8 @@ START_TEST(test_apply_read_only_fails)
 	apply1(5, 2, 1, "good");
 	ck_assert_int_eq(chmod(path_of(".vector-memory/x-005"), 0555), 0);
 	op.coord = (struct coord){5, 2, 2};
-	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)), -EACCES);
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
+			 -EACCES);
 	ck_assert_ptr_nonnull(strstr(msg, "x-005/y-2-z-2.json"));
 	ck_assert_int_eq(chmod(path_of(".vector-memory/x-005"), 0755), 0);
 	ck_assert_int_eq(count_entries(path_of(".vector-memory/x-005")), 1);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "gitq.h"
 #include "repo.h"
 #include "server.h"
 #include "store.h"
@@ -25,6 +26,8 @@ struct limits {
 	size_t output_backlog;
 	size_t max_depth;
 	int max_x;
+	unsigned commit_delay_ms;
+	unsigned commit_max_batch;
 };
 
 struct daemon {
@@ -32,6 +35,7 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
+	struct gitq gitq;
 	struct server server;
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t started_ms;		 /* uv_now at start */

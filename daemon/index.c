@@ -213,6 +213,18 @@ size_t index_slot(const struct index *ix, const struct coord *c)
 	       (size_t)(c->z - 1);
 }
 
+struct coord index_coord(const struct index *ix, size_t slot)
+{
+	struct coord c;
+
+	(void)ix;
+	c.z = (int)(slot % VMEM_MAX_Z) + 1;
+	slot /= VMEM_MAX_Z;
+	c.y = (int)(slot % VMEM_MAX_Y) + 1;
+	c.x = (int)(slot / VMEM_MAX_Y) + 1;
+	return c;
+}
+
 struct record *index_get(const struct index *ix, const struct coord *c)
 {
 	return ix->slots[index_slot(ix, c)];

@@ -46,6 +46,9 @@ void index_done(struct index *ix);
 /* Slot number of a valid coordinate (for per-coordinate side tables). */
 size_t index_slot(const struct index *ix, const struct coord *c);
 
+/* The coordinate of a slot (the inverse of index_slot). */
+struct coord index_coord(const struct index *ix, size_t slot);
+
 /* The record at c, borrowed, or NULL. c must be valid. */
 struct record *index_get(const struct index *ix, const struct coord *c);
 

@@ -72,6 +72,7 @@ static void usage(FILE *f)
 		"usage: vmemd --repo PATH [--socket PATH] [--foreground]\n"
 		"             [--max-x N] [--max-line BYTES] [--max-batch N]\n"
 		"             [--max-connections N] [--output-backlog BYTES]\n"
+		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n");
 }
 
@@ -92,7 +93,15 @@ static size_t parse_size(const char *opt, const char *s, size_t min, size_t max)
 
 static void parse_args(int argc, char **argv, struct options *o)
 {
-	enum { O_MAX_X = 256, O_MAX_LINE, O_MAX_BATCH, O_MAX_CONN, O_BACKLOG };
+	enum {
+		O_MAX_X = 256,
+		O_MAX_LINE,
+		O_MAX_BATCH,
+		O_MAX_CONN,
+		O_BACKLOG,
+		O_COMMIT_DELAY,
+		O_COMMIT_BATCH,
+	};
 	static const struct option longopts[] = {
 		{"repo", required_argument, NULL, 'r'},
 		{"socket", required_argument, NULL, 's'},
@@ -102,6 +111,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		{"max-batch", required_argument, NULL, O_MAX_BATCH},
 		{"max-connections", required_argument, NULL, O_MAX_CONN},
 		{"output-backlog", required_argument, NULL, O_BACKLOG},
+		{"commit-delay-ms", required_argument, NULL, O_COMMIT_DELAY},
+		{"commit-max-batch", required_argument, NULL, O_COMMIT_BATCH},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -115,6 +126,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		.output_backlog = 4 << 20,
 		.max_depth = 64,
 		.max_x = VMEM_MAX_X_DEFAULT,
+		.commit_delay_ms = 1000,
+		.commit_max_batch = 512,
 	};
 	while ((ch = getopt_long(argc, argv, "r:s:fhV", longopts, NULL)) !=
 	       -1) {
@@ -148,6 +161,14 @@ static void parse_args(int argc, char **argv, struct options *o)
 			o->limits.output_backlog =
 				parse_size("--output-backlog", optarg, 4096,
 					   (size_t)1 << 30);
+			break;
+		case O_COMMIT_DELAY:
+			o->limits.commit_delay_ms = (unsigned)parse_size(
+				"--commit-delay-ms", optarg, 0, 3600000);
+			break;
+		case O_COMMIT_BATCH:
+			o->limits.commit_max_batch = (unsigned)parse_size(
+				"--commit-max-batch", optarg, 1, 1000000);
 			break;
 		case 'h':
 			usage(stdout);
@@ -247,13 +268,41 @@ static struct daemon the_daemon;
 static uv_signal_t sig_term, sig_int, sig_hup;
 static uv_timer_t stop_timer;
 
+static void git_idle_cb(void *arg)
+{
+	struct daemon *d = arg;
+
+	log_info("all decisions written and committed; stopping");
+	uv_stop(d->loop);
+}
+
 static void store_idle_cb(struct store *s, void *arg)
 {
 	struct daemon *d = arg;
 
 	(void)s;
-	log_info("all decisions written; stopping");
-	uv_stop(d->loop);
+	gitq_flush(&d->gitq, git_idle_cb, d);
+}
+
+static void mark_for_commit_cb(void *ctx, size_t slot)
+{
+	gitq_mark(ctx, slot);
+}
+
+/* Hand the store's writes to the commit queue, starting with whatever
+ * may differ from HEAD: every decision and every coordinate the log
+ * replay changed (the commit keeps only real differences). */
+static void start_commits(struct daemon *d)
+{
+	struct store *s = &d->store;
+
+	for (size_t i = 0; i < s->index.n_slots; i++)
+		if (s->index.slots[i])
+			gitq_mark(&d->gitq, i);
+	for (size_t i = 0; i < s->n_replayed; i++)
+		gitq_mark(&d->gitq, s->replayed[i]);
+	s->on_applied = mark_for_commit_cb;
+	s->on_applied_ctx = &d->gitq;
 }
 
 /* Wait for the connections to drain, then for the store to go idle. */
@@ -367,6 +416,13 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
+		       o.limits.commit_delay_ms, o.limits.commit_max_batch,
+		       errmsg, sizeof(errmsg));
+	if (rc < 0)
+		fail_startup(1, "cannot open the repository for commits: %s",
+			     errmsg);
+	start_commits(d);
 	rc = server_listen(&d->server, d, sock, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "%s", errmsg);
@@ -386,6 +442,7 @@ int main(int argc, char **argv)
 	report_ready();
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	gitq_close(&d->gitq);
 	store_close(&d->store);
 	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);

@@ -13,6 +13,7 @@ static const struct method methods[] = {
 	{"decision.query_range", decision_query_range},
 	{"decision.search", decision_search},
 	{"decision.store", decision_store},
+	{"git.sync", git_sync},
 	{"server.health", server_health},
 	{"server.hello", server_hello},
 	{"server.shutdown", server_shutdown},

@@ -28,6 +28,9 @@ int decision_exists(struct call *call);
 int decision_store(struct call *call);
 int decision_delete(struct call *call);
 
+/* methods_git.c */
+int git_sync(struct call *call);
+
 /* methods_query.c */
 int decision_query_range(struct call *call);
 int decision_query_partial_order(struct call *call);

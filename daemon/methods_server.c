@@ -84,25 +84,42 @@ static json_t *quarantined_json(const struct vmdir_load_report *rep)
 	return list;
 }
 
+/* {"commit", "committed_at"} of the daemon's last commit, or null. */
+static json_t *last_commit_json(const struct gitq *q)
+{
+	char when[VMEM_TIMESTAMP_LEN + 1];
+
+	if (!q->last_commit[0])
+		return json_null();
+	timestamp_format(q->last_commit_at * 1000000, when);
+	return json_pack("{s:s,s:s}", "commit", q->last_commit, "committed_at",
+			 when);
+}
+
 int server_health(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const char *last_error = d->store.last_error;
+	const char *last_error = d->store.last_error[0] ? d->store.last_error
+							: d->gitq.last_error;
 	bool degraded = d->loaded.n_quarantined > 0 || store_failing(&d->store);
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
 	call_reply(
 		call,
-		json_pack("{s:s,s:s,s:s,s:I,s:I,s:n,s:n,s:o,s:o,s:I}", "status",
+		json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
 			  d->stopping ? "stopping"
 				      : (degraded ? "degraded" : "ok"),
 			  "version", VMEMD_VERSION, "repo", d->repo.root,
 			  "decisions", (json_int_t)d->store.index.count,
-			  "pending", (json_int_t)store_pending(&d->store),
-			  "last_commit", "commit_deferred", "quarantined",
-			  quarantined_json(&d->loaded), "last_error",
+			  "pending", (json_int_t)gitq_pending(&d->gitq),
+			  "last_commit", last_commit_json(&d->gitq),
+			  "commit_deferred",
+			  d->gitq.deferred[0] ? json_string(d->gitq.deferred)
+					      : json_null(),
+			  "quarantined", quarantined_json(&d->loaded),
+			  "last_error",
 			  last_error[0] ? json_string(last_error) : json_null(),
 			  "uptime_s",
 			  (json_int_t)((uv_now(d->loop) - d->started_ms) /

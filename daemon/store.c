@@ -111,17 +111,6 @@ static void mark_dirty(struct store *s, size_t slot)
 	s->dirty_list[s->n_dirty++] = slot;
 }
 
-static struct coord slot_coord(size_t slot)
-{
-	struct coord c;
-
-	c.z = (int)(slot % VMEM_MAX_Z) + 1;
-	slot /= VMEM_MAX_Z;
-	c.y = (int)(slot % VMEM_MAX_Y) + 1;
-	c.x = (int)(slot / VMEM_MAX_Y) + 1;
-	return c;
-}
-
 /* ---- file writer ---- */
 
 static void writer_items_free(struct writer_item *items, size_t n)
@@ -146,7 +135,7 @@ static int writer_snapshot(struct store *s, struct writer_item **out,
 		size_t slot = s->dirty_list[i];
 		const struct record *r = s->index.slots[slot];
 
-		items[i].coord = slot_coord(slot);
+		items[i].coord = index_coord(&s->index, slot);
 		if (r) {
 			items[i].json = strdup(r->json);
 			items[i].json_len = r->json_len;
@@ -351,6 +340,8 @@ static void apply_and_ack(struct store *s, struct store_write *w)
 		w->rec = NULL;
 	}
 	mark_dirty(s, slot);
+	if (s->on_applied)
+		s->on_applied(s->on_applied_ctx, slot);
 	w->done(w, 0, NULL);
 	locks_release(&s->locks, slot);
 }
@@ -685,6 +676,16 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg)
 	check_idle(s);
 }
 
+bool store_files_written(const struct store *s)
+{
+	return s->n_dirty == 0 && !s->writer_busy;
+}
+
+void store_write_files_now(struct store *s)
+{
+	writer_kick(s, 0);
+}
+
 bool store_failing(const struct store *s)
 {
 	return s->wal_failing || s->writer_retry_ms > 0;
@@ -786,6 +787,14 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			  "log",
 			  (unsigned long long)wrep.torn_bytes);
 	if (s->n_dirty > 0) {
+		s->replayed = malloc(s->n_dirty * sizeof(*s->replayed));
+		if (!s->replayed) {
+			snprintf(errmsg, errn, "out of memory");
+			return -ENOMEM;
+		}
+		memcpy(s->replayed, s->dirty_list,
+		       s->n_dirty * sizeof(*s->replayed));
+		s->n_replayed = s->n_dirty;
 		rc = writer_snapshot(s, &items, &n);
 		if (rc == 0)
 			rc = writer_run(&s->dir, items, n, true, errmsg, errn);
@@ -815,6 +824,8 @@ void store_close(struct store *s)
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
 	free(s->wal_path);
 	s->wal_path = NULL;
+	free(s->replayed);
+	s->replayed = NULL;
 	wal_close(&s->wal);
 	vmdir_done(&s->dir);
 	index_done(&s->index);

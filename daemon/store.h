@@ -103,6 +103,13 @@ struct store {
 	int64_t last_timestamp;
 	char last_error[512];
 
+	/* Told of every write applied to the index, and of every coordinate
+	 * the log replay changed at start-up (the commit queue). */
+	void (*on_applied)(void *ctx, size_t slot);
+	void *on_applied_ctx;
+	size_t *replayed; /* slots changed by the replay (owned) */
+	size_t n_replayed;
+
 	/* A pending store_flush. */
 	store_idle_fn idle_cb;
 	void *idle_arg;
@@ -125,6 +132,12 @@ void store_submit(struct store *s, struct store_write *w);
 /* Call cb once no write is in flight, every applied write is in synced
  * files and the log is empty (used for a graceful stop). */
 void store_flush(struct store *s, store_idle_fn cb, void *arg);
+
+/* True when every applied write is in its file (synced or not). */
+bool store_files_written(const struct store *s);
+
+/* Write the dirty files now rather than after the coalescing delay. */
+void store_write_files_now(struct store *s);
 
 /* True while the log or the file writer is failing (and retrying). */
 bool store_failing(const struct store *s);

@@ -47,6 +47,7 @@ struct cli {
 	const char *limit;    /* --limit as given */
 	const char *after;    /* --after as given */
 	bool all;	      /* search --all */
+	const char *message;  /* sync -m */
 };
 
 static const char *const layer_names[] = {"Architecture", "Interfaces",
@@ -82,6 +83,9 @@ static void usage(FILE *f)
 	      "                       trailing * a prefix; --all: each term "
 	      "must\n"
 	      "                       match\n"
+	      "  sync [-m MESSAGE]    commit every pending decision to git "
+	      "now\n"
+	      "                       (MESSAGE replaces the generated one)\n"
 	      "  status               the daemon's health\n"
 	      "  daemon start|stop|run\n"
 	      "                       start it in the background, stop it, or\n"
@@ -293,6 +297,11 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 			cli->after = opt_value(argc, argv, &i, "--after");
 		} else if (strcmp(a, "--all") == 0) {
 			cli->all = true;
+		} else if (strcmp(a, "-m") == 0 ||
+			   opt_is(a, "--message", true)) {
+			cli->message =
+				opt_value(argc, argv, &i,
+					  a[1] == 'm' ? "-m" : "--message");
 		} else {
 			die_usage("unknown option '%s'", a);
 		}
@@ -573,6 +582,45 @@ static void print_opt_line(const char *label, json_t *v)
 	s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	printf("%-13s%s\n", label, s ? s : "?");
 	free(s);
+}
+
+static int cmd_sync(struct cli *cli, vmem_client *c)
+{
+	struct vmem_error err;
+	json_t *params = json_object(), *r;
+	char *text, *out = NULL;
+	int rc;
+
+	if (!params)
+		die_oom();
+	if (cli->message &&
+	    json_object_set_new(params, "message", json_string(cli->message)))
+		die_oom();
+	text = json_dumps(params, JSON_COMPACT);
+	json_decref(params);
+	if (!text)
+		die_oom();
+	rc = vmem_call(c, "git.sync", text, &out, &err);
+	free(text);
+	if (rc < 0)
+		return report(rc, &err);
+	if (cli->json) {
+		puts(out);
+		vmem_free(out);
+		return EXIT_OK;
+	}
+	r = load(out);
+	vmem_free(out);
+	if (!r)
+		return EXIT_USAGE;
+	if (json_is_string(json_object_get(r, "commit")))
+		printf("committed %s (%lld decisions)\n",
+		       str_member(r, "commit"),
+		       (long long)int_member(r, "decisions"));
+	else
+		printf("nothing to commit\n");
+	json_decref(r);
+	return EXIT_OK;
 }
 
 static int cmd_status(struct cli *cli, vmem_client *c)
@@ -1455,6 +1503,8 @@ int main(int argc, char **argv)
 		die_usage("--limit applies to ls and search only");
 	if (cli.all && !search)
 		die_usage("--all applies to search only");
+	if (cli.message && strcmp(cmd, "sync") != 0)
+		die_usage("-m applies to sync only");
 
 	if (strcmp(cmd, "daemon") == 0) {
 		status = cmd_daemon(&cli);
@@ -1465,6 +1515,14 @@ int main(int argc, char **argv)
 		status = open_client(&cli, -1, cli.agent, &c);
 		if (status == EXIT_OK)
 			status = cmd_query(cmd, &cli, c, params);
+		goto out;
+	}
+	if (strcmp(cmd, "sync") == 0) {
+		if (cli.npos != 0)
+			die_usage("sync takes no arguments");
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_sync(&cli, c);
 		goto out;
 	}
 	if (strcmp(cmd, "store") != 0 && strcmp(cmd, "get") != 0 &&

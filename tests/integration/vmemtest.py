@@ -363,8 +363,10 @@ def describe_process(pid):
 class Daemon:
     """A vmemd --foreground process on a repository."""
 
-    def __init__(self, repo, sock=None, args=(), name="vmemd", root=None):
+    def __init__(self, repo, sock=None, args=(), name="vmemd", root=None,
+                 env=None):
         self.repo = repo
+        self.env = env  # the process environment (None: inherit ours)
         self.root = root or repo.root
         self.sock = sock or repo.path("vmemd.sock")
         self.args = list(args)
@@ -383,7 +385,8 @@ class Daemon:
             err.write(b"--- run %d\n" % self.runs)
             err.flush()
             self.proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL,
-                                         stdout=err, stderr=err)
+                                         stdout=err, stderr=err,
+                                         env=self.env)
         return self
 
     def start(self, timeout=START_TIMEOUT):
@@ -486,13 +489,15 @@ class VmemTestCase(unittest.TestCase):
         if self.start_daemon:
             self.daemon = self.start_vmemd(*self.daemon_args)
 
-    def new_daemon(self, *args, sock=None, name="vmemd", root=None):
-        d = Daemon(self.repo, sock=sock, args=args, name=name, root=root)
+    def new_daemon(self, *args, sock=None, name="vmemd", root=None,
+                   env=None):
+        d = Daemon(self.repo, sock=sock, args=args, name=name, root=root,
+                   env=env)
         self.addCleanup(self._reap, d)
         return d
 
-    def start_vmemd(self, *args, sock=None, name="vmemd"):
-        return self.new_daemon(*args, sock=sock, name=name).start()
+    def start_vmemd(self, *args, sock=None, name="vmemd", env=None):
+        return self.new_daemon(*args, sock=sock, name=name, env=env).start()
 
     def _reap(self, d):
         """Kill a daemon left running and keep its stderr for the report

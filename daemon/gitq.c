@@ -1,0 +1,392 @@
+/*
+ * Commit batching. Invariants: a slot is pending from the write's apply
+ * until a commit job that snapshotted it succeeds (a deferred or failed
+ * job puts its slots back); one job runs at a time; a git.sync is answered
+ * by the first job that started after it was called, so that job's
+ * snapshot holds every write acknowledged before the call.
+ */
+#include "gitq.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "protocol/errors.h"
+
+#define RETRY_FIRST_MS 250
+#define RETRY_MAX_MS   5000
+#define FILES_WAIT_MS  5
+
+struct gitq_item {
+	struct coord coord;
+	char *json; /* compact record, NULL for a deletion */
+	size_t json_len;
+	char *file; /* filled by the worker */
+	size_t file_len;
+	char *agent;
+	bool changed; /* it differed from HEAD and was committed */
+};
+
+struct gitq_job {
+	uv_work_t req;
+	struct gitq *q;
+	struct gitq_item *items;
+	size_t n;
+	char *message;
+	uint64_t seq;
+	int rc;
+	struct gitc_result res;
+	char errmsg[256];
+};
+
+static void kick(struct gitq *q, unsigned delay_ms);
+static void timer_cb(uv_timer_t *t);
+
+int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
+	      const char *workdir, unsigned delay_ms, unsigned max_batch,
+	      char *errmsg, size_t errn)
+{
+	const struct index *ix = &store->index;
+	int rc;
+
+	memset(q, 0, sizeof(*q));
+	q->loop = loop;
+	q->store = store;
+	q->index = ix;
+	q->delay_ms = delay_ms;
+	q->max_batch = max_batch ? max_batch : 1;
+	q->pending = calloc(ix->n_slots, 1);
+	q->pending_list = calloc(ix->n_slots, sizeof(*q->pending_list));
+	uv_timer_init(loop, &q->timer);
+	q->timer.data = q;
+	if (!q->pending || !q->pending_list) {
+		snprintf(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	rc = gitc_open(&q->gitc, workdir, errmsg, errn);
+	return rc < 0 ? rc : 0;
+}
+
+static void set_pending(struct gitq *q, size_t slot)
+{
+	if (!q->pending[slot]) {
+		q->pending[slot] = 1;
+		q->pending_list[q->n_pending++] = slot;
+	}
+}
+
+void gitq_mark(struct gitq *q, size_t slot)
+{
+	if (q->closed)
+		return;
+	set_pending(q, slot);
+	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
+}
+
+size_t gitq_pending(const struct gitq *q)
+{
+	return q->n_pending;
+}
+
+static void items_free(struct gitq_item *items, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(items[i].json);
+		free(items[i].file);
+		free(items[i].agent);
+	}
+	free(items);
+}
+
+/* Blocking: file bytes and agent of each item, then the commit. */
+static void job_work_cb(uv_work_t *req)
+{
+	struct gitq_job *j = req->data;
+	struct gitc_change *ch = calloc(j->n ? j->n : 1, sizeof(*ch));
+
+	if (!ch) {
+		j->rc = -ENOMEM;
+		snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < j->n; i++) {
+		struct gitq_item *it = &j->items[i];
+
+		ch[i].coord = it->coord;
+		if (!it->json)
+			continue;
+		json_t *doc = json_loadb(it->json, it->json_len, 0, NULL);
+		const char *agent =
+			json_string_value(json_object_get(doc, "agent_id"));
+
+		it->agent = agent ? strdup(agent) : NULL;
+		json_decref(doc);
+		it->file = decision_file_from_compact(it->json, it->json_len,
+						      &it->file_len);
+		if (!it->file) {
+			j->rc = -ENOMEM;
+			snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
+			free(ch);
+			return;
+		}
+		ch[i].text = it->file;
+		ch[i].len = it->file_len;
+		ch[i].agent_id = it->agent;
+	}
+	j->rc = gitc_commit(j->q->gitc, ch, j->n, j->message, &j->res,
+			    j->errmsg, sizeof(j->errmsg));
+	for (size_t i = 0; i < j->n; i++)
+		j->items[i].changed = ch[i].changed;
+	free(ch);
+}
+
+/* Answer the syncs the finished job covers. */
+static void answer_syncs(struct gitq *q, uint64_t seq, int code,
+			 const char *msg, const struct gitq_batch *b)
+{
+	struct gitq_sync **p = &q->waiters;
+
+	while (*p) {
+		struct gitq_sync *w = *p;
+
+		if (w->need_seq > seq) {
+			p = &w->next;
+			continue;
+		}
+		*p = w->next;
+		w->next = NULL;
+		w->done(w, code, msg, b);
+	}
+}
+
+static void batch_of(const struct gitq_job *j, struct gitq_batch *b,
+		     struct coord *coords)
+{
+	memset(b, 0, sizeof(*b));
+	memcpy(b->commit, j->res.commit, sizeof(b->commit));
+	b->committed_at = j->res.committed_at;
+	b->coords = coords;
+	for (size_t i = 0; i < j->n; i++) {
+		const struct coord *c = &j->items[i].coord;
+
+		if (!j->res.commit[0] || !j->items[i].changed)
+			continue;
+		coords[b->n++] = *c;
+		if (b->n == 1) {
+			b->min = b->max = *c;
+			continue;
+		}
+		b->min.x = c->x < b->min.x ? c->x : b->min.x;
+		b->min.y = c->y < b->min.y ? c->y : b->min.y;
+		b->min.z = c->z < b->min.z ? c->z : b->min.z;
+		b->max.x = c->x > b->max.x ? c->x : b->max.x;
+		b->max.y = c->y > b->max.y ? c->y : b->max.y;
+		b->max.z = c->z > b->max.z ? c->z : b->max.z;
+	}
+}
+
+static void job_after_cb(uv_work_t *req, int status)
+{
+	struct gitq_job *j = req->data;
+	struct gitq *q = j->q;
+	int rc = status < 0 ? status : j->rc;
+	gitq_idle_fn idle = NULL;
+
+	q->busy = false;
+	if (rc != 0) {
+		char msg[400];
+
+		/* The batch stays pending; try again later. */
+		for (size_t i = 0; i < j->n; i++)
+			set_pending(q,
+				    index_slot(q->index, &j->items[i].coord));
+		if (rc == 1) {
+			if (strcmp(q->deferred, j->res.deferred) != 0)
+				log_notice("commit deferred: %s",
+					   j->res.deferred);
+			snprintf(q->deferred, sizeof(q->deferred), "%s",
+				 j->res.deferred);
+			snprintf(msg, sizeof(msg), "commit deferred: %s",
+				 j->res.deferred);
+		} else {
+			snprintf(q->last_error, sizeof(q->last_error),
+				 "git commit: %s", j->errmsg);
+			log_err("%s", q->last_error);
+			snprintf(msg, sizeof(msg), "%s", q->last_error);
+		}
+		q->retry_ms = q->retry_ms ? q->retry_ms * 2 : RETRY_FIRST_MS;
+		if (q->retry_ms > RETRY_MAX_MS)
+			q->retry_ms = RETRY_MAX_MS;
+		answer_syncs(q, j->seq, RPC_STORAGE, msg, NULL);
+		if (q->message == NULL)
+			q->message = j->message; /* keep a sync's message */
+		else
+			free(j->message);
+		j->message = NULL;
+		idle = q->idle_cb;
+		kick(q, q->retry_ms);
+	} else {
+		struct coord *coords = calloc(j->n ? j->n : 1, sizeof(*coords));
+		struct gitq_batch b;
+
+		q->retry_ms = 0;
+		q->deferred[0] = '\0';
+		if (j->res.commit[0]) {
+			memcpy(q->last_commit, j->res.commit,
+			       sizeof(q->last_commit));
+			q->last_commit_at = j->res.committed_at;
+			log_info("committed %.12s", j->res.commit);
+		}
+		if (j->errmsg[0])
+			log_warn("after commit %.12s: %s", j->res.commit,
+				 j->errmsg);
+		if (coords) {
+			batch_of(j, &b, coords);
+			answer_syncs(q, j->seq, 0, NULL, &b);
+		} else {
+			answer_syncs(q, j->seq, RPC_INTERNAL_ERROR,
+				     "out of memory", NULL);
+		}
+		free(coords);
+		if (q->n_pending == 0)
+			idle = q->idle_cb;
+		kick(q, q->waiters || q->idle_cb ? 0 : q->delay_ms);
+	}
+	items_free(j->items, j->n);
+	free(j->message);
+	free(j);
+	if (idle && q->idle_cb) {
+		q->idle_cb = NULL;
+		idle(q->idle_arg);
+	}
+}
+
+static void job_start(struct gitq *q)
+{
+	struct gitq_job *j;
+
+	if (q->busy || q->closed || q->n_pending == 0)
+		return;
+	/* Commit what the files hold, so the working tree matches HEAD
+	 * (git status stays clean) once the commit is made. */
+	if (!store_files_written(q->store)) {
+		store_write_files_now(q->store);
+		uv_timer_start(&q->timer, timer_cb, FILES_WAIT_MS, 0);
+		return;
+	}
+	j = calloc(1, sizeof(*j));
+	if (j)
+		j->items = calloc(q->n_pending, sizeof(*j->items));
+	if (!j || !j->items)
+		goto fail;
+	for (size_t i = 0; i < q->n_pending; i++) {
+		size_t slot = q->pending_list[i];
+		const struct record *r = q->index->slots[slot];
+
+		j->items[i].coord = index_coord(q->index, slot);
+		if (r) {
+			j->items[i].json = strdup(r->json);
+			j->items[i].json_len = r->json_len;
+			if (!j->items[i].json) {
+				j->n = i;
+				goto fail;
+			}
+		}
+	}
+	j->n = q->n_pending;
+	for (size_t i = 0; i < q->n_pending; i++)
+		q->pending[q->pending_list[i]] = 0;
+	q->n_pending = 0;
+	j->q = q;
+	j->req.data = j;
+	j->message = q->message;
+	q->message = NULL;
+	j->seq = ++q->seq;
+	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {
+		for (size_t i = 0; i < j->n; i++)
+			set_pending(q,
+				    index_slot(q->index, &j->items[i].coord));
+		q->message = j->message;
+		j->message = NULL;
+		goto fail;
+	}
+	q->busy = true;
+	return;
+fail:
+	if (j)
+		items_free(j->items, j->n);
+	free(j);
+	kick(q, RETRY_MAX_MS);
+}
+
+static void timer_cb(uv_timer_t *t)
+{
+	job_start(t->data);
+}
+
+/* Start a job after delay_ms (sooner if already due sooner). */
+static void kick(struct gitq *q, unsigned delay_ms)
+{
+	uint64_t due;
+
+	if (q->closed || q->busy || q->n_pending == 0)
+		return;
+	if (uv_is_active((uv_handle_t *)&q->timer)) {
+		due = uv_timer_get_due_in(&q->timer);
+		if (due <= delay_ms)
+			return;
+	}
+	uv_timer_start(&q->timer, timer_cb, delay_ms, 0);
+}
+
+void gitq_sync(struct gitq *q, struct gitq_sync *w, const char *message)
+{
+	struct gitq_batch empty = {0};
+
+	if (q->closed) {
+		w->done(w, RPC_UNAVAILABLE, "the daemon is shutting down",
+			NULL);
+		return;
+	}
+	if (q->n_pending == 0 && !q->busy) {
+		w->done(w, 0, NULL, &empty);
+		return;
+	}
+	/* The running job holds what was written before it started; what
+	 * is pending now goes into the next one. */
+	w->need_seq = q->n_pending ? q->seq + 1 : q->seq;
+	w->next = q->waiters;
+	q->waiters = w;
+	if (message && !q->message)
+		q->message = strdup(message);
+	kick(q, 0);
+}
+
+void gitq_flush(struct gitq *q, gitq_idle_fn cb, void *arg)
+{
+	if (q->closed || (q->n_pending == 0 && !q->busy)) {
+		cb(arg);
+		return;
+	}
+	q->idle_cb = cb;
+	q->idle_arg = arg;
+	q->retry_ms = 0;
+	kick(q, 0);
+}
+
+void gitq_close(struct gitq *q)
+{
+	if (q->closed)
+		return;
+	q->closed = true;
+	answer_syncs(q, UINT64_MAX, RPC_UNAVAILABLE,
+		     "the daemon is shutting down", NULL);
+	uv_close((uv_handle_t *)&q->timer, NULL);
+	gitc_free(q->gitc);
+	free(q->pending);
+	free(q->pending_list);
+	free(q->message);
+}

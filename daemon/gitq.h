@@ -1,0 +1,99 @@
+/*
+ * The commit queue: which coordinates changed since the last commit, and
+ * the one background git job at a time that commits them (gitc.h) after
+ * commit_delay_ms, once commit_max_batch are pending, on git.sync and at a
+ * stop. A deferred commit (merge in progress, detached HEAD, index.lock
+ * held) keeps its batch pending and is retried with backoff; the reason is
+ * kept for server.health. Loop thread only; the job gets a snapshot of the
+ * pending decisions' compact JSON, handed over whole.
+ */
+#ifndef VMEM_DAEMON_GITQ_H
+#define VMEM_DAEMON_GITQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "gitc.h"
+#include "index.h"
+#include "store.h"
+
+/* What one commit job committed. */
+struct gitq_batch {
+	char commit[41]; /* "" when nothing had to be committed */
+	int64_t committed_at;
+	size_t n;
+	struct coord *coords; /* (owned by the queue; valid during done) */
+	struct coord min, max;
+};
+
+struct gitq_sync;
+
+/* code 0 with the batch, or an RPC domain code with a message. */
+typedef void (*gitq_sync_fn)(struct gitq_sync *w, int code, const char *msg,
+			     const struct gitq_batch *b);
+
+/* A git.sync waiting for the commit of everything written before it. */
+struct gitq_sync {
+	gitq_sync_fn done;
+	void *data;
+	/* private */
+	uint64_t need_seq;
+	struct gitq_sync *next;
+};
+
+typedef void (*gitq_idle_fn)(void *arg);
+
+struct gitq {
+	uv_loop_t *loop;
+	struct store *store; /* commits wait until its files are written */
+	const struct index *index;
+	struct gitc *gitc;
+	uint8_t *pending; /* per index slot */
+	size_t *pending_list;
+	size_t n_pending;
+	unsigned delay_ms, max_batch, retry_ms;
+	uv_timer_t timer;
+	bool busy;
+	uint64_t seq;  /* jobs started */
+	char *message; /* a git.sync's message for the next job */
+	struct gitq_sync *waiters;
+	gitq_idle_fn idle_cb;
+	void *idle_arg;
+	char last_commit[41];
+	int64_t last_commit_at;
+	char deferred[160]; /* why commits wait now, "" if they do not */
+	char last_error[320];
+	bool closed;
+};
+
+/* Open the repository (blocking, at start-up). 0 or -errno (errmsg). */
+int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
+	      const char *workdir, unsigned delay_ms, unsigned max_batch,
+	      char *errmsg, size_t errn);
+
+/* A write to the slot was applied: it belongs in the next commit. */
+void gitq_mark(struct gitq *q, size_t slot);
+
+/* Pending coordinates. */
+size_t gitq_pending(const struct gitq *q);
+
+/*
+ * git.sync: w->done runs once a commit job that started after this call
+ * has finished (with its batch), at once with an empty batch when nothing
+ * is pending, or with StorageError when the commit is deferred by the
+ * repository's state or fails. message (copied; NULL: generated) replaces
+ * the next commit's subject and body.
+ */
+void gitq_sync(struct gitq *q, struct gitq_sync *w, const char *message);
+
+/* Commit what is pending, then call cb (also when deferred or failing:
+ * a stop must not hang; what stays pending is committed after restart). */
+void gitq_flush(struct gitq *q, gitq_idle_fn cb, void *arg);
+
+/* Release everything; waiting syncs get UnavailableError. The loop must
+ * run afterwards to close the timer. */
+void gitq_close(struct gitq *q);
+
+#endif

@@ -1,0 +1,822 @@
+#!/usr/bin/env python3
+"""vmemd's git commits, checked with the git program on real temporary
+repositories: batching (delay, batch size, git.sync, graceful stop), the
+message and identity, the user's staged and unstaged changes, unborn HEAD,
+a tip moved by the user, deferral (index.lock, detached HEAD, merge and
+rebase in progress), start-up after kill -9, and `vmem sync`. Every test
+ends with `git fsck --strict`."""
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import vmemtest as vt
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+E_STORAGE = (-32004, "StorageError")
+USER = ("Una User", "una@example.com")
+FALLBACK = "vmemd <vmemd@localhost>"
+METADATA = ".vector-memory/metadata.json"
+
+
+def rel_path(x, y, z):
+    """The path of a decision file relative to the working-tree root."""
+    return ".vector-memory/x-%03d/y-%d-z-%d.json" % (x, y, z)
+
+
+def body_line(x, y, z, agent=None):
+    name = rel_path(x, y, z)[len(".vector-memory/"):]
+    return "%s deleted" % name if agent is None else "%s by %s" % (name,
+                                                                    agent)
+
+
+def clean_env(tmp):
+    """Our environment without git's or vmem's variables, with a HOME and
+    XDG_CONFIG_HOME that hold no git configuration and no system config:
+    only the repository's own config counts."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_", "VMEM_"))}
+    home = os.path.join(tmp, "home")
+    xdg = os.path.join(tmp, "xdg")
+    os.makedirs(home, exist_ok=True)
+    os.makedirs(xdg, exist_ok=True)
+    env.update(HOME=home, XDG_CONFIG_HOME=xdg, GIT_CONFIG_NOSYSTEM="1",
+               LC_ALL="C")
+    return env
+
+
+class GitCase(vt.VmemTestCase):
+    """Daemons run in a clean environment; git() runs the git program as
+    a user "Una User" would (identity from the environment, not from the
+    repository's config)."""
+
+    daemon_args = ("--commit-delay-ms", "200")
+
+    def new_daemon(self, *args, sock=None, name="vmemd", root=None,
+                   env=None):
+        return super().new_daemon(*args, sock=sock, name=name, root=root,
+                                  env=env or clean_env(self.repo.tmp))
+
+    def tearDown(self):
+        """Stop the daemon gracefully, then the repository must pass
+        git fsck --strict."""
+        if self.daemon is not None and self.daemon.running():
+            self.daemon.stop()
+        p = self.git_run("fsck", "--strict", "--no-progress")
+        out = (p.stdout + p.stderr).decode(errors="replace")
+        errors = [ln for ln in out.splitlines()
+                  if ln.startswith(("error", "fatal", "warning"))]
+        self.assertEqual((p.returncode, errors), (0, []),
+                         "git fsck --strict:\n%s" % out)
+
+    # -- the git program
+    def git_env(self, **extra):
+        env = clean_env(self.repo.tmp)
+        env.update(GIT_AUTHOR_NAME=USER[0], GIT_AUTHOR_EMAIL=USER[1],
+                   GIT_COMMITTER_NAME=USER[0], GIT_COMMITTER_EMAIL=USER[1],
+                   GIT_EDITOR="true", GIT_MERGE_AUTOEDIT="no")
+        env.update(extra)
+        return env
+
+    def git_run(self, *args, **extra):
+        return subprocess.run(["git", "-C", self.repo.root] + list(args),
+                              capture_output=True, env=self.git_env(**extra),
+                              timeout=30)
+
+    def git(self, *args, **extra):
+        """stdout of a git command that must succeed (text)."""
+        p = self.git_run(*args, **extra)
+        self.assertEqual(p.returncode, 0, "git %s: %s%s"
+                         % (" ".join(args), p.stdout.decode(errors="replace"),
+                            p.stderr.decode(errors="replace")))
+        return p.stdout.decode()
+
+    def git_bytes(self, *args):
+        p = self.git_run(*args)
+        self.assertEqual(p.returncode, 0, "git %s: %r" % (args, p.stderr))
+        return p.stdout
+
+    def head(self):
+        """HEAD's commit id, or None on an unborn branch."""
+        p = self.git_run("rev-parse", "-q", "--verify", "HEAD^{commit}")
+        return p.stdout.decode().strip() if p.returncode == 0 else None
+
+    def commits(self):
+        """Commit ids of HEAD's history, newest first ([] when unborn)."""
+        if self.head() is None:
+            return []
+        return self.git("log", "--format=%H").split()
+
+    def wait_commits(self, n, timeout=5.0):
+        """Poll until HEAD's history has n commits; return the history."""
+        got = vt.wait_until(lambda: len(self.commits()) >= n and
+                            self.commits(), timeout, 0.05)
+        self.assertTrue(got, "no %d commits after %.1f s: %r"
+                        % (n, timeout, self.commits()))
+        self.assertEqual(len(got), n, got)
+        return got
+
+    def assertNoNewCommit(self, history, seconds=1.0):
+        time.sleep(seconds)
+        self.assertEqual(self.commits(), history)
+
+    def subject(self, rev="HEAD"):
+        return self.git("log", "-1", "--format=%s", rev).rstrip("\n")
+
+    def body_lines(self, rev="HEAD"):
+        return [ln for ln in self.git("log", "-1", "--format=%b",
+                                      rev).splitlines() if ln]
+
+    def raw_message(self, rev="HEAD"):
+        """The commit object's message, byte for byte (text)."""
+        raw = self.git_bytes("cat-file", "commit", rev).decode()
+        return raw.split("\n\n", 1)[1]
+
+    def parents(self, rev="HEAD"):
+        return self.git("rev-list", "--parents", "-n", "1",
+                        rev).split()[1:]
+
+    def tree_files(self, rev="HEAD"):
+        return sorted(self.git("ls-tree", "-r", "--name-only",
+                               rev).splitlines())
+
+    def blob(self, rev, path):
+        return self.git_bytes("cat-file", "blob", "%s:%s" % (rev, path))
+
+    def changed_in(self, rev="HEAD"):
+        """(status, path) of a commit against its first parent."""
+        out = self.git("show", "--name-status", "--format=", rev)
+        return sorted(tuple(ln.split("\t", 1)) for ln in out.splitlines()
+                      if ln)
+
+    def status(self):
+        """git status --porcelain lines (untracked files included)."""
+        return sorted(ln for ln in self.git(
+            "status", "--porcelain", "--untracked-files=all").splitlines()
+            if ln)
+
+    def assertStatus(self, expected, timeout=2.0):
+        """git status eventually says expected (the decision files are
+        written by a background writer)."""
+        if not vt.wait_until(lambda: self.status() == expected, timeout,
+                             0.05):
+            self.assertEqual(self.status(), expected)
+
+    def user_commit(self, path, text, message="user change"):
+        """Write a file and commit it (only it) as the user."""
+        with open(os.path.join(self.repo.root, path), "w") as f:
+            f.write(text)
+        self.git("add", "--", path)
+        self.git("commit", "-q", "-m", message, "--", path)
+        return self.head()
+
+    # -- the daemon
+    def health(self, conn):
+        return conn.call("server.health")
+
+    def sync(self, conn, message=None, timeout=20):
+        params = {} if message is None else {"message": message}
+        return conn.call("git.sync", params, timeout=timeout)
+
+    def assertCommitted(self, rev, recs):
+        """rev's tree holds each record's file with its exact bytes (and
+        the working file is the same)."""
+        for rec in recs:
+            c = rec["coordinate"]
+            self.assertFileMatches(rec)
+            self.assertEqual(self.blob(rev, rel_path(c["x"], c["y"], c["z"])),
+                             vt.decision_file_bytes(rec))
+
+    def assertPendingSettles(self, conn, timeout=2.0):
+        """After a start on files equal to HEAD, pending drops to 0 once
+        the first job found nothing to commit (at start it may count every
+        loaded decision)."""
+        first = self.health(conn)["pending"]
+        settled = vt.wait_until(lambda: self.health(conn)["pending"] == 0,
+                                timeout, 0.05)
+        self.assertTrue(settled, "pending stays %d (was %d at start)"
+                        % (self.health(conn)["pending"], first))
+        if first:
+            vt.diag("note: pending was %d right after start-up" % first)
+
+    def assertDeferred(self, conn, word):
+        """git.sync fails with StorageError naming word, health reports
+        the deferral and keeps the batch pending."""
+        err = self.assertRpcError(E_STORAGE, self.sync, conn)
+        text = "%s %s" % (err.message, json.dumps(err.data))
+        self.assertIn("commit deferred", text)
+        self.assertIn(word, text)
+        health = self.health(conn)
+        self.assertIsInstance(health["commit_deferred"], str, health)
+        self.assertIn(word, health["commit_deferred"])
+        self.assertGreater(health["pending"], 0, health)
+        return health
+
+    def assertCommitResumes(self, conn, history, recs, timeout=6.0):
+        """Within timeout a new commit holding recs appears on history's
+        tip, and health says nothing is deferred or pending."""
+        now = self.wait_commits(len(history) + 1, timeout)
+        self.assertEqual(now[1:], history)
+        self.assertCommitted("HEAD", recs)
+        health = vt.wait_until(
+            lambda: (lambda h: h["commit_deferred"] is None
+                     and h["pending"] == 0 and h)(self.health(conn)), 2.0)
+        self.assertTrue(health, self.health(conn))
+        self.assertEqual(health["last_commit"]["commit"], now[0])
+        return now
+
+
+class Batching(GitCase):
+    def test_committed_after_the_delay_with_generated_message(self):
+        conn = self.connect(agent_id="alice")
+        recs = [conn.store(5, 2, 1, "Use PostgreSQL"),
+                conn.store(5, 3, 3, "Pool of 10 connections"),
+                conn.store(7, 1, 2, "REST interface", agent_id="bob")]
+        history = self.wait_commits(1, 5.0)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 3 decisions (x 5-7, y 1-3, z 1-3)")
+        self.assertEqual(sorted(self.body_lines()),
+                         [body_line(5, 2, 1, "alice"),
+                          body_line(5, 3, 3, "alice"),
+                          body_line(7, 1, 2, "bob")])
+        self.assertEqual(self.raw_message().split("\n")[1], "")
+        self.assertCommitted("HEAD", recs)
+        self.assertEqual(self.tree_files(), sorted(
+            [METADATA, rel_path(5, 2, 1), rel_path(5, 3, 3),
+             rel_path(7, 1, 2)]))
+
+        # A delete and a store: single values print once; only this batch.
+        self.assertTrue(conn.delete(7, 1, 2))
+        recs = [conn.store(7, 1, 3, "Handlers", agent_id="carol")]
+        history = self.wait_commits(2, 5.0)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 2 decisions (x 7, y 1, z 2-3)")
+        self.assertEqual(sorted(self.body_lines()),
+                         [body_line(7, 1, 2), body_line(7, 1, 3, "carol")])
+        self.assertEqual(self.changed_in(),
+                         [("A", rel_path(7, 1, 3)), ("D", rel_path(7, 1, 2))])
+        self.assertCommitted("HEAD", recs)
+
+        # The last decision of x-007 deleted: the directory goes.
+        self.assertTrue(conn.delete(7, 1, 3))
+        self.wait_commits(3, 5.0)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 1 decisions (x 7, y 1, z 3)")
+        self.assertEqual(self.body_lines(), [body_line(7, 1, 3)])
+        self.assertEqual(self.tree_files(), sorted(
+            [METADATA, rel_path(5, 2, 1), rel_path(5, 3, 3)]))
+        self.assertStatus([])
+        self.assertEqual(self.git("log", "--format=%P", "-1").split(),
+                         [history[0]])
+
+    def test_max_batch_commits_without_waiting(self):
+        self.daemon.stop()
+        self.daemon.args = ["--commit-delay-ms", "60000",
+                            "--commit-max-batch", "4"]
+        self.daemon.start()
+        conn = self.connect(agent_id="batch")
+        recs = [conn.store(x, 1, 1, "d%d" % x) for x in range(1, 4)]
+        self.assertNoNewCommit([], 0.5)
+        self.assertEqual(self.health(conn)["pending"], 3)
+        recs.append(conn.store(4, 1, 1, "d4"))
+        self.wait_commits(1, 3.0)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 4 decisions (x 1-4, y 1, z 1)")
+        self.assertCommitted("HEAD", recs)
+
+
+class Sync(GitCase):
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def test_sync_result_and_noop(self):
+        conn = self.connect(agent_id="syncer")
+        self.assertIsNone(self.health(conn)["last_commit"])
+        recs = [conn.store(12, 4, 2, "a"), conn.store(3, 2, 4, "b"),
+                conn.store(9, 5, 3, "c")]
+        self.assertEqual(self.health(conn)["pending"], 3)
+        res = self.sync(conn)
+        self.assertEqual(sorted(res), ["commit", "coordinates", "decisions",
+                                       "ranges"])
+        self.assertRegex(res["commit"], HEX40)
+        self.assertEqual(res["commit"], self.git("rev-parse", "HEAD").strip())
+        self.assertEqual(res["decisions"], 3)
+        self.assertEqual(sorted(tuple(c[k] for k in "xyz")
+                                for c in res["coordinates"]),
+                         [(3, 2, 4), (9, 5, 3), (12, 4, 2)])
+        for c in res["coordinates"]:
+            self.assertEqual(sorted(c), ["x", "y", "z"])
+        self.assertEqual(res["ranges"],
+                         {"x": [3, 12], "y": [2, 5], "z": [2, 4]})
+        self.assertCommitted(res["commit"], recs)  # no polling: it is there
+        health = self.health(conn)
+        self.assertEqual(health["pending"], 0)
+        self.assertIsNone(health["commit_deferred"])
+        self.assertEqual(sorted(health["last_commit"]),
+                         ["commit", "committed_at"])
+        self.assertEqual(health["last_commit"]["commit"], res["commit"])
+        self.assertTimestamp(health["last_commit"]["committed_at"])
+
+        # Nothing pending: an immediate null answer and no commit.
+        history = self.commits()
+        self.assertEqual(self.sync(conn), {"commit": None, "decisions": 0,
+                                           "coordinates": [], "ranges": None})
+        self.assertEqual(self.sync(conn, "no-op message")["commit"], None)
+        self.assertEqual(self.commits(), history)
+        self.assertEqual(len(history), 1)
+
+    def test_worktree_agrees_when_sync_returns(self):
+        """`vmem sync && git commit -a` must not commit deletions of the
+        decision files: when git.sync answers, the files of the commit are
+        in the working tree."""
+        conn = self.connect(agent_id="wt")
+        for x in range(1, 21):
+            conn.store(x, 1, 1, "decision %d" % x)
+        self.sync(conn)
+        self.assertEqual(self.status(), [])
+
+    def test_three_syncs_make_three_commits(self):
+        conn = self.connect(agent_id="rounds")
+        ids = []
+        for n in range(1, 4):
+            rec = conn.store(n, n, 2, "round %d" % n)
+            res = self.sync(conn)
+            self.assertEqual((res["decisions"], res["ranges"]),
+                             (1, {"x": [n, n], "y": [n, n], "z": [2, 2]}))
+            self.assertEqual(self.subject(),
+                             "vector-memory: 1 decisions (x %d, y %d, z 2)"
+                             % (n, n))
+            self.assertCommitted(res["commit"], [rec])
+            ids.append(res["commit"])
+        self.assertEqual(self.commits(), ids[::-1])
+        self.assertEqual(self.parents(ids[0]), [])
+        self.assertEqual(self.parents(ids[2]), [ids[1]])
+        self.assertStatus([])
+
+    def test_custom_message_verbatim(self):
+        conn = self.connect(agent_id="writer")
+        conn.store(4, 1, 1, "architecture")
+        msg = "Architecture of issue 4\n\nDecided by the team: caf\u00e9 \u2713"
+        res = self.sync(conn, msg)
+        self.assertEqual(res["decisions"], 1)
+        self.assertIn(self.raw_message(), (msg, msg + "\n"))
+        self.assertEqual(self.git("log", "-1", "--format=%B").rstrip("\n"),
+                         msg)
+        conn.store(4, 1, 2, "interfaces")
+        self.sync(conn, "one line, no newline")
+        self.assertIn(self.raw_message(), ("one line, no newline",
+                                           "one line, no newline\n"))
+
+    def test_no_commit_for_a_net_zero_batch(self):
+        conn = self.connect(agent_id="z")
+        conn.store(1, 1, 1, "kept")
+        history = [self.sync(conn)["commit"]]
+        conn.store(2, 2, 2, "stored then deleted")
+        self.assertTrue(conn.delete(2, 2, 2))
+        res = self.sync(conn)
+        self.assertEqual(self.commits(), history)
+        self.assertEqual(res, {"commit": None, "decisions": 0,
+                               "coordinates": [], "ranges": None})
+        self.assertEqual(self.health(conn)["pending"], 0)
+        self.assertStatus([])
+        # None of the commits made is empty.
+        conn.store(2, 2, 3, "real change")
+        self.sync(conn)
+        for rev in self.commits():
+            self.assertTrue(self.changed_in(rev), rev)
+
+    def test_four_digit_x(self):
+        conn = self.connect(agent_id="big")
+        rec = conn.store(1000, 5, 4, "the last issue")
+        res = self.sync(conn)
+        self.assertEqual(res["ranges"],
+                         {"x": [1000, 1000], "y": [5, 5], "z": [4, 4]})
+        self.assertEqual(self.subject(),
+                         "vector-memory: 1 decisions (x 1000, y 5, z 4)")
+        self.assertEqual(self.body_lines(), ["x-1000/y-5-z-4.json by big"])
+        self.assertEqual(rel_path(1000, 5, 4),
+                         ".vector-memory/x-1000/y-5-z-4.json")
+        self.assertCommitted("HEAD", [rec])
+
+    def test_sync_params_checked(self):
+        conn = self.connect(agent_id="p")
+        conn.store(1, 1, 1, "x")
+        for params in ({"message": ""}, {"message": 5}, {"message": None},
+                       {"msg": "typo"}):
+            with self.subTest(params=params):
+                self.assertRpcError(vt.E_VALUE, conn.call, "git.sync",
+                                    params)
+        self.assertEqual(self.commits(), [])
+        self.assertEqual(self.health(conn)["pending"], 1)
+
+    def test_sync_includes_writes_of_other_connections(self):
+        a, b = self.connect(agent_id="a"), self.connect(agent_id="b")
+        recs = [a.store(x, 2, 3, "from a %d" % x) for x in range(1, 6)]
+        recs += [b.store(x, 3, 3, "from b %d" % x) for x in range(1, 6)]
+        res = self.sync(a)
+        self.assertEqual(res["decisions"], 10)
+        self.assertCommitted(res["commit"], recs)
+        lines = self.body_lines()
+        self.assertEqual(len(lines), 10)
+        self.assertIn(body_line(3, 3, 3, "b"), lines)
+        self.assertIn(body_line(3, 2, 3, "a"), lines)
+
+
+class UserWork(GitCase):
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def test_staged_and_unstaged_changes_preserved(self):
+        base = self.user_commit("tracked.txt", "one\n", "base")
+        with open(os.path.join(self.repo.root, "tracked.txt"), "a") as f:
+            f.write("unstaged line\n")
+        with open(os.path.join(self.repo.root, "a.txt"), "w") as f:
+            f.write("staged by the user\n")
+        self.git("add", "a.txt")
+        with open(os.path.join(self.repo.root, "untracked.txt"), "w") as f:
+            f.write("nobody's\n")
+        conn = self.connect(agent_id="keeper")
+        rec = conn.store(8, 2, 2, "keep the user's work")
+        self.assertFileMatches(rec)
+        res = self.sync(conn)
+        self.assertEqual(self.parents(res["commit"]), [base])
+        self.assertEqual(self.git("diff", "--cached", "--name-only").split(),
+                         ["a.txt"])
+        self.assertEqual(self.git("diff", "--name-only").split(),
+                         ["tracked.txt"])
+        self.assertEqual(self.git("show", "--name-only", "--format=",
+                                  "HEAD").split(),
+                         sorted([METADATA, rel_path(8, 2, 2)]))
+        self.assertStatus(sorted(
+            ["A  a.txt", " M tracked.txt", "?? untracked.txt"]))
+        self.assertEqual(self.blob("HEAD", "tracked.txt"), b"one\n")
+        self.assertEqual(self.git_bytes("show", ":a.txt"),
+                         b"staged by the user\n")
+        with open(os.path.join(self.repo.root, "tracked.txt")) as f:
+            self.assertEqual(f.read(), "one\nunstaged line\n")
+
+    def test_unborn_head_gets_a_root_commit(self):
+        self.assertIsNone(self.head())
+        conn = self.connect(agent_id="first")
+        rec = conn.store(1, 1, 1, "the very first decision")
+        res = self.sync(conn)
+        self.assertEqual(self.parents(res["commit"]), [])
+        self.assertNotIn("\nparent ", self.git("cat-file", "-p", "HEAD"))
+        self.assertEqual(self.tree_files(), [METADATA, rel_path(1, 1, 1)])
+        self.assertCommitted("HEAD", [rec])
+        with open(os.path.join(self.repo.root, METADATA), "rb") as f:
+            self.assertEqual(self.blob("HEAD", METADATA), f.read())
+        self.assertEqual(json.loads(self.blob("HEAD", METADATA)),
+                         {"format": 1})
+        self.assertEqual(self.git("symbolic-ref", "-q", "HEAD").strip(),
+                         self.git("for-each-ref", "--format=%(refname)",
+                                  "refs/heads/").strip())
+        self.assertStatus([])
+
+    def test_user_commit_between_batches(self):
+        conn = self.connect(agent_id="d")
+        rec1 = conn.store(2, 1, 1, "before the user")
+        ours1 = self.sync(conn)["commit"]
+        theirs = self.user_commit("user.txt", "user's file\n", "user work")
+        self.assertEqual(self.parents(theirs), [ours1])
+        rec2 = conn.store(2, 2, 1, "after the user")
+        ours2 = self.sync(conn)["commit"]
+        self.assertEqual(self.parents(ours2), [theirs])
+        self.assertEqual(self.commits(), [ours2, theirs, ours1])
+        self.assertEqual(self.tree_files(ours2), sorted(
+            [METADATA, rel_path(2, 1, 1), rel_path(2, 2, 1), "user.txt"]))
+        self.assertCommitted(ours2, [rec1, rec2])
+        self.assertEqual(self.changed_in(ours2), [("A", rel_path(2, 2, 1))])
+        self.assertStatus([])
+
+    def test_user_commit_while_decisions_pending(self):
+        conn = self.connect(agent_id="d")
+        rec1 = conn.store(3, 1, 1, "pending while the user commits")
+        theirs = self.user_commit("notes.txt", "notes\n", "user first")
+        rec2 = conn.store(3, 1, 2, "also pending")
+        res = self.sync(conn)
+        self.assertEqual(res["decisions"], 2)
+        self.assertEqual(self.parents(res["commit"]), [theirs])
+        self.assertEqual(self.tree_files(), sorted(
+            [METADATA, rel_path(3, 1, 1), rel_path(3, 1, 2), "notes.txt"]))
+        self.assertCommitted("HEAD", [rec1, rec2])
+        self.assertStatus([])
+
+
+class Deferral(GitCase):
+    """Nothing is committed while the repository is busy; stores go on;
+    the batch is committed once the obstacle goes."""
+
+    def test_index_lock_held_for_two_seconds(self):
+        conn = self.connect(agent_id="locked")
+        lock = os.path.join(self.repo.gitdir, "index.lock")
+        with open(lock, "w"):
+            pass
+        held_until = time.monotonic() + 2.0
+        recs = [conn.store(6, 1, 1, "while locked")]
+        self.assertDeferred(conn, "index.lock")
+        recs.append(conn.store(6, 2, 2, "still accepted"))
+        time.sleep(max(0.0, held_until - time.monotonic()))
+        self.assertEqual(self.commits(), [])
+        self.assertEqual(self.health(conn)["pending"], 2)
+        self.assertEqual(conn.get(6, 2, 2), recs[1])
+        self.assertTrue(os.path.exists(lock), "someone else's lock removed")
+        os.unlink(lock)
+        self.assertCommitResumes(conn, [], recs)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 2 decisions (x 6, y 1-2, z 1-2)")
+
+    def test_detached_head(self):
+        conn = self.connect(agent_id="det")
+        rec0 = conn.store(9, 1, 1, "on the branch")
+        base = self.sync(conn)["commit"]
+        self.git("checkout", "-q", "--detach")
+        recs = [conn.store(9, 1, 2, "while detached")]
+        health = self.assertDeferred(conn, "detached")
+        self.assertEqual(health["pending"], 1)
+        recs.append(conn.store(9, 1, 3, "still detached"))
+        time.sleep(0.6)
+        self.assertEqual(self.git("rev-parse", "HEAD").strip(), base)
+        self.git("checkout", "-q", "-")
+        self.assertTrue(self.git("symbolic-ref", "-q", "HEAD").strip())
+        self.assertCommitResumes(conn, [base], [rec0] + recs)
+
+    def make_conflict(self, merge=True):
+        """Two branches changing shared.txt differently; with merge, a
+        repository in the middle of their conflicting merge."""
+        self.user_commit("shared.txt", "base\n", "base")
+        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
+        self.git("checkout", "-q", "-b", "other")
+        self.user_commit("shared.txt", "other\n", "other side")
+        self.git("checkout", "-q", branch)
+        self.user_commit("shared.txt", "mine\n", "my side")
+        if not merge:
+            return branch
+        p = self.git_run("merge", "other")
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertTrue(os.path.exists(os.path.join(self.repo.gitdir,
+                                                    "MERGE_HEAD")))
+        return branch
+
+    def test_cherry_pick_in_progress(self):
+        conn = self.connect(agent_id="picker")
+        self.make_conflict(merge=False)
+        p = self.git_run("cherry-pick", "other")
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertTrue(os.path.exists(os.path.join(self.repo.gitdir,
+                                                    "CHERRY_PICK_HEAD")))
+        tip = self.commits()
+        recs = [conn.store(12, 1, 1, "during the cherry-pick")]
+        self.assertDeferred(conn, "cherry-pick")
+        time.sleep(0.6)
+        self.assertEqual(self.commits(), tip)
+        self.git("cherry-pick", "--abort")
+        self.assertCommitResumes(conn, tip, recs)
+
+    def test_bisect_in_progress(self):
+        conn = self.connect(agent_id="bisector")
+        good = self.user_commit("b.txt", "1\n", "one")
+        self.user_commit("b.txt", "2\n", "two")
+        self.user_commit("b.txt", "3\n", "three")
+        self.git("bisect", "start", "HEAD", good)
+        recs = [conn.store(14, 4, 4, "during the bisect")]
+        self.assertDeferred(conn, "bisect")
+        self.git("bisect", "reset")
+        tip = self.commits()
+        self.assertCommitResumes(conn, tip, recs)
+
+    def test_merge_in_progress(self):
+        conn = self.connect(agent_id="merger")
+        self.make_conflict()
+        tip = self.commits()
+        recs = [conn.store(11, 3, 3, "during the merge")]
+        self.assertDeferred(conn, "merge")
+        recs.append(conn.store(11, 3, 4, "more during the merge"))
+        time.sleep(0.6)
+        self.assertEqual(self.commits(), tip)
+        self.git("merge", "--abort")
+        self.assertCommitResumes(conn, tip, recs)
+        self.assertEqual(self.changed_in(),
+                         [("A", METADATA), ("A", rel_path(11, 3, 3)),
+                          ("A", rel_path(11, 3, 4))])
+        self.assertEqual(self.blob("HEAD", "shared.txt"), b"mine\n")
+
+    def test_rebase_in_progress_then_finished(self):
+        conn = self.connect(agent_id="rebaser")
+        self.user_commit("f.txt", "base\n", "base")
+        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
+        self.git("checkout", "-q", "-b", "topic")
+        self.user_commit("f.txt", "topic\n", "topic change")
+        self.git("checkout", "-q", branch)
+        upstream = self.user_commit("f.txt", "upstream\n", "upstream change")
+        self.git("checkout", "-q", "topic")
+        p = self.git_run("rebase", branch)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        recs = [conn.store(13, 2, 2, "during the rebase")]
+        self.assertDeferred(conn, "rebase")
+        time.sleep(0.6)
+        self.assertEqual(self.git("rev-parse", "HEAD").strip(), upstream)
+        with open(os.path.join(self.repo.root, "f.txt"), "w") as f:
+            f.write("resolved\n")
+        self.git("add", "f.txt")
+        self.git("rebase", "--continue")
+        rebased = self.git("rev-parse", "topic").strip()
+        self.assertEqual(self.parents(rebased), [upstream])
+        now = self.assertCommitResumes(conn, self.commits(), recs)
+        self.assertEqual(self.git("symbolic-ref", "--short", "HEAD").strip(),
+                         "topic")
+        self.assertEqual(self.parents(now[0]), [rebased])
+        self.assertEqual(self.blob("HEAD", "f.txt"), b"resolved\n")
+
+
+class Stop(GitCase):
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def test_sigterm_commits_pending(self):
+        conn = self.connect(agent_id="term")
+        recs = [conn.store(x, 4, 3, "before SIGTERM %d" % x)
+                for x in (20, 21)]
+        self.daemon.stop()
+        self.assertEqual(len(self.commits()), 1)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 2 decisions (x 20-21, y 4, z 3)")
+        self.assertCommitted("HEAD", recs)
+        self.assertStatus([])
+
+    def test_server_shutdown_commits_pending(self):
+        conn = self.connect(agent_id="shut")
+        rec = conn.store(30, 5, 1, "before server.shutdown")
+        self.assertIs(conn.call("server.shutdown"), True)
+        self.assertEqual(self.daemon.wait(), 0)
+        self.assertEqual(len(self.commits()), 1)
+        self.assertCommitted("HEAD", [rec])
+
+
+class Restart(GitCase):
+    def test_restart_after_sync_loads_everything(self):
+        conn = self.connect(agent_id="r")
+        recs = [conn.store(x, 1 + x % 5, 2, "r%d" % x) for x in range(1, 21)]
+        self.assertTrue(conn.delete(5, 1, 2))
+        res = self.sync(conn)
+        # Stored then deleted before the commit: no difference to count.
+        self.assertEqual(res["decisions"], 19)
+        self.assertNotIn(body_line(5, 1, 2, "r"), self.body_lines())
+        self.assertNotIn(rel_path(5, 1, 2), self.tree_files())
+        history = self.commits()
+        conn.close()
+        self.daemon.restart()
+        conn = self.connect()
+        for rec in recs:
+            c = rec["coordinate"]
+            want = None if c["x"] == 5 else rec
+            self.assertEqual(conn.get(c["x"], c["y"], c["z"]), want)
+        self.assertEqual(self.health(conn)["decisions"], 19)
+        self.assertPendingSettles(conn)
+        self.assertNoNewCommit(history, 1.0)
+        self.assertStatus([])
+
+    def test_kill9_before_the_delay_then_committed_at_start(self):
+        self.daemon.stop()
+        self.daemon.args = ["--commit-delay-ms", "60000"]
+        self.daemon.start()
+        conn = self.connect(agent_id="k9")
+        rec0 = conn.store(40, 1, 1, "committed before")
+        base = self.sync(conn)["commit"]
+        recs = [conn.store(41, 1, 1, "acknowledged, not committed"),
+                conn.store(40, 2, 3, "another one")]
+        self.daemon.kill()
+        self.assertEqual(self.commits(), [base])
+        self.daemon.args = ["--commit-delay-ms", "200"]
+        self.daemon.start()
+        now = self.wait_commits(2, 5.0)
+        self.assertEqual(now[1], base)
+        self.assertCommitted("HEAD", [rec0] + recs)
+        self.assertEqual(self.changed_in(), [("A", rel_path(40, 2, 3)),
+                                             ("A", rel_path(41, 1, 1))])
+        conn = self.connect()
+        self.assertEqual(self.health(conn)["pending"], 0)
+        conn.close()
+        # Nothing changed since: a restart commits nothing.
+        self.daemon.restart()
+        conn = self.connect()
+        self.assertPendingSettles(conn)
+        self.assertNoNewCommit(now, 1.0)
+        self.assertIsNone(self.health(conn)["last_commit"])
+        # The start-up commit counts only the real differences.
+        self.assertEqual(sorted(self.body_lines()),
+                         [body_line(40, 2, 3, "k9"), body_line(41, 1, 1, "k9")])
+        self.assertEqual(self.subject(),
+                         "vector-memory: 2 decisions (x 40-41, y 1-2, z 1-3)")
+
+    def test_sync_right_after_restart_with_nothing_changed(self):
+        conn = self.connect(agent_id="s")
+        recs = [conn.store(x, 2, 2, "s%d" % x) for x in range(60, 66)]
+        history = [self.sync(conn)["commit"]]
+        conn.close()
+        self.daemon.stop()
+        self.daemon.args = ["--commit-delay-ms", "60000"]
+        self.daemon.start()
+        conn = self.connect()
+        self.assertEqual(self.sync(conn), {"commit": None, "decisions": 0,
+                                           "coordinates": [], "ranges": None})
+        self.assertEqual(self.commits(), history)
+        self.assertEqual(self.health(conn)["pending"], 0)
+        self.assertCommitted("HEAD", recs)
+
+    def test_deferred_at_stop_committed_by_next_daemon(self):
+        conn = self.connect(agent_id="later")
+        lock = os.path.join(self.repo.gitdir, "index.lock")
+        with open(lock, "w"):
+            pass
+        rec = conn.store(50, 3, 2, "deferred at stop")
+        conn.close()
+        self.daemon.stop()  # must not hang on the deferred batch
+        self.assertEqual(self.commits(), [])
+        os.unlink(lock)
+        self.daemon.start()
+        self.wait_commits(1, 5.0)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 1 decisions (x 50, y 3, z 2)")
+        self.assertCommitted("HEAD", [rec])
+
+
+class Identity(GitCase):
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def who(self):
+        return self.git("log", "-1", "--format=%an <%ae>|%cn <%ce>").strip()
+
+    def test_author_from_repository_config(self):
+        self.git("config", "user.name", "Alice")
+        self.git("config", "user.email", "alice@example.com")
+        conn = self.connect(agent_id="id")
+        conn.store(1, 2, 3, "who wrote this")
+        self.sync(conn)
+        self.assertEqual(self.who(), "Alice <alice@example.com>|"
+                         "Alice <alice@example.com>")
+
+    def test_fallback_identity(self):
+        # The daemon's HOME and XDG_CONFIG_HOME are empty directories and
+        # the repository has no user config.
+        self.assertNotEqual(self.git_run("config", "user.name").returncode,
+                            0)
+        conn = self.connect(agent_id="id")
+        conn.store(1, 2, 3, "who wrote this")
+        self.sync(conn)
+        self.assertEqual(self.who(), "%s|%s" % (FALLBACK, FALLBACK))
+
+
+class Cli(GitCase):
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def vmem(self, *args):
+        env = clean_env(self.repo.tmp)
+        env.update(VMEMD=vt.VMEMD, VMEM_AGENT_ID="cli", VMEM_NO_AUTOSTART="1")
+        env.pop("XDG_RUNTIME_DIR", None)
+        return subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
+                               "--repo", self.repo.root] + list(args),
+                              capture_output=True, text=True, env=env,
+                              timeout=30)
+
+    def test_vmem_sync(self):
+        conn = self.connect(agent_id="c")
+        conn.store(70, 1, 1, "one")
+        conn.store(71, 1, 1, "two")
+        p = self.vmem("sync")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "committed %s (2 decisions)\n"
+                         % self.head())
+        p = self.vmem("sync")
+        self.assertEqual((p.returncode, p.stdout), (0, "nothing to commit\n"))
+        self.assertEqual(len(self.commits()), 1)
+
+        conn.store(72, 2, 2, "three")
+        p = self.vmem("sync", "-m", "CLI message: three", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        res = json.loads(p.stdout)
+        self.assertEqual(res["commit"], self.head())
+        self.assertEqual((res["decisions"], res["ranges"]),
+                         (1, {"x": [72, 72], "y": [2, 2], "z": [2, 2]}))
+        self.assertEqual(self.git("log", "-1", "--format=%B").rstrip("\n"),
+                         "CLI message: three")
+        self.assertEqual(len(self.commits()), 2)
+
+    def test_vmem_sync_deferred(self):
+        conn = self.connect(agent_id="c")
+        conn.store(73, 1, 1, "locked out")
+        lock = os.path.join(self.repo.gitdir, "index.lock")
+        with open(lock, "w"):
+            pass
+        p = self.vmem("sync")
+        self.assertEqual(p.returncode, 1, (p.stdout, p.stderr))
+        self.assertIn("StorageError", p.stderr)
+        self.assertEqual(self.commits(), [])
+        os.unlink(lock)
+        p = self.vmem("sync")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "committed %s (1 decisions)\n"
+                         % self.head())
+
+
+if __name__ == "__main__":
+    vt.main()

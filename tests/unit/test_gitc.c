@@ -1,0 +1,911 @@
+/*
+ * Unit tests of daemon/gitc.c on real temporary repositories, checked with
+ * the git program: root commits on an unborn branch, incremental commits,
+ * deletions, the user's staged and unstaged changes left alone, a branch
+ * tip moved under us (by a user commit between calls and inside the
+ * commit, through the test hook), deferrals, identity, the generated
+ * message, history and rollback points; git fsck --strict after each.
+ *
+ * The process runs with HOME, XDG_CONFIG_HOME and libgit2's config search
+ * paths pointing to an empty directory, so only a repository's own config
+ * gives an identity.
+ */
+#include <check.h>
+#include <errno.h>
+#include <ftw.h>
+#include <git2.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gitc.h"
+#include "run_suite.h"
+
+#define GIT "git -c advice.detachedHead=false "
+
+static char home[64];
+static char tmpdir[64];
+static struct gitc *g;
+static char errmsg[256];
+
+static int rm_cb(const char *path, const struct stat *st, int flag,
+		 struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* Run a shell command in the repository; its exit status. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+	char cmd[2048];
+	int n, st;
+	va_list ap;
+
+	n = snprintf(cmd, sizeof(cmd), "cd '%s' && ", tmpdir);
+	va_start(ap, fmt);
+	vsnprintf(cmd + n, sizeof(cmd) - (size_t)n, fmt, ap);
+	va_end(ap);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The output of a shell command in the repository (static buffer). */
+static const char *out(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static const char *out(const char *fmt, ...)
+{
+	static char buf[16384];
+	char cmd[2048];
+	size_t got = 0, r;
+	FILE *f;
+	int n;
+	va_list ap;
+
+	n = snprintf(cmd, sizeof(cmd), "cd '%s' && ", tmpdir);
+	va_start(ap, fmt);
+	vsnprintf(cmd + n, sizeof(cmd) - (size_t)n, fmt, ap);
+	va_end(ap);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	while ((r = fread(buf + got, 1, sizeof(buf) - 1 - got, f)) > 0)
+		got += r;
+	buf[got] = '\0';
+	pclose(f);
+	return buf;
+}
+
+static void write_file(const char *rel, const char *text)
+{
+	char path[512];
+	FILE *f;
+
+	ck_assert_int_eq(sh("mkdir -p \"$(dirname '%s')\"", rel), 0);
+	snprintf(path, sizeof(path), "%s/%s", tmpdir, rel);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
+static void init_repo(bool identity)
+{
+	strcpy(tmpdir, "/tmp/vmem-test-gitc-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+	ck_assert_int_eq(sh("git init -q -b main ."), 0);
+	if (identity)
+		ck_assert_int_eq(sh("git config user.name 'Test User' && "
+				    "git config user.email test@example.com"),
+				 0);
+	ck_assert_int_eq(gitc_open(&g, tmpdir, errmsg, sizeof(errmsg)), 0);
+}
+
+static void setup(void)
+{
+	init_repo(true);
+}
+
+static void setup_anon(void)
+{
+	init_repo(false);
+}
+
+static void teardown(void)
+{
+	gitc_free(g);
+	g = NULL;
+	nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void fsck_clean(void)
+{
+	ck_assert_int_eq(sh("git fsck --strict --no-progress >/dev/null 2>&1"),
+			 0);
+}
+
+/* Text of a decision file, also written to the working tree. */
+static const char *dtext(int x, int y, int z, const char *content, char *buf,
+			 size_t n)
+{
+	snprintf(buf, n,
+		 "{\n  \"coordinate\": {\n    \"x\": %d,\n    \"y\": %d,\n"
+		 "    \"z\": %d\n  },\n  \"content\": \"%s\"\n}\n",
+		 x, y, z, content);
+	return buf;
+}
+
+/* Write the file in the working tree and describe the change. */
+static struct gitc_change put(int x, int y, int z, const char *content,
+			      char *buf, size_t n)
+{
+	struct gitc_change c = {{x, y, z}, NULL, 0, "agent-1", false};
+	char rel[128], path[64];
+
+	dtext(x, y, z, content, buf, n);
+	coord_path(&c.coord, path, sizeof(path));
+	snprintf(rel, sizeof(rel), ".vector-memory/%s", path);
+	write_file(rel, buf);
+	write_file(".vector-memory/metadata.json", "{\n  \"format\": 1\n}\n");
+	c.text = buf;
+	c.len = strlen(buf);
+	return c;
+}
+
+static struct gitc_change del(int x, int y, int z)
+{
+	struct gitc_change c = {{x, y, z}, NULL, 0, NULL, false};
+	char path[64];
+
+	coord_path(&c.coord, path, sizeof(path));
+	sh("rm -f .vector-memory/%s && rmdir .vector-memory/x-%03d "
+	   "2>/dev/null; true",
+	   path, x);
+	return c;
+}
+
+static void commit_ok(struct gitc_change *ch, size_t n, const char *msg,
+		      struct gitc_result *res)
+{
+	int rc = gitc_commit(g, ch, n, msg, res, errmsg, sizeof(errmsg));
+
+	ck_assert_msg(rc == 0, "gitc_commit: %d %s", rc, errmsg);
+	ck_assert_str_eq(errmsg, "");
+	ck_assert_str_eq(res->deferred, "");
+	ck_assert_uint_eq(strlen(res->commit), 40);
+}
+
+static const char *head(void)
+{
+	static char h[64];
+
+	snprintf(h, sizeof(h), "%s", out("git rev-parse HEAD"));
+	h[strcspn(h, "\n")] = '\0';
+	return h;
+}
+
+START_TEST(test_message)
+{
+	struct gitc_change ch[3] = {
+		{{5, 2, 1}, "a", 1, "alice", false},
+		{{7, 1, 3}, NULL, 0, NULL, false},
+		{{5, 3, 1}, "b", 1, "bob", false},
+	};
+	char *m;
+
+	m = gitc_message(ch, 3);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_str_eq(m, "vector-memory: 3 decisions (x 5-7, y 1-3, z 1-3)"
+			    "\n\nx-005/y-2-z-1.json by alice\n"
+			    "x-007/y-1-z-3.json deleted\n"
+			    "x-005/y-3-z-1.json by bob\n");
+	free(m);
+	m = gitc_message(ch, 1);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_str_eq(m, "vector-memory: 1 decisions (x 5, y 2, z 1)\n\n"
+			    "x-005/y-2-z-1.json by alice\n");
+	free(m);
+}
+END_TEST
+
+START_TEST(test_unborn_root_commit)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], ct[32];
+	char *m;
+
+	c = put(5, 2, 1, "first", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(head(), res.commit);
+	ck_assert_str_eq(out("git rev-list --count HEAD"), "1\n");
+	ck_assert_str_eq(out("git log -1 --format=%%P"), "\n");
+	ck_assert_str_eq(out("git ls-tree -r --name-only HEAD"),
+			 ".vector-memory/metadata.json\n"
+			 ".vector-memory/x-005/y-2-z-1.json\n");
+	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
+			 buf);
+	ck_assert_str_eq(out("git show HEAD:.vector-memory/metadata.json"),
+			 "{\n  \"format\": 1\n}\n");
+	ck_assert_str_eq(out("git log -1 --format='%%an <%%ae>|%%cn <%%ce>'"),
+			 "Test User <test@example.com>|"
+			 "Test User <test@example.com>\n");
+	snprintf(ct, sizeof(ct), "%lld\n", (long long)res.committed_at);
+	ck_assert_str_eq(out("git log -1 --format=%%ct"), ct);
+	m = gitc_message(&c, 1);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"), m);
+	free(m);
+	/* stat data right: clean without a refresh */
+	ck_assert_str_eq(out("git diff-files --name-only"), "");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	ck_assert_str_eq(out("git branch --show-current"), "main\n");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_second_commit_and_message)
+{
+	struct gitc_result r1, r2;
+	struct gitc_change c[2];
+	char b1[512], b2[512], b3[512], parent[64];
+
+	c[0] = put(5, 2, 1, "one", b1, sizeof(b1));
+	commit_ok(c, 1, NULL, &r1);
+	c[0] = put(5, 2, 1, "one, changed", b2, sizeof(b2));
+	c[1] = put(6, 1, 1, "two", b3, sizeof(b3));
+	commit_ok(c, 2, "custom subject\n\ncustom body\n", &r2);
+	ck_assert_str_ne(r1.commit, r2.commit);
+	snprintf(parent, sizeof(parent), "%s\n", r1.commit);
+	ck_assert_str_eq(out("git log -1 --format=%%P"), parent);
+	ck_assert_str_eq(out("git show --name-status --format= HEAD"),
+			 "M\t.vector-memory/x-005/y-2-z-1.json\n"
+			 "A\t.vector-memory/x-006/y-1-z-1.json\n");
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
+			 "custom subject\n\ncustom body\n");
+	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
+			 b2);
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_noop_commit)
+{
+	struct gitc_result res;
+	struct gitc_change c, d;
+	char buf[512], h[64];
+	int rc;
+
+	c = put(5, 2, 1, "same", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	snprintf(h, sizeof(h), "%s", head());
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(res.commit, "");
+	d = del(9, 1, 1); /* deleting an absent decision changes nothing */
+	rc = gitc_commit(g, &d, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(res.commit, "");
+	rc = gitc_commit(g, NULL, 0, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_str_eq(res.commit, "");
+	ck_assert_str_eq(head(), h);
+	ck_assert_str_eq(out("git rev-list --count HEAD"), "1\n");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_delete)
+{
+	struct gitc_result res;
+	struct gitc_change c[3];
+	char b1[512], b2[512], b3[512];
+
+	c[0] = put(5, 1, 1, "a", b1, sizeof(b1));
+	c[1] = put(5, 2, 1, "b", b2, sizeof(b2));
+	c[2] = put(6, 1, 1, "c", b3, sizeof(b3));
+	commit_ok(c, 3, NULL, &res);
+	c[0] = del(5, 1, 1);
+	commit_ok(c, 1, NULL, &res);
+	ck_assert_str_eq(out("git show --name-status --format= HEAD"),
+			 "D\t.vector-memory/x-005/y-1-z-1.json\n");
+	ck_assert_str_eq(out("git ls-tree --name-only HEAD:.vector-memory"),
+			 "metadata.json\nx-005\nx-006\n");
+	c[0] = del(6, 1, 1);
+	commit_ok(c, 1, NULL, &res);
+	ck_assert_str_eq(out("git ls-tree --name-only HEAD:.vector-memory"),
+			 "metadata.json\nx-005\n");
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
+			 "vector-memory: 1 decisions (x 6, y 1, z 1)\n\n"
+			 "x-006/y-1-z-1.json deleted\n");
+	ck_assert_str_eq(out("git ls-files"),
+			 ".vector-memory/metadata.json\n"
+			 ".vector-memory/x-005/y-2-z-1.json\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_user_changes_preserved)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], cached[4096], unstaged[4096], st[4096];
+
+	write_file("README", "readme\n");
+	write_file("other.txt", "other\n");
+	ck_assert_int_eq(sh("git add README other.txt && git commit -q -m "
+			    "base"),
+			 0);
+	/* staged new file, partially staged README, unstaged other.txt */
+	write_file("new.txt", "new\n");
+	write_file("README", "readme staged\n");
+	ck_assert_int_eq(sh("git add new.txt README"), 0);
+	write_file("README", "readme staged then more\n");
+	write_file("other.txt", "other changed\n");
+	snprintf(cached, sizeof(cached), "%s", out("git diff --cached"));
+	snprintf(unstaged, sizeof(unstaged), "%s", out("git diff"));
+	snprintf(st, sizeof(st), "%s", out("git status --porcelain"));
+	ck_assert_str_eq(st, "MM README\nA  new.txt\n M other.txt\n");
+
+	c = put(5, 2, 1, "mine", buf, sizeof(buf));
+	ck_assert_str_eq(out("git status --porcelain"),
+			 "MM README\nA  new.txt\n M other.txt\n"
+			 "?? .vector-memory/\n");
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(out("git show --name-only --format= HEAD"),
+			 ".vector-memory/metadata.json\n"
+			 ".vector-memory/x-005/y-2-z-1.json\n");
+	ck_assert_str_eq(out("git show HEAD:README"), "readme\n");
+	ck_assert_str_eq(out("git diff --cached"), cached);
+	ck_assert_str_eq(out("git diff"), unstaged);
+	ck_assert_str_eq(out("git diff --cached --name-only"),
+			 "README\nnew.txt\n");
+	ck_assert_str_eq(out("git status --porcelain"),
+			 "MM README\nA  new.txt\n M other.txt\n");
+	ck_assert_str_eq(out("git show :README"), "readme staged\n");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_working_file_differs)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	c = put(5, 2, 1, "committed", buf, sizeof(buf));
+	write_file(".vector-memory/x-005/y-2-z-1.json", "newer bytes\n");
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(out("git show :.vector-memory/x-005/y-2-z-1.json"),
+			 buf);
+	ck_assert_str_eq(out("git status --porcelain"),
+			 " M .vector-memory/x-005/y-2-z-1.json\n");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_user_commit_between)
+{
+	struct gitc_result r1, r2;
+	struct gitc_change c;
+	char b1[512], b2[512], user[64], parent[80];
+
+	c = put(5, 2, 1, "one", b1, sizeof(b1));
+	commit_ok(&c, 1, NULL, &r1);
+	write_file("user.txt", "user\n");
+	ck_assert_int_eq(sh("git add user.txt && git commit -q -m user"), 0);
+	snprintf(user, sizeof(user), "%s", head());
+	c = put(5, 2, 1, "two", b2, sizeof(b2));
+	commit_ok(&c, 1, NULL, &r2);
+	snprintf(parent, sizeof(parent), "%s\n", user);
+	ck_assert_str_eq(out("git log -1 --format=%%P"), parent);
+	ck_assert_str_eq(out("git log --format=%%s"),
+			 "vector-memory: 1 decisions (x 5, y 2, z 1)\n"
+			 "user\n"
+			 "vector-memory: 1 decisions (x 5, y 2, z 1)\n");
+	ck_assert_str_eq(out("git show HEAD:user.txt"), "user\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+static int hook_calls;
+
+/* Move the branch under gitc the first time only. */
+static void move_tip(void *ctx)
+{
+	(void)ctx;
+	if (hook_calls++ == 0) {
+		write_file("user.txt", "user\n");
+		ck_assert_int_eq(sh("git add user.txt && "
+				    "git commit -q -m moved"),
+				 0);
+	}
+}
+
+START_TEST(test_tip_moved_during_commit)
+{
+	struct gitc_result r1, r2;
+	struct gitc_change c;
+	char b1[512], b2[512];
+
+	c = put(5, 2, 1, "one", b1, sizeof(b1));
+	commit_ok(&c, 1, "ours1", &r1);
+	hook_calls = 0;
+	gitc_set_hook(g, move_tip, NULL);
+	c = put(5, 2, 1, "two", b2, sizeof(b2));
+	commit_ok(&c, 1, "ours2", &r2);
+	ck_assert_int_eq(hook_calls, 2);
+	ck_assert_str_eq(head(), r2.commit);
+	ck_assert_str_eq(out("git log --format=%%s"), "ours2\nmoved\nours1\n");
+	ck_assert_str_eq(out("git show HEAD:user.txt"), "user\n");
+	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
+			 b2);
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_tip_moved_unborn)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	hook_calls = 0;
+	gitc_set_hook(g, move_tip, NULL);
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, "ours", &res);
+	ck_assert_int_eq(hook_calls, 2);
+	ck_assert_str_eq(out("git log --format=%%s"), "ours\nmoved\n");
+	ck_assert_str_eq(out("git ls-tree -r --name-only HEAD"),
+			 ".vector-memory/metadata.json\n"
+			 ".vector-memory/x-005/y-2-z-1.json\n"
+			 "user.txt\n");
+	fsck_clean();
+}
+END_TEST
+
+static void take_index_lock(void *ctx)
+{
+	(void)ctx;
+	ck_assert_int_eq(sh("touch .git/index.lock"), 0);
+}
+
+START_TEST(test_index_lock_during_commit)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+	int rc;
+
+	gitc_set_hook(g, take_index_lock, NULL);
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0); /* the commit exists, the index is stale */
+	ck_assert_uint_eq(strlen(res.commit), 40);
+	ck_assert_str_eq(head(), res.commit);
+	ck_assert_ptr_nonnull(strstr(errmsg, "index"));
+	ck_assert_int_eq(sh("rm .git/index.lock"), 0);
+	ck_assert_str_eq(out("git ls-files"), "");
+	fsck_clean();
+}
+END_TEST
+
+/* gitc_commit must wait with why, writing nothing. */
+static void expect_deferred(const char *why)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], h[64], objs[64];
+	int rc;
+
+	snprintf(h, sizeof(h), "%s", head());
+	snprintf(objs, sizeof(objs), "%s", out("git count-objects"));
+	c = put(7, 1, 1, "waiting", buf, sizeof(buf));
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_str_eq(res.deferred, why);
+	ck_assert_str_eq(res.commit, "");
+	ck_assert_str_eq(head(), h);
+	ck_assert_str_eq(out("git count-objects"), objs);
+}
+
+START_TEST(test_defer_detached)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(sh(GIT "checkout -q --detach"), 0);
+	expect_deferred("HEAD is detached");
+	ck_assert_int_eq(sh(GIT "checkout -q main"), 0);
+	c = put(7, 1, 1, "waiting", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(head(), res.commit);
+	fsck_clean();
+}
+END_TEST
+
+/* A conflicting change of f.txt on branch side. */
+static void make_conflict(void)
+{
+	write_file("f.txt", "base\n");
+	ck_assert_int_eq(sh("git add f.txt && git commit -q -m base && "
+			    "git checkout -q -b side"),
+			 0);
+	write_file("f.txt", "side\n");
+	ck_assert_int_eq(sh("git commit -q -am side && git checkout -q main"),
+			 0);
+	write_file("f.txt", "main\n");
+	ck_assert_int_eq(sh("git commit -q -am main"), 0);
+}
+
+START_TEST(test_defer_merge)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	make_conflict();
+	ck_assert_int_ne(sh("git merge -q side >/dev/null 2>&1"), 0);
+	expect_deferred("merge in progress");
+	ck_assert_int_eq(sh("git merge --abort"), 0);
+	c = put(7, 1, 1, "waiting", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_defer_cherry_pick_and_rebase)
+{
+	make_conflict();
+	ck_assert_int_ne(sh("git cherry-pick side >/dev/null 2>&1"), 0);
+	expect_deferred("cherry-pick in progress");
+	ck_assert_int_eq(sh("git cherry-pick --abort"), 0);
+	ck_assert_int_ne(sh("git rebase side >/dev/null 2>&1"), 0);
+	expect_deferred("rebase in progress");
+	ck_assert_int_eq(sh("git rebase --abort"), 0);
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_defer_index_lock)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(sh("touch .git/index.lock"), 0);
+	expect_deferred("index.lock is held by another process");
+	ck_assert_int_eq(sh("rm .git/index.lock"), 0);
+	c = put(7, 1, 1, "waiting", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_identity_fallback)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(out("git log -1 --format='%%an <%%ae>|%%cn <%%ce>'"),
+			 "vmemd <vmemd@localhost>|vmemd <vmemd@localhost>\n");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_worktree)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	struct gitc *main_g = g;
+	char buf[512], wt[128], main_head[64], parent[80];
+	int rc;
+
+	c = put(5, 2, 1, "main", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	snprintf(main_head, sizeof(main_head), "%s", head());
+	ck_assert_int_eq(sh("git worktree add -q wt -b wtb"), 0);
+	snprintf(wt, sizeof(wt), "%s/wt", tmpdir);
+	ck_assert_int_eq(gitc_open(&g, wt, errmsg, sizeof(errmsg)), 0);
+	ck_assert_int_eq(sh("touch .git/worktrees/wt/index.lock"), 0);
+	c.text = "wt\n";
+	c.len = 3;
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_str_eq(res.deferred, "index.lock is held by another process");
+	ck_assert_int_eq(sh("rm .git/worktrees/wt/index.lock"), 0);
+	commit_ok(&c, 1, NULL, &res);
+	gitc_free(g);
+	g = main_g;
+	ck_assert_str_eq(head(), main_head);
+	snprintf(parent, sizeof(parent), "%s\n", main_head);
+	ck_assert_str_eq(out("git log -1 --format=%%P wtb"), parent);
+	ck_assert_str_eq(out("git show wtb:.vector-memory/x-005/y-2-z-1.json"),
+			 "wt\n");
+	ck_assert_str_eq(out("cd wt && git diff --cached --name-only"), "");
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_open_errors)
+{
+	struct gitc *g2 = (struct gitc *)1;
+	char dir[128];
+
+	snprintf(dir, sizeof(dir), "%s/nothing-here", tmpdir);
+	ck_assert_int_lt(gitc_open(&g2, dir, errmsg, sizeof(errmsg)), 0);
+	ck_assert_ptr_null(g2);
+	ck_assert_str_ne(errmsg, "");
+}
+END_TEST
+
+struct version {
+	char commit[41];
+	int64_t at;
+	char text[512];
+	bool deleted;
+};
+
+struct versions {
+	size_t n;
+	struct version v[8];
+	int stop_at; /* return 7 on this call (1-based), 0: never */
+};
+
+static int version_cb(void *ctx, const char *commit, int64_t at,
+		      const char *text, size_t len)
+{
+	struct versions *vs = ctx;
+	struct version *v = &vs->v[vs->n++];
+
+	ck_assert_uint_le(vs->n, 8);
+	snprintf(v->commit, sizeof(v->commit), "%s", commit);
+	v->at = at;
+	v->deleted = !text;
+	if (text) {
+		ck_assert_uint_eq(strlen(text), len);
+		snprintf(v->text, sizeof(v->text), "%s", text);
+	}
+	return (int)vs->n == vs->stop_at ? 7 : 0;
+}
+
+START_TEST(test_history)
+{
+	struct gitc_result r[4];
+	struct gitc_change c;
+	struct versions vs = {0};
+	struct coord at = {5, 2, 1};
+	char b1[512], b2[512], b3[512];
+	int rc;
+
+	rc = gitc_history(g, &at, 0, version_cb, &vs, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0); /* unborn: no history */
+	ck_assert_uint_eq(vs.n, 0);
+
+	c = put(5, 2, 1, "v1", b1, sizeof(b1));
+	commit_ok(&c, 1, NULL, &r[0]);
+	c = put(5, 2, 1, "v2", b2, sizeof(b2));
+	commit_ok(&c, 1, NULL, &r[1]);
+	c = put(6, 1, 1, "unrelated", b3, sizeof(b3));
+	commit_ok(&c, 1, NULL, &r[2]);
+	c = del(5, 2, 1);
+	commit_ok(&c, 1, NULL, &r[3]);
+
+	rc = gitc_history(g, &at, 0, version_cb, &vs, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_uint_eq(vs.n, 3);
+	ck_assert_str_eq(vs.v[0].commit, r[3].commit);
+	ck_assert(vs.v[0].deleted);
+	ck_assert_int_eq(vs.v[0].at, r[3].committed_at);
+	ck_assert_str_eq(vs.v[1].commit, r[1].commit);
+	ck_assert(!vs.v[1].deleted);
+	ck_assert_str_eq(vs.v[1].text, b2);
+	ck_assert_str_eq(vs.v[2].commit, r[0].commit);
+	ck_assert_str_eq(vs.v[2].text, b1);
+
+	memset(&vs, 0, sizeof(vs));
+	rc = gitc_history(g, &at, 2, version_cb, &vs, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_uint_eq(vs.n, 2);
+
+	memset(&vs, 0, sizeof(vs));
+	vs.stop_at = 1;
+	rc = gitc_history(g, &at, 0, version_cb, &vs, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 7);
+	ck_assert_uint_eq(vs.n, 1);
+
+	memset(&vs, 0, sizeof(vs));
+	at.x = 6;
+	at.y = 1;
+	rc = gitc_history(g, &at, 0, version_cb, &vs, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_uint_eq(vs.n, 1);
+	ck_assert_str_eq(vs.v[0].commit, r[2].commit);
+	ck_assert_str_eq(vs.v[0].text, b3);
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_history_first_parent)
+{
+	struct gitc_result r1;
+	struct gitc_change c;
+	struct versions vs = {0};
+	struct coord at = {5, 2, 1};
+	char b1[512];
+	int rc;
+
+	c = put(5, 2, 1, "v1", b1, sizeof(b1));
+	commit_ok(&c, 1, NULL, &r1);
+	/* a side branch changes the file; main merges it without taking it */
+	ck_assert_int_eq(sh("git checkout -q -b side && "
+			    "echo side > .vector-memory/x-005/y-2-z-1.json && "
+			    "git commit -q -am side && git checkout -q main && "
+			    "git merge -q -s ours --no-edit side"),
+			 0);
+	rc = gitc_history(g, &at, 0, version_cb, &vs, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 0);
+	ck_assert_uint_eq(vs.n, 1);
+	ck_assert_str_eq(vs.v[0].commit, r1.commit);
+	fsck_clean();
+}
+END_TEST
+
+static int rollback(int xt, int yt, char commit[41], char *subj, int64_t *at)
+{
+	return gitc_rollback_point(g, xt, yt, commit, subj, 128, at, errmsg,
+				   sizeof(errmsg));
+}
+
+START_TEST(test_rollback_point)
+{
+	struct gitc_result r[3];
+	struct gitc_change c;
+	char b[3][512], commit[41], subj[128];
+	int64_t at = 0;
+
+	ck_assert_int_eq(rollback(1, 1, commit, subj, &at), 0); /* unborn */
+	c = put(1, 1, 1, "a", b[0], sizeof(b[0]));
+	commit_ok(&c, 1, "c1", &r[0]);
+	c = put(2, 3, 1, "b", b[1], sizeof(b[1]));
+	commit_ok(&c, 1, "c2", &r[1]);
+	c = put(3, 1, 1, "c", b[2], sizeof(b[2]));
+	commit_ok(&c, 1, "c3\n\nbody", &r[2]);
+
+	ck_assert_int_eq(rollback(4, 1, commit, subj, &at), 1);
+	ck_assert_str_eq(commit, r[2].commit);
+	ck_assert_str_eq(subj, "c3");
+	ck_assert_int_eq(at, r[2].committed_at);
+	ck_assert_int_eq(rollback(3, 1, commit, subj, &at), 1);
+	ck_assert_str_eq(commit, r[1].commit);
+	ck_assert_str_eq(subj, "c2");
+	ck_assert_int_eq(rollback(3, 2, commit, subj, &at), 1);
+	ck_assert_str_eq(commit, r[2].commit);
+	ck_assert_int_eq(rollback(2, 4, commit, subj, &at), 1);
+	ck_assert_str_eq(commit, r[1].commit);
+	ck_assert_int_eq(rollback(2, 3, commit, subj, &at), 1);
+	ck_assert_str_eq(commit, r[0].commit);
+	ck_assert_str_eq(subj, "c1");
+	ck_assert_int_eq(rollback(1, 1, commit, subj, &at), 0);
+	ck_assert_str_eq(commit, "");
+
+	/* a user commit without .vector-memory on top, then one before */
+	write_file("u.txt", "u\n");
+	ck_assert_int_eq(sh("git add u.txt && git commit -q -m user"), 0);
+	ck_assert_int_eq(rollback(4, 1, commit, subj, &at), 1);
+	ck_assert_str_eq(subj, "user"); /* .vector-memory unchanged: ok */
+	ck_assert_int_eq(rollback(1, 1, commit, subj, &at), 0);
+	fsck_clean();
+}
+END_TEST
+
+START_TEST(test_rollback_empty_memory)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], commit[41], subj[128];
+	int64_t at;
+
+	write_file("README", "r\n");
+	ck_assert_int_eq(sh("git add README && git commit -q -m base"), 0);
+	c = put(1, 1, 1, "a", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(rollback(1, 1, commit, subj, &at), 1);
+	ck_assert_str_eq(subj, "base");
+	c = del(1, 1, 1);
+	commit_ok(&c, 1, "emptied", &res);
+	/* only metadata.json is left: qualifies */
+	ck_assert_int_eq(rollback(1, 1, commit, subj, &at), 1);
+	ck_assert_str_eq(subj, "emptied");
+	ck_assert_str_eq(commit, res.commit);
+	fsck_clean();
+}
+END_TEST
+
+static Suite *gitc_suite(void)
+{
+	Suite *s = suite_create("gitc");
+	TCase *tc = tcase_create("commit");
+	TCase *anon = tcase_create("identity");
+	TCase *hist = tcase_create("history");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_message);
+	tcase_add_test(tc, test_unborn_root_commit);
+	tcase_add_test(tc, test_second_commit_and_message);
+	tcase_add_test(tc, test_noop_commit);
+	tcase_add_test(tc, test_delete);
+	tcase_add_test(tc, test_user_changes_preserved);
+	tcase_add_test(tc, test_working_file_differs);
+	tcase_add_test(tc, test_user_commit_between);
+	tcase_add_test(tc, test_tip_moved_during_commit);
+	tcase_add_test(tc, test_tip_moved_unborn);
+	tcase_add_test(tc, test_defer_detached);
+	tcase_add_test(tc, test_defer_merge);
+	tcase_add_test(tc, test_defer_cherry_pick_and_rebase);
+	tcase_add_test(tc, test_defer_index_lock);
+	tcase_add_test(tc, test_index_lock_during_commit);
+	tcase_add_test(tc, test_worktree);
+	tcase_add_test(tc, test_open_errors);
+	suite_add_tcase(s, tc);
+
+	tcase_set_timeout(anon, 60);
+	tcase_add_checked_fixture(anon, setup_anon, teardown);
+	tcase_add_test(anon, test_identity_fallback);
+	suite_add_tcase(s, anon);
+
+	tcase_set_timeout(hist, 60);
+	tcase_add_checked_fixture(hist, setup, teardown);
+	tcase_add_test(hist, test_history);
+	tcase_add_test(hist, test_history_first_parent);
+	tcase_add_test(hist, test_rollback_point);
+	tcase_add_test(hist, test_rollback_empty_memory);
+	suite_add_tcase(s, hist);
+	return s;
+}
+
+int main(void)
+{
+	static const int levels[] = {
+		GIT_CONFIG_LEVEL_SYSTEM, GIT_CONFIG_LEVEL_XDG,
+		GIT_CONFIG_LEVEL_GLOBAL, GIT_CONFIG_LEVEL_PROGRAMDATA};
+	int rc;
+	size_t i;
+
+	/* No identity but a repository's own: an empty HOME, no system
+	 * config, for libgit2 and the git program alike. */
+	strcpy(home, "/tmp/vmem-test-gitc-home-XXXXXX");
+	if (!mkdtemp(home))
+		return EXIT_FAILURE;
+	setenv("HOME", home, 1);
+	setenv("XDG_CONFIG_HOME", home, 1);
+	setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
+	unsetenv("GIT_DIR");
+	unsetenv("GIT_WORK_TREE");
+	unsetenv("GIT_INDEX_FILE");
+	git_libgit2_init();
+	for (i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
+		git_libgit2_opts(GIT_OPT_SET_SEARCH_PATH, levels[i], home);
+	rc = run_suite(gitc_suite());
+	git_libgit2_shutdown();
+	rmdir(home);
+	return rc;
+}

@@ -86,6 +86,11 @@ void gitq_mark(struct gitq *q, size_t slot)
 	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
 }
 
+void gitq_commit_soon(struct gitq *q)
+{
+	kick(q, 0);
+}
+
 size_t gitq_pending(const struct gitq *q)
 {
 	return q->n_pending;

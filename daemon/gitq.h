@@ -76,6 +76,9 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 /* A write to the slot was applied: it belongs in the next commit. */
 void gitq_mark(struct gitq *q, size_t slot);
 
+/* Start a commit job now rather than after the delay. */
+void gitq_commit_soon(struct gitq *q);
+
 /* Pending coordinates. */
 size_t gitq_pending(const struct gitq *q);
 

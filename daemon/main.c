@@ -301,6 +301,9 @@ static void start_commits(struct daemon *d)
 			gitq_mark(&d->gitq, i);
 	for (size_t i = 0; i < s->n_replayed; i++)
 		gitq_mark(&d->gitq, s->replayed[i]);
+	/* What differs is known only once the first job compared: run it
+	 * now, so health's pending soon counts only real differences. */
+	gitq_commit_soon(&d->gitq);
 	s->on_applied = mark_for_commit_cb;
 	s->on_applied_ctx = &d->gitq;
 }

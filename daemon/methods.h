@@ -30,6 +30,8 @@ int decision_delete(struct call *call);
 
 /* methods_git.c */
 int git_sync(struct call *call);
+int decision_history(struct call *call);
+int git_rollback_point(struct call *call);
 
 /* methods_query.c */
 int decision_query_range(struct call *call);

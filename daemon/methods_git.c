@@ -1,6 +1,11 @@
-/* git.* methods: sync (commit what is pending and say what). */
+/*
+ * Git methods: git.sync (commit what is pending and say what), and the
+ * reads of history, decision.history and git.rollback_point.
+ */
 #include "methods.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,7 +14,8 @@
 #include "params.h"
 #include "protocol/errors.h"
 
-#define MESSAGE_MAX 65536
+#define MESSAGE_MAX	  65536
+#define RESULTS_LIMIT_MAX 10000
 
 /* A git.sync waiting for its commit; the queue may answer at once. */
 struct sync_call {
@@ -91,4 +97,224 @@ int git_sync(struct call *call)
 		return CALL_ASYNC;
 	free(sc);
 	return CALL_DONE;
+}
+
+/* ---- reads of git history, on the thread pool ---- */
+
+/* A history or rollback-point request: a repository of its own is opened
+ * in the worker, so reads never wait for (or share with) the commit job. */
+struct git_read {
+	uv_work_t req;
+	struct call *call;
+	char *root;
+	int max_x;
+	bool rollback;
+	struct coord coord; /* history */
+	size_t limit;	    /* history: 0 for all */
+	int xt, yt;	    /* rollback point */
+	json_t *result;	    /* handed over whole: built by the worker */
+	int rc;
+	char errmsg[256];
+};
+
+static json_t *when_json(int64_t seconds)
+{
+	char when[VMEM_TIMESTAMP_LEN + 1];
+
+	timestamp_format(seconds * 1000000, when);
+	return json_string(when);
+}
+
+/* One element of a history: a version of the decision, or a deletion. */
+static json_t *version_json(const struct decision *d, const char *commit,
+			    json_t *committed_at)
+{
+	if (!d)
+		return json_pack("{s:n,s:n,s:n,s:n,s:b,s:o,s:o}", "content",
+				 "agent_id", "timestamp", "version", "deleted",
+				 1, "commit",
+				 commit ? json_string(commit) : json_null(),
+				 "committed_at",
+				 committed_at ? committed_at : json_null());
+	return json_pack(
+		"{s:s%,s:s,s:s,s:I,s:b,s:o,s:o}", "content", d->content,
+		d->content_len, "agent_id", d->agent_id, "timestamp",
+		d->timestamp, "version", (json_int_t)d->version, "deleted", 0,
+		"commit", commit ? json_string(commit) : json_null(),
+		"committed_at", committed_at ? committed_at : json_null());
+}
+
+static int history_cb(void *ctx, const char *commit, int64_t committed_at,
+		      const char *text, size_t len)
+{
+	struct git_read *r = ctx;
+	struct decision d;
+	char msg[VMEM_ERRMSG_LEN];
+
+	if (!text)
+		return json_array_append_new(
+			       r->result,
+			       version_json(NULL, commit,
+					    when_json(committed_at))) < 0
+			       ? -ENOMEM
+			       : 0;
+	if (decision_parse(text, len, r->max_x, &d, msg) != 0)
+		return 0; /* not a file vmemd wrote: not a version */
+	if (json_array_append_new(
+		    r->result,
+		    version_json(&d, commit, when_json(committed_at))) < 0) {
+		decision_done(&d);
+		return -ENOMEM;
+	}
+	decision_done(&d);
+	return 0;
+}
+
+static void read_work_cb(uv_work_t *req)
+{
+	struct git_read *r = req->data;
+	struct gitc *g = NULL;
+	char commit[41], subject[256];
+	int64_t at = 0;
+
+	r->rc = gitc_open(&g, r->root, r->errmsg, sizeof(r->errmsg));
+	if (r->rc < 0)
+		return;
+	if (!r->rollback) {
+		r->rc = gitc_history(g, &r->coord, r->limit, history_cb, r,
+				     r->errmsg, sizeof(r->errmsg));
+	} else {
+		r->rc = gitc_rollback_point(g, r->xt, r->yt, commit, subject,
+					    sizeof(subject), &at, r->errmsg,
+					    sizeof(r->errmsg));
+		if (r->rc == 1)
+			r->result = json_pack("{s:s,s:s,s:o}", "commit", commit,
+					      "subject", subject,
+					      "committed_at", when_json(at));
+		else if (r->rc == 0)
+			r->result = json_pack("{s:n,s:n,s:n}", "commit",
+					      "subject", "committed_at");
+	}
+	gitc_free(g);
+}
+
+static void read_after_cb(uv_work_t *req, int status)
+{
+	struct git_read *r = req->data;
+	struct call *call = r->call;
+	int rc = status < 0 ? status : r->rc;
+
+	if (rc < 0) {
+		if (!r->errmsg[0])
+			snprintf(r->errmsg, sizeof(r->errmsg), "%s",
+				 strerror(-rc));
+		call_error(call, RPC_STORAGE,
+			   json_pack("{s:s}", "reason", r->errmsg),
+			   "reading git history: %s", r->errmsg);
+		json_decref(r->result);
+	} else {
+		call_reply(call, r->result);
+	}
+	free(r->root);
+	free(r);
+	call_complete(call);
+}
+
+static int read_start(struct git_read *r)
+{
+	struct call *call = r->call;
+
+	r->req.data = r;
+	r->root = strdup(call->d->repo.root);
+	r->max_x = call->d->limits.max_x;
+	if (!r->root || uv_queue_work(call->d->loop, &r->req, read_work_cb,
+				      read_after_cb) < 0) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL,
+			   "cannot start reading git history");
+		json_decref(r->result);
+		free(r->root);
+		free(r);
+		return CALL_DONE;
+	}
+	return CALL_ASYNC;
+}
+
+int decision_history(struct call *call)
+{
+	static const char *const allowed[] = {"coordinate", "limit", NULL};
+	struct gitq *q = &call->d->gitq;
+	struct git_read *r;
+	int64_t limit = 0;
+	size_t slot;
+
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	r->call = call;
+	if (!param_only(call, allowed) || !param_coord(call, &r->coord) ||
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+		goto done;
+	r->result = json_array();
+	if (!r->result)
+		goto oom;
+	/* A change not committed yet comes first, as it is now. */
+	slot = index_slot(q->index, &r->coord);
+	if (q->pending[slot]) {
+		const struct record *rec = q->index->slots[slot];
+		struct decision d;
+		char msg[VMEM_ERRMSG_LEN];
+		json_t *v = NULL;
+
+		if (!rec) {
+			v = version_json(NULL, NULL, NULL);
+		} else if (decision_parse(rec->json, rec->json_len,
+					  call->d->limits.max_x, &d,
+					  msg) == 0) {
+			v = version_json(&d, NULL, NULL);
+			decision_done(&d);
+		}
+		if (!v || json_array_append_new(r->result, v) < 0)
+			goto oom;
+	}
+	r->limit = (size_t)limit;
+	if (r->limit && json_array_size(r->result) >= r->limit) {
+		call_reply(call, r->result);
+		free(r);
+		return CALL_DONE;
+	}
+	if (r->limit)
+		r->limit -= json_array_size(r->result);
+	return read_start(r);
+oom:
+	call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+done:
+	json_decref(r->result);
+	free(r);
+	return CALL_DONE;
+}
+
+int git_rollback_point(struct call *call)
+{
+	static const char *const allowed[] = {"x_threshold", "y_threshold",
+					      NULL};
+	struct git_read *r;
+	int xt, yt;
+
+	if (!param_only(call, allowed) ||
+	    !param_threshold(call, "x_threshold", call->d->limits.max_x + 1, 0,
+			     &xt) ||
+	    !param_threshold(call, "y_threshold", VMEM_MAX_Y + 1, 0, &yt))
+		return CALL_DONE;
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	r->call = call;
+	r->rollback = true;
+	r->xt = xt;
+	r->yt = yt;
+	return read_start(r);
 }

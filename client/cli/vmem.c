@@ -83,6 +83,13 @@ static void usage(FILE *f)
 	      "                       trailing * a prefix; --all: each term "
 	      "must\n"
 	      "                       match\n"
+	      "  history X Y Z [--limit N]\n"
+	      "                       every version of (X, Y, Z) in git, "
+	      "newest\n"
+	      "                       first (an uncommitted change first)\n"
+	      "  rollback-point X Y   the newest commit holding only "
+	      "decisions\n"
+	      "                       before issue X, stage Y\n"
 	      "  sync [-m MESSAGE]    commit every pending decision to git "
 	      "now\n"
 	      "                       (MESSAGE replaces the generated one)\n"
@@ -584,35 +591,121 @@ static void print_opt_line(const char *label, json_t *v)
 	free(s);
 }
 
-static int cmd_sync(struct cli *cli, vmem_client *c)
+/* Call method with params (stolen); the parsed result, or NULL after
+ * printing it (--json) or reporting an error (*status says which). */
+static json_t *call_json(struct cli *cli, vmem_client *c, const char *method,
+			 json_t *params, int *status)
 {
 	struct vmem_error err;
-	json_t *params = json_object(), *r;
 	char *text, *out = NULL;
+	json_t *r;
 	int rc;
 
 	if (!params)
-		die_oom();
-	if (cli->message &&
-	    json_object_set_new(params, "message", json_string(cli->message)))
 		die_oom();
 	text = json_dumps(params, JSON_COMPACT);
 	json_decref(params);
 	if (!text)
 		die_oom();
-	rc = vmem_call(c, "git.sync", text, &out, &err);
+	rc = vmem_call(c, method, text, &out, &err);
 	free(text);
-	if (rc < 0)
-		return report(rc, &err);
+	*status = EXIT_OK;
+	if (rc < 0) {
+		*status = report(rc, &err);
+		return NULL;
+	}
 	if (cli->json) {
 		puts(out);
 		vmem_free(out);
-		return EXIT_OK;
+		return NULL;
 	}
 	r = load(out);
 	vmem_free(out);
 	if (!r)
-		return EXIT_USAGE;
+		*status = EXIT_USAGE;
+	return r;
+}
+
+static int cmd_history(struct cli *cli, vmem_client *c)
+{
+	struct vmem_coord co;
+	json_t *params, *r, *v;
+	int64_t limit = 0;
+	size_t i;
+	int status;
+
+	if (cli->npos != 3)
+		die_usage("history takes X Y Z");
+	parse_coord(cli, &co);
+	if (cli->limit && !parse_i64(cli->limit, &limit))
+		die_usage("--limit must be an integer");
+	params = json_pack("{s:{s:i,s:i,s:i}}", "coordinate", "x", co.x, "y",
+			   co.y, "z", co.z);
+	if (params && cli->limit)
+		json_object_set_new(params, "limit", json_integer(limit));
+	r = call_json(cli, c, "decision.history", params, &status);
+	if (!r)
+		return status;
+	json_array_foreach(r, i, v)
+	{
+		json_t *commit = json_object_get(v, "commit");
+		json_t *version = json_object_get(v, "version");
+		const char *content = str_member(v, "content");
+		char ver[32] = "";
+
+		if (json_is_integer(version))
+			snprintf(ver, sizeof(ver), "v%lld",
+				 (long long)json_integer_value(version));
+		printf("%-13.*s  %-27s  %-5s  %-20s  ",
+		       json_is_string(commit) ? 12 : 13,
+		       json_is_string(commit) ? json_string_value(commit)
+					      : "(uncommitted)",
+		       str_member(v, "committed_at"), ver,
+		       str_member(v, "agent_id"));
+		if (json_is_true(json_object_get(v, "deleted")))
+			printf("deleted\n");
+		else
+			printf("%.*s\n", (int)strcspn(content, "\n"), content);
+	}
+	json_decref(r);
+	return EXIT_OK;
+}
+
+static int cmd_rollback_point(struct cli *cli, vmem_client *c)
+{
+	int64_t xt, yt;
+	json_t *r;
+	int status;
+
+	if (cli->npos != 2 || !parse_i64(cli->pos[0], &xt) ||
+	    !parse_i64(cli->pos[1], &yt))
+		die_usage("rollback-point takes X Y (integers)");
+	r = call_json(cli, c, "git.rollback_point",
+		      json_pack("{s:I,s:I}", "x_threshold", (json_int_t)xt,
+				"y_threshold", (json_int_t)yt),
+		      &status);
+	if (!r)
+		return status;
+	if (json_is_string(json_object_get(r, "commit")))
+		printf("%s  %s\n", str_member(r, "commit"),
+		       str_member(r, "subject"));
+	else
+		printf("none\n");
+	json_decref(r);
+	return EXIT_OK;
+}
+
+static int cmd_sync(struct cli *cli, vmem_client *c)
+{
+	json_t *params = json_object(), *r;
+	int status;
+
+	if (params && cli->message &&
+	    json_object_set_new(params, "message", json_string(cli->message)))
+		die_oom();
+	r = call_json(cli, c, "git.sync", params, &status);
+	if (!r)
+		return status;
 	if (json_is_string(json_object_get(r, "commit")))
 		printf("committed %s (%lld decisions)\n",
 		       str_member(r, "commit"),
@@ -1499,8 +1592,8 @@ int main(int argc, char **argv)
 		die_usage("--x, --y and --after apply to ls only");
 	if (cli.range[2] && !ls && !before)
 		die_usage("--z applies to ls and before only");
-	if (cli.limit && !ls && !search)
-		die_usage("--limit applies to ls and search only");
+	if (cli.limit && !ls && !search && strcmp(cmd, "history") != 0)
+		die_usage("--limit applies to ls, search and history only");
 	if (cli.all && !search)
 		die_usage("--all applies to search only");
 	if (cli.message && strcmp(cmd, "sync") != 0)
@@ -1515,6 +1608,13 @@ int main(int argc, char **argv)
 		status = open_client(&cli, -1, cli.agent, &c);
 		if (status == EXIT_OK)
 			status = cmd_query(cmd, &cli, c, params);
+		goto out;
+	}
+	if (strcmp(cmd, "history") == 0 || strcmp(cmd, "rollback-point") == 0) {
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd[0] == 'h' ? cmd_history(&cli, c)
+					       : cmd_rollback_point(&cli, c);
 		goto out;
 	}
 	if (strcmp(cmd, "sync") == 0) {

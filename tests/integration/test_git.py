@@ -8,224 +8,20 @@ ends with `git fsck --strict`."""
 
 import json
 import os
-import re
 import subprocess
 import time
 
 import vmemtest as vt
+from vmemtest import (E_STORAGE, HEX40, METADATA, USER, GitCase,
+                      clean_env, rel_path)
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-E_STORAGE = (-32004, "StorageError")
-USER = ("Una User", "una@example.com")
 FALLBACK = "vmemd <vmemd@localhost>"
-METADATA = ".vector-memory/metadata.json"
-
-
-def rel_path(x, y, z):
-    """The path of a decision file relative to the working-tree root."""
-    return ".vector-memory/x-%03d/y-%d-z-%d.json" % (x, y, z)
 
 
 def body_line(x, y, z, agent=None):
     name = rel_path(x, y, z)[len(".vector-memory/"):]
     return "%s deleted" % name if agent is None else "%s by %s" % (name,
                                                                     agent)
-
-
-def clean_env(tmp):
-    """Our environment without git's or vmem's variables, with a HOME and
-    XDG_CONFIG_HOME that hold no git configuration and no system config:
-    only the repository's own config counts."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("GIT_", "VMEM_"))}
-    home = os.path.join(tmp, "home")
-    xdg = os.path.join(tmp, "xdg")
-    os.makedirs(home, exist_ok=True)
-    os.makedirs(xdg, exist_ok=True)
-    env.update(HOME=home, XDG_CONFIG_HOME=xdg, GIT_CONFIG_NOSYSTEM="1",
-               LC_ALL="C")
-    return env
-
-
-class GitCase(vt.VmemTestCase):
-    """Daemons run in a clean environment; git() runs the git program as
-    a user "Una User" would (identity from the environment, not from the
-    repository's config)."""
-
-    daemon_args = ("--commit-delay-ms", "200")
-
-    def new_daemon(self, *args, sock=None, name="vmemd", root=None,
-                   env=None):
-        return super().new_daemon(*args, sock=sock, name=name, root=root,
-                                  env=env or clean_env(self.repo.tmp))
-
-    def tearDown(self):
-        """Stop the daemon gracefully, then the repository must pass
-        git fsck --strict."""
-        if self.daemon is not None and self.daemon.running():
-            self.daemon.stop()
-        p = self.git_run("fsck", "--strict", "--no-progress")
-        out = (p.stdout + p.stderr).decode(errors="replace")
-        errors = [ln for ln in out.splitlines()
-                  if ln.startswith(("error", "fatal", "warning"))]
-        self.assertEqual((p.returncode, errors), (0, []),
-                         "git fsck --strict:\n%s" % out)
-
-    # -- the git program
-    def git_env(self, **extra):
-        env = clean_env(self.repo.tmp)
-        env.update(GIT_AUTHOR_NAME=USER[0], GIT_AUTHOR_EMAIL=USER[1],
-                   GIT_COMMITTER_NAME=USER[0], GIT_COMMITTER_EMAIL=USER[1],
-                   GIT_EDITOR="true", GIT_MERGE_AUTOEDIT="no")
-        env.update(extra)
-        return env
-
-    def git_run(self, *args, **extra):
-        return subprocess.run(["git", "-C", self.repo.root] + list(args),
-                              capture_output=True, env=self.git_env(**extra),
-                              timeout=30)
-
-    def git(self, *args, **extra):
-        """stdout of a git command that must succeed (text)."""
-        p = self.git_run(*args, **extra)
-        self.assertEqual(p.returncode, 0, "git %s: %s%s"
-                         % (" ".join(args), p.stdout.decode(errors="replace"),
-                            p.stderr.decode(errors="replace")))
-        return p.stdout.decode()
-
-    def git_bytes(self, *args):
-        p = self.git_run(*args)
-        self.assertEqual(p.returncode, 0, "git %s: %r" % (args, p.stderr))
-        return p.stdout
-
-    def head(self):
-        """HEAD's commit id, or None on an unborn branch."""
-        p = self.git_run("rev-parse", "-q", "--verify", "HEAD^{commit}")
-        return p.stdout.decode().strip() if p.returncode == 0 else None
-
-    def commits(self):
-        """Commit ids of HEAD's history, newest first ([] when unborn)."""
-        if self.head() is None:
-            return []
-        return self.git("log", "--format=%H").split()
-
-    def wait_commits(self, n, timeout=5.0):
-        """Poll until HEAD's history has n commits; return the history."""
-        got = vt.wait_until(lambda: len(self.commits()) >= n and
-                            self.commits(), timeout, 0.05)
-        self.assertTrue(got, "no %d commits after %.1f s: %r"
-                        % (n, timeout, self.commits()))
-        self.assertEqual(len(got), n, got)
-        return got
-
-    def assertNoNewCommit(self, history, seconds=1.0):
-        time.sleep(seconds)
-        self.assertEqual(self.commits(), history)
-
-    def subject(self, rev="HEAD"):
-        return self.git("log", "-1", "--format=%s", rev).rstrip("\n")
-
-    def body_lines(self, rev="HEAD"):
-        return [ln for ln in self.git("log", "-1", "--format=%b",
-                                      rev).splitlines() if ln]
-
-    def raw_message(self, rev="HEAD"):
-        """The commit object's message, byte for byte (text)."""
-        raw = self.git_bytes("cat-file", "commit", rev).decode()
-        return raw.split("\n\n", 1)[1]
-
-    def parents(self, rev="HEAD"):
-        return self.git("rev-list", "--parents", "-n", "1",
-                        rev).split()[1:]
-
-    def tree_files(self, rev="HEAD"):
-        return sorted(self.git("ls-tree", "-r", "--name-only",
-                               rev).splitlines())
-
-    def blob(self, rev, path):
-        return self.git_bytes("cat-file", "blob", "%s:%s" % (rev, path))
-
-    def changed_in(self, rev="HEAD"):
-        """(status, path) of a commit against its first parent."""
-        out = self.git("show", "--name-status", "--format=", rev)
-        return sorted(tuple(ln.split("\t", 1)) for ln in out.splitlines()
-                      if ln)
-
-    def status(self):
-        """git status --porcelain lines (untracked files included)."""
-        return sorted(ln for ln in self.git(
-            "status", "--porcelain", "--untracked-files=all").splitlines()
-            if ln)
-
-    def assertStatus(self, expected, timeout=2.0):
-        """git status eventually says expected (the decision files are
-        written by a background writer)."""
-        if not vt.wait_until(lambda: self.status() == expected, timeout,
-                             0.05):
-            self.assertEqual(self.status(), expected)
-
-    def user_commit(self, path, text, message="user change"):
-        """Write a file and commit it (only it) as the user."""
-        with open(os.path.join(self.repo.root, path), "w") as f:
-            f.write(text)
-        self.git("add", "--", path)
-        self.git("commit", "-q", "-m", message, "--", path)
-        return self.head()
-
-    # -- the daemon
-    def health(self, conn):
-        return conn.call("server.health")
-
-    def sync(self, conn, message=None, timeout=20):
-        params = {} if message is None else {"message": message}
-        return conn.call("git.sync", params, timeout=timeout)
-
-    def assertCommitted(self, rev, recs):
-        """rev's tree holds each record's file with its exact bytes (and
-        the working file is the same)."""
-        for rec in recs:
-            c = rec["coordinate"]
-            self.assertFileMatches(rec)
-            self.assertEqual(self.blob(rev, rel_path(c["x"], c["y"], c["z"])),
-                             vt.decision_file_bytes(rec))
-
-    def assertPendingSettles(self, conn, timeout=2.0):
-        """After a start on files equal to HEAD, pending drops to 0 once
-        the first job found nothing to commit (at start it may count every
-        loaded decision)."""
-        first = self.health(conn)["pending"]
-        settled = vt.wait_until(lambda: self.health(conn)["pending"] == 0,
-                                timeout, 0.05)
-        self.assertTrue(settled, "pending stays %d (was %d at start)"
-                        % (self.health(conn)["pending"], first))
-        if first:
-            vt.diag("note: pending was %d right after start-up" % first)
-
-    def assertDeferred(self, conn, word):
-        """git.sync fails with StorageError naming word, health reports
-        the deferral and keeps the batch pending."""
-        err = self.assertRpcError(E_STORAGE, self.sync, conn)
-        text = "%s %s" % (err.message, json.dumps(err.data))
-        self.assertIn("commit deferred", text)
-        self.assertIn(word, text)
-        health = self.health(conn)
-        self.assertIsInstance(health["commit_deferred"], str, health)
-        self.assertIn(word, health["commit_deferred"])
-        self.assertGreater(health["pending"], 0, health)
-        return health
-
-    def assertCommitResumes(self, conn, history, recs, timeout=6.0):
-        """Within timeout a new commit holding recs appears on history's
-        tip, and health says nothing is deferred or pending."""
-        now = self.wait_commits(len(history) + 1, timeout)
-        self.assertEqual(now[1:], history)
-        self.assertCommitted("HEAD", recs)
-        health = vt.wait_until(
-            lambda: (lambda h: h["commit_deferred"] is None
-                     and h["pending"] == 0 and h)(self.health(conn)), 2.0)
-        self.assertTrue(health, self.health(conn))
-        self.assertEqual(health["last_commit"]["commit"], now[0])
-        return now
 
 
 class Batching(GitCase):
@@ -367,6 +163,25 @@ class Sync(GitCase):
         self.sync(conn, "one line, no newline")
         self.assertIn(self.raw_message(), ("one line, no newline",
                                            "one line, no newline\n"))
+        # The message was for that commit only.
+        conn.store(4, 1, 3, "implementation")
+        self.sync(conn)
+        self.assertEqual(self.subject(),
+                         "vector-memory: 1 decisions (x 4, y 1, z 3)")
+        self.assertEqual(len(self.commits()), 3)
+
+    def test_concurrent_syncs(self):
+        conns = [self.connect(agent_id="c%d" % i) for i in range(3)]
+        recs = [c.store(15, i + 1, 2, "from %d" % i)
+                for i, c in enumerate(conns)]
+        rids = [c.request("git.sync", {}) for c in conns]
+        results = [c.response(rid, 20) for c, rid in zip(conns, rids)]
+        head = self.head()
+        self.assertEqual(len(self.commits()), 1)
+        for res in results:
+            self.assertIn(res["commit"], (head, None), res)
+        self.assertIn(head, [r["commit"] for r in results])
+        self.assertCommitted(head, recs)
 
     def test_no_commit_for_a_net_zero_batch(self):
         conn = self.connect(agent_id="z")
@@ -421,6 +236,26 @@ class Sync(GitCase):
         self.assertEqual(len(lines), 10)
         self.assertIn(body_line(3, 3, 3, "b"), lines)
         self.assertIn(body_line(3, 2, 3, "a"), lines)
+
+
+class NoDelay(GitCase):
+    daemon_args = ("--commit-delay-ms", "0")
+
+    def test_sync_races_background_commits(self):
+        """With commits starting at once, a git.sync may arrive while a job
+        that missed the last write runs: it still returns only once that
+        write is committed."""
+        conn = self.connect(agent_id="race")
+        for i in range(30):
+            x, z = 1 + i, 2 + i % 3
+            rec = conn.store(x, 3, z, "race %d" % i)
+            res = self.sync(conn)
+            self.assertEqual(self.blob("HEAD", rel_path(x, 3, z)),
+                             vt.decision_file_bytes(rec), (i, res))
+            if res["commit"] is not None:
+                self.assertIn(vt.coord(x, 3, z), res["coordinates"])
+        for rev in self.commits():
+            self.assertTrue(self.changed_in(rev), rev)
 
 
 class UserWork(GitCase):

@@ -400,6 +400,24 @@ static json_t *load(const char *text)
 	return j;
 }
 
+/*
+ * A result as text from the library (freed here): printed as is with
+ * --json (NULL returned, *status EXIT_OK), else parsed (NULL and
+ * EXIT_USAGE when it is not JSON).
+ */
+static json_t *result_of(const struct cli *cli, char *out, int *status)
+{
+	json_t *r = NULL;
+
+	*status = EXIT_OK;
+	if (cli->json)
+		puts(out);
+	else if (!(r = load(out)))
+		*status = EXIT_USAGE;
+	vmem_free(out);
+	return r;
+}
+
 static void print_decision(json_t *d)
 {
 	json_t *coord = json_object_get(d, "coordinate");
@@ -507,7 +525,7 @@ static int cmd_get(struct cli *cli, vmem_client *c)
 	struct vmem_error err;
 	char *out = NULL;
 	json_t *d;
-	int rc;
+	int rc, status;
 
 	parse_coord(cli, &co);
 	if (cli->npos != 3)
@@ -522,15 +540,9 @@ static int cmd_get(struct cli *cli, vmem_client *c)
 			co.y, co.z);
 		return EXIT_DOMAIN;
 	}
-	if (cli->json) {
-		puts(out);
-		vmem_free(out);
-		return EXIT_OK;
-	}
-	d = load(out);
-	vmem_free(out);
+	d = result_of(cli, out, &status);
 	if (!d)
-		return EXIT_USAGE;
+		return status;
 	print_decision(d);
 	json_decref(d);
 	return EXIT_OK;
@@ -598,7 +610,6 @@ static json_t *call_json(struct cli *cli, vmem_client *c, const char *method,
 {
 	struct vmem_error err;
 	char *text, *out = NULL;
-	json_t *r;
 	int rc;
 
 	if (!params)
@@ -609,21 +620,11 @@ static json_t *call_json(struct cli *cli, vmem_client *c, const char *method,
 		die_oom();
 	rc = vmem_call(c, method, text, &out, &err);
 	free(text);
-	*status = EXIT_OK;
 	if (rc < 0) {
 		*status = report(rc, &err);
 		return NULL;
 	}
-	if (cli->json) {
-		puts(out);
-		vmem_free(out);
-		return NULL;
-	}
-	r = load(out);
-	vmem_free(out);
-	if (!r)
-		*status = EXIT_USAGE;
-	return r;
+	return result_of(cli, out, status);
 }
 
 static int cmd_history(struct cli *cli, vmem_client *c)
@@ -722,22 +723,16 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 	char *out = NULL;
 	json_t *h, *q, *item;
 	size_t i;
-	int rc;
+	int rc, status;
 
 	if (cli->npos != 0)
 		die_usage("status takes no arguments");
 	rc = vmem_health(c, &out, &err);
 	if (rc < 0)
 		return report(rc, &err);
-	if (cli->json) {
-		puts(out);
-		vmem_free(out);
-		return EXIT_OK;
-	}
-	h = load(out);
-	vmem_free(out);
+	h = result_of(cli, out, &status);
 	if (!h)
-		return EXIT_USAGE;
+		return status;
 	printf("vmemd %s: %s\n", str_member(h, "version"),
 	       str_member(h, "status"));
 	printf("%-13s%s\n", "repo:", str_member(h, "repo"));
@@ -1493,45 +1488,27 @@ static int print_table(json_t *arr, json_t *query_terms)
 static int cmd_query(const char *cmd, struct cli *cli, vmem_client *c,
 		     json_t *params)
 {
-	struct vmem_error err;
-	char *text = NULL, *out = NULL;
 	const char *method = strcmp(cmd, "ls") == 0 ? "decision.query_range"
 			     : strcmp(cmd, "before") == 0
 				     ? "decision."
 				       "query_partial_order"
 				     : "decision.search";
-	json_t *arr = NULL;
-	int rc, status = EXIT_OK;
+	json_t *arr;
+	int status;
 
-	text = json_dumps(params, JSON_COMPACT);
-	if (!text)
-		die_oom();
-	rc = vmem_call(c, method, text, &out, &err);
-	if (rc < 0) {
-		status = report(rc, &err);
-		goto out;
-	}
-	if (cli->json) {
-		puts(out);
-		goto out;
-	}
-	arr = load(out);
-	if (!arr) {
-		status = EXIT_USAGE;
-		goto out;
-	}
+	arr = call_json(cli, c, method, json_incref(params), &status);
+	if (!arr)
+		return status;
 	if (!json_is_array(arr)) {
 		fputs("vmem: the daemon's answer is not a list\n", stderr);
 		status = EXIT_USAGE;
-		goto out;
+	} else {
+		status = print_table(arr,
+				     strcmp(cmd, "search") == 0
+					     ? json_object_get(params, "terms")
+					     : NULL);
 	}
-	status = print_table(arr, strcmp(cmd, "search") == 0
-					  ? json_object_get(params, "terms")
-					  : NULL);
-out:
 	json_decref(arr);
-	vmem_free(out);
-	free(text);
 	return status;
 }
 

@@ -8,7 +8,7 @@ and `vmem rollback-point`."""
 
 import datetime
 import json
-import os
+import re
 import subprocess
 
 import vmemtest as vt
@@ -113,6 +113,12 @@ class HistoryCase(GitCase):
                                "--repo", self.repo.root] + list(args),
                               capture_output=True, text=True, env=env,
                               timeout=30)
+
+    def assertLineOf(self, line, rev):
+        """A human history line starts with an abbreviation of rev (at
+        least 7 hex digits)."""
+        m = re.match(r"^([0-9a-f]{7,40})\s", line)
+        self.assertTrue(m and rev.startswith(m.group(1)), (line, rev))
 
     def vmem_ok(self, *args):
         p = self.vmem(*args)
@@ -311,6 +317,32 @@ class History(HistoryCase):
         self.assertEqual(len(self.history(conn, 3, 3, 3)), 1)
 
 
+class WhileCommitting(HistoryCase):
+    daemon_args = ("--commit-delay-ms", "0")
+
+    def test_newest_state_always_first(self):
+        """With commits starting at once, a history read while a commit job
+        runs still starts with the newest state (pending or committed),
+        never twice."""
+        conn = self.connect(agent_id="busy")
+        problems = []
+        for n in range(150):
+            rec = conn.store(3, 3, 3, "v%d" % n, overwrite=n > 0)
+            for _ in range(2):
+                got = self.history(conn, 3, 3, 3, limit=2)
+                if not got or got[0]["content"] != rec["content"]:
+                    problems.append((n, got))
+                elif (len(got) == 2 and got[0]["commit"] is None
+                      and got[1]["timestamp"] == got[0]["timestamp"]):
+                    problems.append(("twice", n, got))
+        self.assertEqual(problems[:3], [])
+        self.sync(conn)
+        got = self.history(conn, 3, 3, 3)
+        self.assertNotIn(None, [e["commit"] for e in got])
+        self.assertEqual(got[0]["content"], "v149")
+        self.assertEqual(len(set(e["commit"] for e in got)), len(got))
+
+
 class FirstParent(HistoryCase):
     def test_side_branch_change_reported_at_the_merge(self):
         conn = self.connect(agent_id="main")
@@ -455,7 +487,7 @@ class Cli(HistoryCase):
         text = self.vmem_ok("history", "5", "2", "1")
         lines = text.splitlines()
         self.assertEqual(len(lines), 1, text)
-        self.assertIn(c1[:7], lines[0])
+        self.assertLineOf(lines[0], c1)
         self.assertIn("v1", lines[0].split())
         self.assertIn("cli-a", lines[0])
         self.assertIn("Architecture: one", lines[0])
@@ -469,7 +501,7 @@ class Cli(HistoryCase):
         self.assertEqual(len(lines), 2, lines)
         self.assertIn("(uncommitted)", lines[0])
         self.assertIn("interfaces v2", lines[0])
-        self.assertIn(c2[:7], lines[1])
+        self.assertLineOf(lines[1], c2)
         self.assertNotIn("(uncommitted)", lines[1])
         self.assertEqual(json.loads(self.vmem_ok(
             "history", "5", "2", "2", "--json", "--limit", "1")),
@@ -484,7 +516,7 @@ class Cli(HistoryCase):
         c3 = self.commit(conn)
         lines = self.vmem_ok("history", "5", "2", "2").splitlines()
         self.assertEqual(len(lines), 2, lines)
-        self.assertIn(c3[:7], lines[0])
+        self.assertLineOf(lines[0], c3)
         self.assertIn("deleted", lines[0])
         self.assertNotIn("(uncommitted)", "\n".join(lines))
         self.assertEqual(json.loads(self.vmem_ok(

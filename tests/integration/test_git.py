@@ -601,6 +601,35 @@ class Identity(GitCase):
         self.assertEqual(self.who(), "%s|%s" % (FALLBACK, FALLBACK))
 
 
+class Worktrees(GitCase):
+    def test_each_worktree_has_its_own_daemon_and_branch(self):
+        conn = self.connect(agent_id="main")
+        conn.store(1, 1, 1, "decided in the main tree")
+        main_commit = self.sync(conn)["commit"]
+        wt = os.path.join(self.repo.tmp, "wt")
+        self.git("worktree", "add", "-q", "-b", "side", wt)
+        other = self.new_daemon(*self.daemon_args, root=wt, name="vmemd-wt",
+                                sock=self.repo.path("wt.sock")).start()
+        side = self.connect(agent_id="side", daemon=other)
+        # the worktree starts from its branch's files: (1, 1, 1) came along
+        self.assertEqual(side.get(1, 1, 1)["content"],
+                         "decided in the main tree")
+        side.store(2, 1, 1, "decided in the worktree")
+        res = self.sync(side)
+        self.assertEqual(res["coordinates"], [vt.coord(2, 1, 1)])
+        self.assertEqual(self.git("rev-parse", "side").strip(),
+                         res["commit"])
+        self.assertEqual(self.git("rev-parse", "HEAD").strip(), main_commit)
+        self.assertIsNone(conn.get(2, 1, 1))
+        self.assertTrue(os.path.exists(os.path.join(
+            wt, ".vector-memory", "x-002", "y-1-z-1.json")))
+        self.assertFalse(os.path.exists(self.repo.decision_path(2, 1, 1)))
+        # separate state: the worktree's own git directory holds its lock
+        self.assertTrue(os.path.exists(os.path.join(
+            self.repo.gitdir, "worktrees", "wt", "vmem", "lock")))
+        other.stop()
+
+
 class Cli(GitCase):
     daemon_args = ("--commit-delay-ms", "60000")
 

@@ -7,6 +7,8 @@
 #ifndef VMEM_DAEMON_METHODS_H
 #define VMEM_DAEMON_METHODS_H
 
+#include <jansson.h>
+
 struct call;
 
 struct method {
@@ -18,6 +20,9 @@ struct method {
 const struct method *method_find(const char *name);
 
 /* methods_server.c */
+struct vmdir_load_report;
+/* [{"path", "moved_to", "reason"}...] of a load's quarantined files. */
+json_t *quarantined_json(const struct vmdir_load_report *rep);
 int server_hello(struct call *call);
 int server_health(struct call *call);
 int server_shutdown(struct call *call);
@@ -30,6 +35,7 @@ int decision_delete(struct call *call);
 
 /* methods_git.c */
 int git_sync(struct call *call);
+int git_reload(struct call *call);
 int decision_history(struct call *call);
 int git_rollback_point(struct call *call);
 

@@ -11,6 +11,7 @@
 
 #include "daemon.h"
 #include "dispatch.h"
+#include "log.h"
 #include "params.h"
 #include "protocol/errors.h"
 
@@ -317,4 +318,86 @@ int git_rollback_point(struct call *call)
 	r->xt = xt;
 	r->yt = yt;
 	return read_start(r);
+}
+
+/* ---- git.reload ---- */
+
+/* Keep what a reload quarantined in the list health reports. */
+static void remember_quarantined(struct vmdir_load_report *all,
+				 const struct vmdir_load_report *rep)
+{
+	struct vmdir_quarantined *q;
+
+	if (!rep || !rep->n_quarantined)
+		return;
+	q = realloc(all->quarantined,
+		    (all->n_quarantined + rep->n_quarantined) * sizeof(*q));
+	if (!q)
+		return; /* health lists fewer; the log has them all */
+	memcpy(q + all->n_quarantined, rep->quarantined,
+	       rep->n_quarantined * sizeof(*q));
+	all->quarantined = q;
+	all->n_quarantined += rep->n_quarantined;
+}
+
+/* A git.reload in progress; the store may answer at once (busy). */
+struct reload_call {
+	struct call *call;
+	bool submitting;
+	bool answered;
+};
+
+static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
+			const struct vmdir_load_report *rep)
+{
+	struct reload_call *r = arg;
+	struct call *call = r->call;
+	struct daemon *d = call->d;
+
+	(void)s;
+	if (rc < 0) {
+		call_error(call, RPC_STORAGE,
+			   json_pack("{s:s}", "reason", errmsg),
+			   "reload failed: %s", errmsg);
+	} else {
+		for (size_t i = 0; rep && i < rep->n_quarantined; i++)
+			log_warn("quarantined %s -> %s: %s",
+				 rep->quarantined[i].path,
+				 rep->quarantined[i].moved_to,
+				 rep->quarantined[i].reason);
+		remember_quarantined(&d->loaded, rep);
+		call_reply(call, json_pack("{s:I,s:o}", "count",
+					   (json_int_t)d->store.index.count,
+					   "quarantined",
+					   rep ? quarantined_json(rep)
+					       : json_array()));
+	}
+	if (r->submitting) {
+		r->answered = true;
+		return;
+	}
+	free(r);
+	call_complete(call);
+}
+
+int git_reload(struct call *call)
+{
+	static const char *const allowed[] = {NULL};
+	struct reload_call *r;
+
+	if (!param_only(call, allowed))
+		return CALL_DONE;
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	r->call = call;
+	r->submitting = true;
+	store_reload(&call->d->store, reload_done, r);
+	r->submitting = false;
+	if (!r->answered)
+		return CALL_ASYNC;
+	free(r);
+	return CALL_DONE;
 }

@@ -69,7 +69,7 @@ int server_hello(struct call *call)
 	return CALL_DONE;
 }
 
-static json_t *quarantined_json(const struct vmdir_load_report *rep)
+json_t *quarantined_json(const struct vmdir_load_report *rep)
 {
 	json_t *list = json_array();
 

@@ -420,7 +420,7 @@ static void wal_kick(struct store *s)
 	struct wal_job *j;
 	size_t i = 0;
 
-	if (s->wal_busy || s->closed || s->filling_n == 0)
+	if (s->wal_busy || s->closed || s->filling_n == 0 || s->reloading)
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j)
@@ -655,10 +655,13 @@ void store_submit(struct store *s, struct store_write *w)
 
 /* ---- flush, pending, open, close ---- */
 
+static void reload_step(struct store *s);
+
 static void check_idle(struct store *s)
 {
 	store_idle_fn cb = s->idle_cb;
 
+	reload_step(s);
 	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
 	    s->n_dirty || s->wal_end || s->ckpt)
 		return;
@@ -731,14 +734,146 @@ static int replay_cb(void *ctx, const char *payload, size_t len)
 
 static int load_cb(void *ctx, struct decision *d)
 {
-	struct store *s = ctx;
+	struct index *ix = ctx;
 	struct record *r = record_new(d);
 
 	if (!r)
 		return -ENOMEM;
 	decision_done(d);
-	index_put(&s->index, r);
+	index_put(ix, r);
 	return 0;
+}
+
+/* ---- reload ---- */
+
+struct reload_job {
+	uv_work_t req;
+	struct store *s;
+	struct index ix; /* built by the worker, swapped in by the loop */
+	struct vmdir_load_report rep;
+	int rc;
+	char errmsg[256];
+};
+
+static void reload_work_cb(uv_work_t *req)
+{
+	struct reload_job *j = req->data;
+
+	j->rc = index_init(&j->ix, j->s->max_x);
+	if (j->rc < 0) {
+		snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
+		return;
+	}
+	j->rc = vmdir_load(&j->s->dir, load_cb, &j->ix, &j->rep, j->errmsg,
+			   sizeof(j->errmsg));
+}
+
+static bool record_same(const struct record *a, const struct record *b)
+{
+	if (!a || !b)
+		return a == b;
+	return a->json_len == b->json_len &&
+	       memcmp(a->json, b->json, a->json_len) == 0;
+}
+
+static void reload_finish(struct store *s, int rc, const char *errmsg,
+			  const struct vmdir_load_report *rep)
+{
+	store_reload_fn cb = s->reload_cb;
+	struct store_write *held = s->filling_head;
+
+	s->reloading = false;
+	s->reload_cb = NULL;
+	/* Writes held during the reload were validated against the old
+	 * state: validate them again against what the files say now. */
+	s->filling_head = s->filling_tail = NULL;
+	s->filling_n = 0;
+	while (held) {
+		struct store_write *w = held;
+
+		held = w->next;
+		w->next = NULL;
+		record_free(w->rec);
+		w->rec = NULL;
+		free(w->tombstone);
+		w->tombstone = NULL;
+		start(s, w);
+	}
+	wal_kick(s);
+	cb(s, s->reload_arg, rc, errmsg, rep);
+}
+
+static void reload_after_cb(uv_work_t *req, int status)
+{
+	struct reload_job *j = req->data;
+	struct store *s = j->s;
+	int rc = status < 0 ? status : j->rc;
+
+	s->reload_running = false;
+	if (rc == 0) {
+		struct index old = s->index;
+
+		s->index = j->ix;
+		for (size_t i = 0; i < s->index.n_slots; i++)
+			if (!record_same(old.slots[i], s->index.slots[i]) &&
+			    s->on_applied)
+				s->on_applied(s->on_applied_ctx, i);
+		index_done(&old);
+	} else {
+		index_done(&j->ix);
+		set_error(s, "reloading the decision files: %s", j->errmsg);
+	}
+	reload_finish(s, rc, j->errmsg, &j->rep);
+	vmdir_load_report_done(&j->rep);
+	free(j);
+	check_idle(s);
+}
+
+/* Move a reload on: files written, log checkpointed, then the load. */
+static void reload_step(struct store *s)
+{
+	struct reload_job *j;
+
+	if (!s->reloading || s->reload_running || s->closed)
+		return;
+	if (s->wal_busy || s->writer_busy || s->n_dirty) {
+		writer_kick(s, 0);
+		return;
+	}
+	if (s->wal_end > 0 || s->ckpt) {
+		checkpoint_start(s);
+		return;
+	}
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		reload_finish(s, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	j->s = s;
+	j->req.data = j;
+	if (uv_queue_work(s->loop, &j->req, reload_work_cb, reload_after_cb) <
+	    0) {
+		free(j);
+		reload_finish(s, -EAGAIN, "cannot start the reload", NULL);
+		return;
+	}
+	s->reload_running = true;
+}
+
+void store_reload(struct store *s, store_reload_fn cb, void *arg)
+{
+	if (s->reloading || s->closed) {
+		cb(s, arg, s->closed ? -ESHUTDOWN : -EBUSY,
+		   s->closed ? "the daemon is shutting down"
+			     : "a reload is already running",
+		   NULL);
+		return;
+	}
+	s->reloading = true;
+	s->reload_cb = cb;
+	s->reload_arg = arg;
+	writer_kick(s, 0);
+	reload_step(s);
 }
 
 int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
@@ -811,7 +946,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			return rc;
 		}
 	}
-	return vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+	return vmdir_load(&s->dir, load_cb, &s->index, rep, errmsg, errn);
 }
 
 void store_close(struct store *s)

@@ -64,6 +64,12 @@ struct store_write {
 
 typedef void (*store_idle_fn)(struct store *s, void *arg);
 
+/* The end of a reload: rc 0 with what it quarantined, or -errno with a
+ * reason. rep is valid during the call only. */
+typedef void (*store_reload_fn)(struct store *s, void *arg, int rc,
+				const char *errmsg,
+				const struct vmdir_load_report *rep);
+
 struct wal_batch;
 
 struct store {
@@ -110,6 +116,12 @@ struct store {
 	size_t *replayed; /* slots changed by the replay (owned) */
 	size_t n_replayed;
 
+	/* A reload from the files (store_reload). */
+	bool reloading;
+	bool reload_running; /* its load job is in flight */
+	store_reload_fn reload_cb;
+	void *reload_arg;
+
 	/* A pending store_flush. */
 	store_idle_fn idle_cb;
 	void *idle_arg;
@@ -132,6 +144,17 @@ void store_submit(struct store *s, struct store_write *w);
 /* Call cb once no write is in flight, every applied write is in synced
  * files and the log is empty (used for a graceful stop). */
 void store_flush(struct store *s, store_idle_fn cb, void *arg);
+
+/*
+ * Make the index what the files say (after a checkout, a pull, a reset):
+ * new writes are held, every acknowledged write is written and
+ * checkpointed (so the log can never bring it back over the new files),
+ * then the files are loaded afresh on the thread pool and swapped in;
+ * coordinates that changed are reported through on_applied, and the
+ * writes held meanwhile are validated again against the new state. cb
+ * runs once. -EBUSY (through cb) while another reload runs.
+ */
+void store_reload(struct store *s, store_reload_fn cb, void *arg);
 
 /* True when every applied write is in its file (synced or not). */
 bool store_files_written(const struct store *s);

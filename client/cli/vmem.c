@@ -83,6 +83,9 @@ static void usage(FILE *f)
 	      "                       trailing * a prefix; --all: each term "
 	      "must\n"
 	      "                       match\n"
+	      "  reload               make the memory what the files say "
+	      "(after\n"
+	      "                       a checkout, a pull, a hand edit)\n"
 	      "  history X Y Z [--limit N]\n"
 	      "                       every version of (X, Y, Z) in git, "
 	      "newest\n"
@@ -692,6 +695,23 @@ static int cmd_rollback_point(struct cli *cli, vmem_client *c)
 		       str_member(r, "subject"));
 	else
 		printf("none\n");
+	json_decref(r);
+	return EXIT_OK;
+}
+
+static int cmd_reload(struct cli *cli, vmem_client *c)
+{
+	json_t *r, *q;
+	size_t i;
+	int status;
+
+	r = call_json(cli, c, "git.reload", json_object(), &status);
+	if (!r)
+		return status;
+	printf("%lld decisions loaded\n", (long long)int_member(r, "count"));
+	json_array_foreach(json_object_get(r, "quarantined"), i, q)
+		printf("quarantined %s: %s\n", str_member(q, "path"),
+		       str_member(q, "reason"));
 	json_decref(r);
 	return EXIT_OK;
 }
@@ -1594,12 +1614,13 @@ int main(int argc, char **argv)
 					       : cmd_rollback_point(&cli, c);
 		goto out;
 	}
-	if (strcmp(cmd, "sync") == 0) {
+	if (strcmp(cmd, "sync") == 0 || strcmp(cmd, "reload") == 0) {
 		if (cli.npos != 0)
-			die_usage("sync takes no arguments");
+			die_usage("%s takes no arguments", cmd);
 		status = open_client(&cli, -1, cli.agent, &c);
 		if (status == EXIT_OK)
-			status = cmd_sync(&cli, c);
+			status = cmd[0] == 's' ? cmd_sync(&cli, c)
+					       : cmd_reload(&cli, c);
 		goto out;
 	}
 	if (strcmp(cmd, "store") != 0 && strcmp(cmd, "get") != 0 &&

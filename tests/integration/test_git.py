@@ -630,6 +630,77 @@ class Worktrees(GitCase):
         other.stop()
 
 
+class Reload(GitCase):
+    def reload(self, conn):
+        return conn.call("git.reload", timeout=20)
+
+    def test_checkout_without_memory_empties_and_back_restores(self):
+        self.git("commit", "-q", "--allow-empty", "-m", "start")
+        self.git("branch", "bare")
+        conn = self.connect(agent_id="r")
+        recs = [conn.store(x, 2, 2, "r%d" % x) for x in range(1, 6)]
+        self.sync(conn)
+        self.git("checkout", "-q", "bare")
+        self.assertEqual(self.reload(conn), {"count": 0, "quarantined": []})
+        self.assertIsNone(conn.get(1, 2, 2))
+        self.git("checkout", "-q", "-")
+        self.assertEqual(self.reload(conn)["count"], 5)
+        for rec in recs:
+            self.assertEqual(conn.get(*rec["coordinate"].values()), rec)
+        self.assertEqual(self.sync(conn)["commit"], None)
+
+    def test_hand_edit_and_bad_file(self):
+        conn = self.connect(agent_id="r")
+        rec = conn.store(6, 2, 2, "as stored")
+        self.sync(conn)
+        path = self.repo.decision_path(6, 2, 2)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace("as stored", "edited by hand"))
+        with open(self.repo.decision_path(6, 2, 3), "w") as f:
+            f.write("{not json")
+        res = self.reload(conn)
+        self.assertEqual(res["count"], 1)
+        self.assertEqual([q["path"] for q in res["quarantined"]],
+                         [".vector-memory/x-006/y-2-z-3.json"])
+        self.assertEqual(conn.get(6, 2, 2)["content"], "edited by hand")
+        self.assertEqual(conn.get(6, 2, 2)["version"], rec["version"])
+        # the edit is committed; the quarantined file never is
+        res = self.sync(conn)
+        self.assertEqual(res["coordinates"], [vt.coord(6, 2, 2)])
+        self.assertIn(".vector-memory/x-006/y-2-z-3.json",
+                      [q["path"] for q in
+                       self.health(conn)["quarantined"]])
+
+    def test_write_once_holds_across_a_reload(self):
+        # another branch holds a z=1 decision this tree has not seen
+        conn = self.connect(agent_id="r")
+        self.git("commit", "-q", "--allow-empty", "-m", "start")
+        self.git("checkout", "-q", "-b", "other")
+        conn.store(9, 1, 1, "theirs")
+        self.sync(conn)
+        self.git("checkout", "-q", "-")
+        self.reload(conn)
+        self.assertIsNone(conn.get(9, 1, 1))
+        self.git("merge", "-q", "--no-edit", "other")
+        self.reload(conn)
+        self.assertRpcError(vt.E_IMMUTABLE, conn.store, 9, 1, 1, "ours")
+        self.assertEqual(conn.get(9, 1, 1)["content"], "theirs")
+
+    def test_writes_during_reloads_are_kept(self):
+        conn = self.connect(agent_id="r")
+        other = self.connect(agent_id="w")
+        acked = []
+        for i in range(20):
+            other.send({"jsonrpc": "2.0", "id": i, "method": "git.reload"})
+            acked.append(conn.store(1 + i, 3, 2, "w%d" % i))
+            self.assertIn("result", other.read_json(timeout=20))
+        for rec in acked:
+            self.assertEqual(conn.get(*rec["coordinate"].values()), rec)
+            self.assertFileMatches(rec)
+
+
 class Cli(GitCase):
     daemon_args = ("--commit-delay-ms", "60000")
 

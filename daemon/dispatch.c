@@ -145,7 +145,9 @@ static int run_one(struct job *j, json_t *elem)
 /* Run the remaining requests; returns true when the job is finished. */
 static bool job_run(struct job *j)
 {
-	while (j->next < j->n) {
+	/* Once the connection is closing nobody is left to answer: the rest
+	 * of a batch is dropped rather than run (the store may be closing). */
+	while (j->next < j->n && !j->conn->closing) {
 		json_t *elem =
 			j->batch ? json_array_get(j->doc, j->next) : j->doc;
 

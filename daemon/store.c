@@ -663,7 +663,7 @@ static void check_idle(struct store *s)
 
 	reload_step(s);
 	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
-	    s->n_dirty || s->wal_end || s->ckpt)
+	    s->n_dirty || s->wal_end || s->ckpt || s->reloading)
 		return;
 	s->idle_cb = NULL;
 	cb(s, s->idle_arg);

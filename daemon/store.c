@@ -51,6 +51,7 @@ struct writer_item {
 	size_t json_len;
 	char *file; /* filled by the worker */
 	size_t file_len;
+	struct vmdir_stamp stamp; /* of the file written (worker) */
 };
 
 struct writer_job {
@@ -189,6 +190,8 @@ static int writer_run(struct vmdir *dir, struct writer_item *items, size_t n,
 		ops[i].len = items[i].file_len;
 	}
 	rc = vmdir_apply(dir, ops, n, sync, errmsg, errn);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		items[i].stamp = ops[i].stamp;
 out:
 	free(ops);
 	return rc;
@@ -237,6 +240,14 @@ static void writer_after_cb(uv_work_t *req, int status)
 	} else {
 		s->writer_retry_ms = 0;
 		s->writer_done_seq = j->seq;
+		/* What we wrote is what a rescan will find, unless a newer
+		 * write is already on its way. */
+		for (size_t i = 0; i < j->n; i++) {
+			size_t slot = index_slot(&s->index, &j->items[i].coord);
+
+			if (!s->dirty[slot])
+				s->stamps[slot] = j->items[i].stamp;
+		}
 		writer_kick(s, WRITER_DELAY_MS);
 	}
 	writer_items_free(j->items, j->n);
@@ -732,40 +743,109 @@ static int replay_cb(void *ctx, const char *payload, size_t len)
 	return 0;
 }
 
-static int load_cb(void *ctx, struct decision *d)
+/* Start-up load: each decision into the index, with its file's stamp. */
+static int load_cb(void *ctx, struct decision *d,
+		   const struct vmdir_stamp *stamp)
 {
-	struct index *ix = ctx;
+	struct store *s = ctx;
 	struct record *r = record_new(d);
 
 	if (!r)
 		return -ENOMEM;
 	decision_done(d);
-	index_put(ix, r);
+	s->stamps[index_slot(&s->index, &r->coord)] = *stamp;
+	index_put(&s->index, r);
 	return 0;
 }
 
 /* ---- reload ---- */
 
+/* A change a rescan found: the slot's new record (NULL: none). */
+struct reload_change {
+	size_t slot;
+	struct record *rec;
+	struct vmdir_stamp stamp;
+};
+
+/* Handed over whole: snapshots of what the loop knows, and the changes
+ * the worker found. */
 struct reload_job {
 	uv_work_t req;
-	struct store *s;
-	struct index ix; /* built by the worker, swapped in by the loop */
+	struct store *s; /* only its read-only parts in the worker */
+	size_t n_slots;
+	uint8_t *present;	    /* per slot: the index holds a decision */
+	struct vmdir_stamp *stamps; /* per slot: as last seen */
+	uint8_t *seen;		    /* per slot: found on disk (worker) */
+	struct reload_change *changes;
+	size_t n_changes, cap_changes;
 	struct vmdir_load_report rep;
 	int rc;
 	char errmsg[256];
 };
 
+static bool stamp_eq(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+{
+	return a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+static bool known_cb(void *ctx, const struct coord *c,
+		     const struct vmdir_stamp *stamp)
+{
+	struct reload_job *j = ctx;
+	size_t slot = index_slot(&j->s->index, c);
+
+	if (!j->present[slot] || !stamp_eq(&j->stamps[slot], stamp))
+		return false;
+	j->seen[slot] = 1;
+	return true;
+}
+
+static int changed_cb(void *ctx, struct decision *d,
+		      const struct vmdir_stamp *stamp)
+{
+	struct reload_job *j = ctx;
+	struct record *r = record_new(d);
+
+	if (!r)
+		return -ENOMEM;
+	if (j->n_changes == j->cap_changes) {
+		size_t cap = j->cap_changes ? j->cap_changes * 2 : 64;
+		struct reload_change *c = realloc(j->changes, cap * sizeof(*c));
+
+		if (!c) {
+			record_free(r);
+			return -ENOMEM;
+		}
+		j->changes = c;
+		j->cap_changes = cap;
+	}
+	decision_done(d);
+	j->seen[index_slot(&j->s->index, &r->coord)] = 1;
+	j->changes[j->n_changes++] = (struct reload_change){
+		index_slot(&j->s->index, &r->coord), r, *stamp};
+	return 0;
+}
+
+/* Blocking: stat every file, read only those whose stamp changed. */
 static void reload_work_cb(uv_work_t *req)
 {
 	struct reload_job *j = req->data;
 
-	j->rc = index_init(&j->ix, j->s->max_x);
-	if (j->rc < 0) {
-		snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
-		return;
-	}
-	j->rc = vmdir_load(&j->s->dir, load_cb, &j->ix, &j->rep, j->errmsg,
-			   sizeof(j->errmsg));
+	j->rc = vmdir_rescan(&j->s->dir, known_cb, changed_cb, j, &j->rep,
+			     j->errmsg, sizeof(j->errmsg));
+}
+
+static void reload_job_free(struct reload_job *j)
+{
+	for (size_t i = 0; i < j->n_changes; i++)
+		record_free(j->changes[i].rec);
+	free(j->changes);
+	free(j->present);
+	free(j->stamps);
+	free(j->seen);
+	vmdir_load_report_done(&j->rep);
+	free(j);
 }
 
 static bool record_same(const struct record *a, const struct record *b)
@@ -774,6 +854,30 @@ static bool record_same(const struct record *a, const struct record *b)
 		return a == b;
 	return a->json_len == b->json_len &&
 	       memcmp(a->json, b->json, a->json_len) == 0;
+}
+
+/* Put a slot's new state (rec NULL: none) into the index; tell the
+ * commit queue when it really changed. */
+static void reload_apply(struct store *s, size_t slot, struct record *rec,
+			 const struct vmdir_stamp *stamp)
+{
+	const struct record *old = s->index.slots[slot];
+	bool same = record_same(old, rec);
+
+	s->stamps[slot] = *stamp;
+	if (same) {
+		record_free(rec);
+		return;
+	}
+	if (rec) {
+		index_put(&s->index, rec);
+	} else {
+		struct coord c = index_coord(&s->index, slot);
+
+		index_remove(&s->index, &c);
+	}
+	if (s->on_applied)
+		s->on_applied(s->on_applied_ctx, slot);
 }
 
 static void reload_finish(struct store *s, int rc, const char *errmsg,
@@ -808,24 +912,23 @@ static void reload_after_cb(uv_work_t *req, int status)
 	struct reload_job *j = req->data;
 	struct store *s = j->s;
 	int rc = status < 0 ? status : j->rc;
+	static const struct vmdir_stamp none;
 
 	s->reload_running = false;
 	if (rc == 0) {
-		struct index old = s->index;
-
-		s->index = j->ix;
-		for (size_t i = 0; i < s->index.n_slots; i++)
-			if (!record_same(old.slots[i], s->index.slots[i]) &&
-			    s->on_applied)
-				s->on_applied(s->on_applied_ctx, i);
-		index_done(&old);
+		for (size_t i = 0; i < j->n_changes; i++) {
+			reload_apply(s, j->changes[i].slot, j->changes[i].rec,
+				     &j->changes[i].stamp);
+			j->changes[i].rec = NULL;
+		}
+		for (size_t slot = 0; slot < j->n_slots; slot++)
+			if (j->present[slot] && !j->seen[slot])
+				reload_apply(s, slot, NULL, &none);
 	} else {
-		index_done(&j->ix);
 		set_error(s, "reloading the decision files: %s", j->errmsg);
 	}
 	reload_finish(s, rc, j->errmsg, &j->rep);
-	vmdir_load_report_done(&j->rep);
-	free(j);
+	reload_job_free(j);
 	check_idle(s);
 }
 
@@ -845,15 +948,26 @@ static void reload_step(struct store *s)
 		return;
 	}
 	j = calloc(1, sizeof(*j));
-	if (!j) {
+	if (j) {
+		j->s = s;
+		j->req.data = j;
+		j->n_slots = s->index.n_slots;
+		j->present = calloc(j->n_slots, 1);
+		j->seen = calloc(j->n_slots, 1);
+		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
+	}
+	if (!j || !j->present || !j->seen || !j->stamps) {
+		if (j)
+			reload_job_free(j);
 		reload_finish(s, -ENOMEM, "out of memory", NULL);
 		return;
 	}
-	j->s = s;
-	j->req.data = j;
+	memcpy(j->stamps, s->stamps, j->n_slots * sizeof(*j->stamps));
+	for (size_t i = 0; i < j->n_slots; i++)
+		j->present[i] = s->index.slots[i] != NULL;
 	if (uv_queue_work(s->loop, &j->req, reload_work_cb, reload_after_cb) <
 	    0) {
-		free(j);
+		reload_job_free(j);
 		reload_finish(s, -EAGAIN, "cannot start the reload", NULL);
 		return;
 	}
@@ -895,8 +1009,9 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (rc == 0)
 		rc = vmdir_init(&s->dir, r->root, r->quarantine, max_x);
 	s->dirty = calloc(s->index.n_slots, 1);
+	s->stamps = calloc(s->index.n_slots, sizeof(*s->stamps));
 	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
-	if (rc < 0 || !s->dirty || !s->dirty_list) {
+	if (rc < 0 || !s->dirty || !s->dirty_list || !s->stamps) {
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
@@ -946,7 +1061,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			return rc;
 		}
 	}
-	return vmdir_load(&s->dir, load_cb, &s->index, rep, errmsg, errn);
+	return vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
 }
 
 void store_close(struct store *s)
@@ -966,6 +1081,7 @@ void store_close(struct store *s)
 	index_done(&s->index);
 	free(s->dirty);
 	free(s->dirty_list);
+	free(s->stamps);
 	s->dirty = NULL;
 	s->dirty_list = NULL;
 }

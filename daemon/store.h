@@ -90,8 +90,9 @@ struct store {
 	size_t in_flight; /* writes inside the running log job */
 
 	/* Materialisation of dirty coordinates. */
-	uint8_t *dirty;	    /* one flag per index slot */
-	size_t *dirty_list; /* slots with the flag set */
+	uint8_t *dirty;		    /* one flag per index slot */
+	struct vmdir_stamp *stamps; /* per slot: its file as we last saw it */
+	size_t *dirty_list;	    /* slots with the flag set */
 	size_t n_dirty;
 	bool writer_busy;
 	uv_timer_t writer_timer;

@@ -47,6 +47,7 @@ struct load {
 	struct vmdir *d;
 	struct vmdir_load_report *rep;
 	vmdir_load_fn cb;
+	vmdir_known_fn known; /* vmdir_rescan: files not to read */
 	void *ctx;
 	int qfd; /* quarantine directory, opened on first use */
 	time_t now;
@@ -443,6 +444,13 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		snprintf(reason, sizeof(reason), "not a decision file name");
 		goto bad;
 	}
+	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISREG(st.st_mode)) {
+		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
+
+		if (l->known(l->ctx, &c, &stamp))
+			return 0;
+	}
 	fd = openat(xfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ELOOP) {
@@ -503,7 +511,9 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		goto bad;
 	}
 	if (l->cb) {
-		ret = l->cb(l->ctx, &dec);
+		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
+
+		ret = l->cb(l->ctx, &dec, &stamp);
 	} else {
 		decision_done(&dec);
 		ret = 0;
@@ -724,13 +734,46 @@ void vmdir_load_report_done(struct vmdir_load_report *rep)
 	memset(rep, 0, sizeof(*rep));
 }
 
+struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
+{
+	struct vmdir_stamp s = {
+		.ino = (uint64_t)st->st_ino,
+		.size = (uint64_t)st->st_size,
+		.mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 +
+			    st->st_mtim.tv_nsec,
+		.ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 +
+			    st->st_ctim.tv_nsec,
+	};
+
+	return s;
+}
+
+static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
+		    size_t errn);
+
 int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
+{
+	return load_dir(d, NULL, cb, ctx, rep, errmsg, errn);
+}
+
+int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
+		 size_t errn)
+{
+	return load_dir(d, known, cb, ctx, rep, errmsg, errn);
+}
+
+static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
+		    size_t errn)
 {
 	struct load l = {
 		.d = d,
 		.rep = rep,
 		.cb = cb,
+		.known = known,
 		.ctx = ctx,
 		.qfd = -1,
 		.errmsg = errmsg,
@@ -845,9 +888,10 @@ static int open_subdir(int dfd, const char *name, bool create, bool *made)
 /* Write text to name in dfd through a unique temp file; with sync, the
  * data is on disk before the rename makes it visible. */
 static int write_durable(int dfd, const char *name, const char *tag,
-			 const char *text, size_t len, bool sync, char *tmp,
-			 size_t tmpn)
+			 const char *text, size_t len, bool sync,
+			 struct vmdir_stamp *stamp, char *tmp, size_t tmpn)
 {
+	struct stat st;
 	int fd = -1, ret;
 
 	snprintf(tmp, tmpn, TMP_PREFIX "%ld-%lu-%s", (long)getpid(),
@@ -863,9 +907,14 @@ static int write_durable(int dfd, const char *name, const char *tag,
 		ret = -errno;
 	if (ret == 0 && renameat(dfd, tmp, dfd, name) < 0)
 		ret = -errno;
-	if (ret < 0)
+	if (ret < 0) {
 		unlinkat(dfd, tmp, 0);
-	return ret;
+		return ret;
+	}
+	/* After the rename, which changes the inode's ctime. */
+	if (stamp && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+		*stamp = vmdir_stamp_of(&st);
+	return 0;
 }
 
 /* The x directory named name (as coord_path wrote it), opened once. */
@@ -911,8 +960,8 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 	return xs;
 }
 
-int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
-		bool sync, char *errmsg, size_t errn)
+int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
+		char *errmsg, size_t errn)
 {
 	struct apply a = {.rootfd = -1, .vfd = -1};
 	bool bulk = n >= VMDIR_BULK_MIN || !sync;
@@ -948,7 +997,7 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 			goto out;
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
-				    strlen(METADATA_TEXT), !bulk, tmp,
+				    strlen(METADATA_TEXT), !bulk, NULL, tmp,
 				    sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
@@ -1000,7 +1049,7 @@ int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
-				    !bulk, tmp, sizeof(tmp));
+				    !bulk, &ops[i].stamp, tmp, sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, rel, strerror(-ret));

@@ -16,6 +16,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
 
 #include "protocol/decision.h"
 
@@ -41,14 +43,37 @@ struct vmdir_load_report {
 	size_t n_quarantined;
 };
 
-/* Called for each valid decision; takes ownership of *d on return 0. */
-typedef int (*vmdir_load_fn)(void *ctx, struct decision *d);
+/*
+ * What identifies a version of a file without reading it: a file whose
+ * stamp is unchanged has not been written since (any write through a
+ * rename or in place changes the inode, the size, or the ctime).
+ */
+struct vmdir_stamp {
+	uint64_t ino;
+	uint64_t size;
+	int64_t mtime_ns;
+	int64_t ctime_ns;
+};
+
+/* The stamp of a stat result. */
+struct vmdir_stamp vmdir_stamp_of(const struct stat *st);
+
+/* Called for each valid decision with its file's stamp; takes ownership
+ * of *d on return 0. */
+typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
+			     const struct vmdir_stamp *stamp);
+
+/* For vmdir_rescan: true when the file at c with this stamp is known, so
+ * it need not be read. */
+typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
+			       const struct vmdir_stamp *stamp);
 
 /* One materialisation: text NULL means delete the coordinate's file. */
 struct vmdir_op {
 	struct coord coord;
 	const char *text; /* exact file bytes (decision_dump_file) */
 	size_t len;
+	struct vmdir_stamp stamp; /* out: the written file's stamp */
 };
 
 /* Set up (no I/O). Copies root and quarantine. 0 or -ENOMEM. */
@@ -72,6 +97,15 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 void vmdir_load_report_done(struct vmdir_load_report *rep);
 
 /*
+ * vmdir_load for a directory loaded before: a decision file for which
+ * known(ctx, coord, stamp) is true is only stat'ed, never read, and cb is
+ * not called for it. Everything else is handled as vmdir_load does.
+ */
+int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
+		 size_t errn);
+
+/*
  * Apply ops in order: each file written to a unique temp name in its
  * directory and renamed over the target (or the target unlinked).
  * Creates .vector-memory, its x-NNN directories and metadata.json
@@ -83,8 +117,8 @@ void vmdir_load_report_done(struct vmdir_load_report *rep);
  * then leave incomplete files, so the caller's log must still hold those
  * writes. Returns 0 or -errno (errmsg).
  */
-int vmdir_apply(struct vmdir *d, const struct vmdir_op *ops, size_t n,
-		bool sync, char *errmsg, size_t errn);
+int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
+		char *errmsg, size_t errn);
 
 /* Make every earlier vmdir_apply durable (syncfs). 0 or -errno. */
 int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn);

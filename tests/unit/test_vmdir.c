@@ -59,10 +59,12 @@ static void teardown(void)
 	nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int load_cb(void *ctx, struct decision *d)
+static int load_cb(void *ctx, struct decision *d,
+		   const struct vmdir_stamp *stamp)
 {
 	struct loaded *l = ctx;
 
+	(void)stamp;
 	l->count++;
 	if (l->fail_at && (int)l->count == l->fail_at)
 		return -ECANCELED;
@@ -111,7 +113,7 @@ static char *text_of(int x, int y, int z, const char *content, size_t *len)
 
 static void apply1(int x, int y, int z, const char *content)
 {
-	struct vmdir_op op = {{x, y, z}, NULL, 0};
+	struct vmdir_op op = {.coord = {x, y, z}, .text = NULL, .len = 0};
 	char msg[256] = "";
 	char *t = NULL;
 
@@ -269,8 +271,8 @@ END_TEST
 START_TEST(test_apply_delete)
 {
 	struct vmdir_op ops[2] = {
-		{{7, 3, 2}, NULL, 0},
-		{{9, 1, 4}, NULL, 0}, /* its directory does not exist */
+		{.coord = {7, 3, 2}},
+		{.coord = {9, 1, 4}}, /* its directory does not exist */
 	};
 	char msg[256] = "";
 
@@ -290,7 +292,7 @@ END_TEST
 
 START_TEST(test_apply_bad_coordinate)
 {
-	struct vmdir_op op = {{1001, 1, 1}, "x", 1};
+	struct vmdir_op op = {.coord = {1001, 1, 1}, .text = "x", .len = 1};
 	char msg[256] = "";
 
 	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, true, msg, sizeof(msg)),
@@ -650,7 +652,7 @@ END_TEST
 START_TEST(test_quarantine_symlinked_x_dir)
 {
 	char other[256], msg[256] = "";
-	struct vmdir_op op = {{9, 1, 1}, "x", 1};
+	struct vmdir_op op = {.coord = {9, 1, 1}, .text = "x", .len = 1};
 
 	apply1(5, 2, 1, "good");
 	snprintf(other, sizeof(other), "%s/elsewhere", tmpdir);
@@ -671,7 +673,7 @@ START_TEST(test_vmdir_symlink_refused)
 {
 	char other[256], msg[256] = "";
 	struct vmdir_load_report rep;
-	struct vmdir_op op = {{1, 1, 1}, "x", 1};
+	struct vmdir_op op = {.coord = {1, 1, 1}, .text = "x", .len = 1};
 
 	snprintf(other, sizeof(other), "%s/elsewhere", tmpdir);
 	ck_assert_int_eq(mkdir(other, 0755), 0);
@@ -693,7 +695,7 @@ START_TEST(test_vmdir_not_a_directory)
 {
 	char msg[256] = "";
 	struct vmdir_load_report rep;
-	struct vmdir_op op = {{1, 1, 1}, "x", 1};
+	struct vmdir_op op = {.coord = {1, 1, 1}, .text = "x", .len = 1};
 
 	spit(".vector-memory", "file", 4);
 	ck_assert_int_eq(vmdir_load(&vd, NULL, NULL, &rep, msg, sizeof(msg)),
@@ -707,7 +709,7 @@ END_TEST
 START_TEST(test_apply_read_only_fails)
 {
 	char msg[256] = "";
-	struct vmdir_op op = {{4, 1, 1}, "x", 1};
+	struct vmdir_op op = {.coord = {4, 1, 1}, .text = "x", .len = 1};
 
 	if (geteuid() == 0)
 		return; /* root ignores permissions */
@@ -762,6 +764,65 @@ START_TEST(test_load_20000)
 }
 END_TEST
 
+/* Stamps a rescan compares against: the ones load reported. */
+static struct vmdir_stamp stamps[4];
+static int stamp_calls;
+
+static int stamp_cb(void *ctx, struct decision *d,
+		    const struct vmdir_stamp *stamp)
+{
+	(void)ctx;
+	stamps[d->coord.x] = *stamp;
+	stamp_calls++;
+	decision_done(d);
+	return 0;
+}
+
+static bool known_cb(void *ctx, const struct coord *c,
+		     const struct vmdir_stamp *stamp)
+{
+	(void)ctx;
+	return memcmp(&stamps[c->x], stamp, sizeof(*stamp)) == 0;
+}
+
+/* A rescan reads only the files whose stamp changed. */
+START_TEST(test_rescan_reads_only_changed_files)
+{
+	struct vmdir_op op = {.coord = {1, 1, 2}};
+	char msg[256] = "";
+	char *t;
+
+	apply1(1, 1, 1, "one");
+	apply1(2, 1, 1, "two");
+	apply1(3, 1, 1, "three");
+	ck_assert_int_eq(
+		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(stamp_calls, 3);
+	stamp_calls = 0;
+	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
+				      sizeof(msg)),
+			 0);
+	ck_assert_int_eq(stamp_calls, 0);
+	/* rewrite (2, 1, 1); the stamp vmdir_apply reports is what a
+	 * rescan then finds */
+	t = text_of(2, 1, 1, "two, again", &op.len);
+	op.coord = (struct coord){2, 1, 1};
+	op.text = t;
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)), 0);
+	free(t);
+	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
+				      sizeof(msg)),
+			 0);
+	ck_assert_int_eq(stamp_calls, 1);
+	ck_assert_mem_eq(&stamps[2], &op.stamp, sizeof(op.stamp));
+	stamp_calls = 0;
+	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
+				      sizeof(msg)),
+			 0);
+	ck_assert_int_eq(stamp_calls, 0);
+}
+END_TEST
+
 static Suite *vmdir_suite(void)
 {
 	Suite *s = suite_create("vmdir");
@@ -786,6 +847,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_quarantine_unknown_names);
 	tcase_add_test(tc, test_quarantine_wrong_dir_name);
 	tcase_add_test(tc, test_x_beyond_max_refused);
+	tcase_add_test(tc, test_rescan_reads_only_changed_files);
 	tcase_add_test(tc, test_quarantine_symlink_inside);
 	tcase_add_test(tc, test_quarantine_symlinked_x_dir);
 	tcase_add_test(tc, test_quarantine_cross_device);

@@ -15,6 +15,7 @@
 #include "repo.h"
 #include "server.h"
 #include "store.h"
+#include "watch.h"
 #include "vmdir.h"
 
 #define VMEMD_VERSION "0.1.0"
@@ -36,6 +37,7 @@ struct daemon {
 	struct repo repo;
 	struct store store;
 	struct gitq gitq;
+	struct watch watch;
 	struct server server;
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t started_ms;		 /* uv_now at start */

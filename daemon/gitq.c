@@ -244,6 +244,8 @@ static void job_after_cb(uv_work_t *req, int status)
 			       sizeof(q->last_commit));
 			q->last_commit_at = j->res.committed_at;
 			log_info("committed %.12s", j->res.commit);
+			if (q->committed)
+				q->committed(q->committed_ctx);
 		}
 		if (j->errmsg[0])
 			log_warn("after commit %.12s: %s", j->res.commit,

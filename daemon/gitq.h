@@ -61,6 +61,8 @@ struct gitq {
 	struct gitq_sync *waiters;
 	gitq_idle_fn idle_cb;
 	void *idle_arg;
+	void (*committed)(void *ctx); /* after each commit we made */
+	void *committed_ctx;
 	char last_commit[41];
 	int64_t last_commit_at;
 	char deferred[160]; /* why commits wait now, "" if they do not */

@@ -284,6 +284,22 @@ static void store_idle_cb(struct store *s, void *arg)
 	gitq_flush(&d->gitq, git_idle_cb, d);
 }
 
+/* HEAD, the branch or the index changed under us: look at the files. */
+static void repo_changed_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	log_debug("the repository changed; checking the decision files");
+	store_check_files(&d->store);
+}
+
+/* Our own commit moved the branch and the index: not a change to react
+ * to. */
+static void committed_cb(void *ctx)
+{
+	watch_settle(ctx);
+}
+
 static void mark_for_commit_cb(void *ctx, size_t slot)
 {
 	gitq_mark(ctx, slot);
@@ -426,6 +442,14 @@ int main(int argc, char **argv)
 		fail_startup(1, "cannot open the repository for commits: %s",
 			     errmsg);
 	start_commits(d);
+	rc = watch_start(&d->watch, d->loop, d->repo.gitdir, d->repo.commondir,
+			 repo_changed_cb, d);
+	if (rc < 0)
+		log_warn("cannot watch %s for changes (%s): use git.reload "
+			 "after a checkout or a pull",
+			 d->repo.gitdir, uv_strerror(rc));
+	d->gitq.committed = committed_cb;
+	d->gitq.committed_ctx = &d->watch;
 	rc = server_listen(&d->server, d, sock, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "%s", errmsg);
@@ -445,6 +469,7 @@ int main(int argc, char **argv)
 	report_ready();
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	watch_stop(&d->watch);
 	gitq_close(&d->gitq);
 	store_close(&d->store);
 	server_done(&d->server);

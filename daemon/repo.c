@@ -83,11 +83,12 @@ int repo_open(struct repo *r, const char *path, char *errmsg, size_t errn)
 	}
 	r->root = dir_dup(canon);
 	r->gitdir = dir_dup(git_repository_path(repo));
+	r->commondir = dir_dup(git_repository_commondir(repo));
 	r->statedir = r->gitdir ? path_join(r->gitdir, "vmem") : NULL;
 	r->wal_path = r->statedir ? path_join(r->statedir, "wal") : NULL;
 	r->quarantine =
 		r->statedir ? path_join(r->statedir, "quarantine") : NULL;
-	if (!r->root || !r->quarantine || !r->wal_path) {
+	if (!r->root || !r->quarantine || !r->wal_path || !r->commondir) {
 		snprintf(errmsg, errn, "out of memory");
 		rc = -ENOMEM;
 		goto out;
@@ -157,8 +158,10 @@ void repo_done(struct repo *r)
 	r->lock_fd = -1;
 	free(r->root);
 	free(r->gitdir);
+	free(r->commondir);
 	free(r->statedir);
 	free(r->wal_path);
 	free(r->quarantine);
-	r->root = r->gitdir = r->statedir = r->wal_path = r->quarantine = NULL;
+	r->root = r->gitdir = r->commondir = r->statedir = r->wal_path =
+		r->quarantine = NULL;
 }

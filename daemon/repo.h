@@ -12,6 +12,7 @@
 struct repo {
 	char *root;	  /* canonical working-tree root, no trailing slash */
 	char *gitdir;	  /* the tree's own git directory, no trailing slash */
+	char *commondir;  /* where refs live (differs for a worktree) */
 	char *statedir;	  /* <gitdir>/vmem */
 	char *wal_path;	  /* <statedir>/wal */
 	char *quarantine; /* <statedir>/quarantine */

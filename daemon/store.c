@@ -667,14 +667,16 @@ void store_submit(struct store *s, struct store_write *w)
 /* ---- flush, pending, open, close ---- */
 
 static void reload_step(struct store *s);
+static void probe_step(struct store *s);
 
 static void check_idle(struct store *s)
 {
 	store_idle_fn cb = s->idle_cb;
 
 	reload_step(s);
+	probe_step(s);
 	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
-	    s->n_dirty || s->wal_end || s->ckpt || s->reloading)
+	    s->n_dirty || s->wal_end || s->ckpt || s->reloading || s->probing)
 		return;
 	s->idle_cb = NULL;
 	cb(s, s->idle_arg);
@@ -772,6 +774,7 @@ struct reload_change {
 struct reload_job {
 	uv_work_t req;
 	struct store *s; /* only its read-only parts in the worker */
+	bool probe;	 /* only look: reload if anything changed */
 	size_t n_slots;
 	uint8_t *present;	    /* per slot: the index holds a decision */
 	struct vmdir_stamp *stamps; /* per slot: as last seen */
@@ -907,6 +910,8 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 	cb(s, s->reload_arg, rc, errmsg, rep);
 }
 
+static void probe_done(struct store *s, struct reload_job *j, int rc);
+
 static void reload_after_cb(uv_work_t *req, int status)
 {
 	struct reload_job *j = req->data;
@@ -915,6 +920,10 @@ static void reload_after_cb(uv_work_t *req, int status)
 	static const struct vmdir_stamp none;
 
 	s->reload_running = false;
+	if (j->probe) {
+		probe_done(s, j, rc);
+		return;
+	}
 	if (rc == 0) {
 		for (size_t i = 0; i < j->n_changes; i++) {
 			reload_apply(s, j->changes[i].slot, j->changes[i].rec,
@@ -932,6 +941,96 @@ static void reload_after_cb(uv_work_t *req, int status)
 	check_idle(s);
 }
 
+static void probe_reload_done(struct store *s, void *arg, int rc,
+			      const char *errmsg,
+			      const struct vmdir_load_report *rep)
+{
+	(void)s;
+	(void)arg;
+	if (rc < 0)
+		log_err("reloading after a change in the repository: %s",
+			errmsg);
+	else
+		log_info("reloaded the decision files after a change in the "
+			 "repository (%zu quarantined)",
+			 rep ? rep->n_quarantined : 0);
+}
+
+/* A probe saw the files: reload if any differs from what we know (a
+ * slot written meanwhile is ours, not a change). */
+static void probe_done(struct store *s, struct reload_job *j, int rc)
+{
+	bool changed = false;
+
+	s->probing = false;
+	for (size_t i = 0; rc == 0 && !changed && i < j->n_changes; i++)
+		changed = !s->dirty[j->changes[i].slot] &&
+			  !record_same(s->index.slots[j->changes[i].slot],
+				       j->changes[i].rec);
+	for (size_t slot = 0; rc == 0 && !changed && slot < j->n_slots; slot++)
+		changed = j->present[slot] && !j->seen[slot] &&
+			  s->index.slots[slot] && !s->dirty[slot];
+	if (rc < 0)
+		set_error(s, "checking the decision files: %s", j->errmsg);
+	reload_job_free(j);
+	if (changed)
+		store_reload(s, probe_reload_done, NULL);
+	check_idle(s);
+}
+
+static struct reload_job *reload_job_new(struct store *s)
+{
+	struct reload_job *j = calloc(1, sizeof(*j));
+
+	if (j) {
+		j->s = s;
+		j->req.data = j;
+		j->n_slots = s->index.n_slots;
+		j->present = calloc(j->n_slots, 1);
+		j->seen = calloc(j->n_slots, 1);
+		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
+	}
+	if (j && (!j->present || !j->seen || !j->stamps)) {
+		reload_job_free(j);
+		j = NULL;
+	}
+	if (!j)
+		return NULL;
+	memcpy(j->stamps, s->stamps, j->n_slots * sizeof(*j->stamps));
+	for (size_t i = 0; i < j->n_slots; i++)
+		j->present[i] = s->index.slots[i] != NULL;
+	return j;
+}
+
+/* Start a wanted probe once the writer has caught up (its stamps are
+ * then current). */
+static void probe_step(struct store *s)
+{
+	struct reload_job *j;
+
+	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
+	    s->writer_busy || s->n_dirty)
+		return;
+	j = reload_job_new(s);
+	if (!j)
+		return; /* tried again at the next idle check */
+	j->probe = true;
+	if (uv_queue_work(s->loop, &j->req, reload_work_cb, reload_after_cb) <
+	    0) {
+		reload_job_free(j);
+		return;
+	}
+	s->probe_wanted = false;
+	s->probing = true;
+}
+
+void store_check_files(struct store *s)
+{
+	s->probe_wanted = true;
+	writer_kick(s, 0);
+	probe_step(s);
+}
+
 /* Move a reload on: files written, log checkpointed, then the load. */
 static void reload_step(struct store *s)
 {
@@ -947,24 +1046,13 @@ static void reload_step(struct store *s)
 		checkpoint_start(s);
 		return;
 	}
-	j = calloc(1, sizeof(*j));
-	if (j) {
-		j->s = s;
-		j->req.data = j;
-		j->n_slots = s->index.n_slots;
-		j->present = calloc(j->n_slots, 1);
-		j->seen = calloc(j->n_slots, 1);
-		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
-	}
-	if (!j || !j->present || !j->seen || !j->stamps) {
-		if (j)
-			reload_job_free(j);
+	if (s->probing)
+		return; /* its after-callback moves us on */
+	j = reload_job_new(s);
+	if (!j) {
 		reload_finish(s, -ENOMEM, "out of memory", NULL);
 		return;
 	}
-	memcpy(j->stamps, s->stamps, j->n_slots * sizeof(*j->stamps));
-	for (size_t i = 0; i < j->n_slots; i++)
-		j->present[i] = s->index.slots[i] != NULL;
 	if (uv_queue_work(s->loop, &j->req, reload_work_cb, reload_after_cb) <
 	    0) {
 		reload_job_free(j);

@@ -117,7 +117,10 @@ struct store {
 	size_t *replayed; /* slots changed by the replay (owned) */
 	size_t n_replayed;
 
-	/* A reload from the files (store_reload). */
+	/* A reload from the files (store_reload), and a probe for changes
+	 * made under us (store_check_files). */
+	bool probe_wanted;
+	bool probing;
 	bool reloading;
 	bool reload_running; /* its load job is in flight */
 	store_reload_fn reload_cb;
@@ -156,6 +159,13 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg);
  * runs once. -EBUSY (through cb) while another reload runs.
  */
 void store_reload(struct store *s, store_reload_fn cb, void *arg);
+
+/*
+ * Files may have changed under us (a checkout, a pull): rescan them by
+ * stamp without holding writes, and reload (store_reload) only if a file
+ * differs from what we last saw or wrote. Cheap when nothing changed.
+ */
+void store_check_files(struct store *s);
 
 /* True when every applied write is in its file (synced or not). */
 bool store_files_written(const struct store *s);

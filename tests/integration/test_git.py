@@ -701,6 +701,42 @@ class Reload(GitCase):
             self.assertFileMatches(rec)
 
 
+class Watch(GitCase):
+    """Changes made under the daemon are picked up without git.reload."""
+
+    def test_checkout_seen_without_reload(self):
+        self.git("commit", "-q", "--allow-empty", "-m", "start")
+        self.git("branch", "bare")
+        conn = self.connect(agent_id="w")
+        rec = conn.store(4, 2, 2, "on main")
+        self.sync(conn)
+        self.git("checkout", "-q", "bare")
+        self.assertTrue(vt.wait_until(
+            lambda: conn.get(4, 2, 2) is None, 5.0))
+        self.git("checkout", "-q", "-")
+        self.assertTrue(vt.wait_until(
+            lambda: conn.get(4, 2, 2) == rec, 5.0))
+
+    def test_second_clone_pulls_and_sees_decisions(self):
+        self.git("commit", "-q", "--allow-empty", "-m", "start")
+        clone = self.repo.path("clone")
+        subprocess.run(["git", "clone", "-q", self.repo.root, clone],
+                       check=True, env=self.git_env())
+        theirs = self.new_daemon(*self.daemon_args, root=clone,
+                                 name="vmemd-clone",
+                                 sock=self.repo.path("clone.sock")).start()
+        other = self.connect(agent_id="c", daemon=theirs)
+        self.assertIsNone(other.get(8, 1, 3))
+        conn = self.connect(agent_id="w")
+        rec = conn.store(8, 1, 3, "decided in the first clone")
+        self.sync(conn)
+        subprocess.run(["git", "-C", clone, "pull", "-q", "--ff-only"],
+                       check=True, env=self.git_env())
+        self.assertTrue(vt.wait_until(
+            lambda: other.get(8, 1, 3) == rec, 5.0))
+        theirs.stop()
+
+
 class Cli(GitCase):
     daemon_args = ("--commit-delay-ms", "60000")
 

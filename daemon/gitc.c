@@ -1045,3 +1045,68 @@ out:
 	git_commit_free(par);
 	return rc;
 }
+
+/* The id of a commit's .vector-memory tree; *found false without one. */
+static int vm_tree_id(const git_commit *c, git_oid *id, bool *found)
+{
+	const git_tree_entry *e;
+	git_tree *t = NULL;
+	int rc = git_commit_tree(&t, c);
+
+	*found = false;
+	if (rc < 0)
+		return rc;
+	e = git_tree_entry_byname(t, VM_DIR);
+	if (e && git_tree_entry_type(e) == GIT_OBJECT_TREE) {
+		*id = *git_tree_entry_id(e);
+		*found = true;
+	}
+	git_tree_free(t);
+	return 0;
+}
+
+int gitc_log(struct gitc *g, size_t limit, gitc_commit_fn cb, void *ctx,
+	     char *errmsg, size_t errn)
+{
+	git_commit *cur = NULL, *par = NULL;
+	git_oid id, pid;
+	bool found, pfound;
+	char commit[41];
+	size_t n = 0;
+	int rc = 0, e;
+
+	e = head_commit(g->repo, &cur);
+	if (e == 0 && cur)
+		e = vm_tree_id(cur, &id, &found);
+	while (e == 0 && cur && (!limit || n < limit)) {
+		pfound = false;
+		if (git_commit_parentcount(cur) > 0) {
+			e = git_commit_parent(&par, cur, 0);
+			if (e == 0)
+				e = vm_tree_id(par, &pid, &pfound);
+			if (e < 0)
+				break;
+		}
+		if (found != pfound || (found && !git_oid_equal(&id, &pid))) {
+			const char *s = git_commit_summary(cur);
+
+			hex(git_commit_id(cur), commit);
+			n++;
+			rc = cb(ctx, commit, (int64_t)git_commit_time(cur),
+				s ? s : "");
+			if (rc != 0)
+				goto out;
+		}
+		git_commit_free(cur);
+		cur = par;
+		par = NULL;
+		id = pid;
+		found = pfound;
+	}
+	if (e < 0)
+		rc = git_fail(e, "log", errmsg, errn);
+out:
+	git_commit_free(cur);
+	git_commit_free(par);
+	return rc;
+}

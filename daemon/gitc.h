@@ -112,4 +112,16 @@ int gitc_rollback_point(struct gitc *g, int x_threshold, int y_threshold,
 			char commit[41], char *subject, size_t subjn,
 			int64_t *committed_at, char *errmsg, size_t errn);
 
+/* One commit of the memory's log, newest first. */
+typedef int (*gitc_commit_fn)(void *ctx, const char *commit,
+			      int64_t committed_at, const char *subject);
+
+/*
+ * The commits on HEAD's first-parent line that changed .vector-memory,
+ * newest first, at most limit (0: all). 0, the callback's value, or
+ * -errno (errmsg).
+ */
+int gitc_log(struct gitc *g, size_t limit, gitc_commit_fn cb, void *ctx,
+	     char *errmsg, size_t errn);
+
 #endif

@@ -14,6 +14,7 @@ static const struct method methods[] = {
 	{"decision.query_range", decision_query_range},
 	{"decision.search", decision_search},
 	{"decision.store", decision_store},
+	{"git.log", git_log},
 	{"git.reload", git_reload},
 	{"git.rollback_point", git_rollback_point},
 	{"git.sync", git_sync},

@@ -36,6 +36,7 @@ int decision_delete(struct call *call);
 /* methods_git.c */
 int git_sync(struct call *call);
 int git_reload(struct call *call);
+int git_log(struct call *call);
 int decision_history(struct call *call);
 int git_rollback_point(struct call *call);
 

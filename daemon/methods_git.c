@@ -109,9 +109,9 @@ struct git_read {
 	struct call *call;
 	char *root;
 	int max_x;
-	bool rollback;
+	enum { READ_HISTORY, READ_ROLLBACK, READ_LOG } kind;
 	struct coord coord; /* history */
-	size_t limit;	    /* history: 0 for all */
+	size_t limit;	    /* history, log: 0 for all */
 	int xt, yt;	    /* rollback point */
 	json_t *result;	    /* handed over whole: built by the worker */
 	int rc;
@@ -171,6 +171,19 @@ static int history_cb(void *ctx, const char *commit, int64_t committed_at,
 	return 0;
 }
 
+static int log_cb(void *ctx, const char *commit, int64_t committed_at,
+		  const char *subject)
+{
+	struct git_read *r = ctx;
+
+	return json_array_append_new(
+		       r->result, json_pack("{s:s,s:s,s:o}", "commit", commit,
+					    "subject", subject, "committed_at",
+					    when_json(committed_at))) < 0
+		       ? -ENOMEM
+		       : 0;
+}
+
 static void read_work_cb(uv_work_t *req)
 {
 	struct git_read *r = req->data;
@@ -181,9 +194,12 @@ static void read_work_cb(uv_work_t *req)
 	r->rc = gitc_open(&g, r->root, r->errmsg, sizeof(r->errmsg));
 	if (r->rc < 0)
 		return;
-	if (!r->rollback) {
+	if (r->kind == READ_HISTORY) {
 		r->rc = gitc_history(g, &r->coord, r->limit, history_cb, r,
 				     r->errmsg, sizeof(r->errmsg));
+	} else if (r->kind == READ_LOG) {
+		r->rc = gitc_log(g, r->limit, log_cb, r, r->errmsg,
+				 sizeof(r->errmsg));
 	} else {
 		r->rc = gitc_rollback_point(g, r->xt, r->yt, commit, subject,
 					    sizeof(subject), &at, r->errmsg,
@@ -314,7 +330,7 @@ int git_rollback_point(struct call *call)
 		return CALL_DONE;
 	}
 	r->call = call;
-	r->rollback = true;
+	r->kind = READ_ROLLBACK;
 	r->xt = xt;
 	r->yt = yt;
 	return read_start(r);
@@ -400,4 +416,27 @@ int git_reload(struct call *call)
 		return CALL_ASYNC;
 	free(r);
 	return CALL_DONE;
+}
+
+int git_log(struct call *call)
+{
+	static const char *const allowed[] = {"limit", NULL};
+	struct git_read *r;
+	int64_t limit = 20;
+
+	if (!param_only(call, allowed) ||
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+		return CALL_DONE;
+	r = calloc(1, sizeof(*r));
+	if (r)
+		r->result = json_array();
+	if (!r || !r->result) {
+		free(r);
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	r->call = call;
+	r->kind = READ_LOG;
+	r->limit = (size_t)limit;
+	return read_start(r);
 }

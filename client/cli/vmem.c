@@ -83,6 +83,7 @@ static void usage(FILE *f)
 	      "                       trailing * a prefix; --all: each term "
 	      "must\n"
 	      "                       match\n"
+	      "  log [--limit N]      the latest commits of the memory (20)\n"
 	      "  reload               make the memory what the files say "
 	      "(after\n"
 	      "                       a checkout, a pull, a hand edit)\n"
@@ -695,6 +696,32 @@ static int cmd_rollback_point(struct cli *cli, vmem_client *c)
 		       str_member(r, "subject"));
 	else
 		printf("none\n");
+	json_decref(r);
+	return EXIT_OK;
+}
+
+static int cmd_log(struct cli *cli, vmem_client *c)
+{
+	json_t *params = json_object(), *r, *v;
+	int64_t limit;
+	size_t i;
+	int status;
+
+	if (cli->npos != 0)
+		die_usage("log takes no arguments");
+	if (cli->limit) {
+		if (!parse_i64(cli->limit, &limit))
+			die_usage("--limit must be an integer");
+		if (params)
+			json_object_set_new(params, "limit",
+					    json_integer(limit));
+	}
+	r = call_json(cli, c, "git.log", params, &status);
+	if (!r)
+		return status;
+	json_array_foreach(r, i, v)
+		printf("%.12s  %s  %s\n", str_member(v, "commit"),
+		       str_member(v, "committed_at"), str_member(v, "subject"));
 	json_decref(r);
 	return EXIT_OK;
 }
@@ -1589,8 +1616,10 @@ int main(int argc, char **argv)
 		die_usage("--x, --y and --after apply to ls only");
 	if (cli.range[2] && !ls && !before)
 		die_usage("--z applies to ls and before only");
-	if (cli.limit && !ls && !search && strcmp(cmd, "history") != 0)
-		die_usage("--limit applies to ls, search and history only");
+	if (cli.limit && !ls && !search && strcmp(cmd, "history") != 0 &&
+	    strcmp(cmd, "log") != 0)
+		die_usage("--limit applies to ls, search, history and log "
+			  "only");
 	if (cli.all && !search)
 		die_usage("--all applies to search only");
 	if (cli.message && strcmp(cmd, "sync") != 0)
@@ -1605,6 +1634,12 @@ int main(int argc, char **argv)
 		status = open_client(&cli, -1, cli.agent, &c);
 		if (status == EXIT_OK)
 			status = cmd_query(cmd, &cli, c, params);
+		goto out;
+	}
+	if (strcmp(cmd, "log") == 0) {
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_log(&cli, c);
 		goto out;
 	}
 	if (strcmp(cmd, "history") == 0 || strcmp(cmd, "rollback-point") == 0) {

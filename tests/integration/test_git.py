@@ -737,6 +737,32 @@ class Watch(GitCase):
         theirs.stop()
 
 
+class Log(GitCase):
+    def test_memory_commits_newest_first(self):
+        conn = self.connect(agent_id="l")
+        made = []
+        for i in range(3):
+            conn.store(10 + i, 1, 2, "step %d" % i)
+            made.append(self.sync(conn)["commit"])
+            self.git("commit", "-q", "--allow-empty", "-m", "user %d" % i)
+        log = conn.call("git.log")
+        self.assertEqual([e["commit"] for e in log], made[::-1])
+        self.assertEqual([e["subject"] for e in log],
+                         [self.subject(c) for c in made[::-1]])
+        for e in log:
+            ct = int(self.git("log", "-1", "--format=%ct", e["commit"]))
+            self.assertEqual(e["committed_at"], time.strftime(
+                "%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(ct)))
+        self.assertEqual(conn.call("git.log", {"limit": 1}), log[:1])
+        self.assertRpcError(vt.E_VALUE, conn.call, "git.log", {"limit": 0})
+        p = subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
+                            "--repo", self.repo.root, "log", "--limit", "2"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([ln.split()[0] for ln in p.stdout.splitlines()],
+                         [c[:12] for c in made[::-1][:2]])
+
+
 class Cli(GitCase):
     daemon_args = ("--commit-delay-ms", "60000")
 

@@ -37,6 +37,7 @@ struct gitq_job {
 	size_t n;
 	char *message;
 	uint64_t seq;
+	uint64_t started_ms;
 	int rc;
 	struct gitc_result res;
 	char errmsg[256];
@@ -93,7 +94,7 @@ void gitq_commit_soon(struct gitq *q)
 
 size_t gitq_pending(const struct gitq *q)
 {
-	return q->n_pending;
+	return q->n_pending + q->in_flight;
 }
 
 static void items_free(struct gitq_item *items, size_t n)
@@ -201,6 +202,7 @@ static void job_after_cb(uv_work_t *req, int status)
 	gitq_idle_fn idle = NULL;
 
 	q->busy = false;
+	q->in_flight = 0;
 	if (rc != 0) {
 		char msg[400];
 
@@ -243,7 +245,11 @@ static void job_after_cb(uv_work_t *req, int status)
 			memcpy(q->last_commit, j->res.commit,
 			       sizeof(q->last_commit));
 			q->last_commit_at = j->res.committed_at;
-			log_info("committed %.12s", j->res.commit);
+			log_info("committed %.12s (%zu pending decisions "
+				 "compared) in %llu ms",
+				 j->res.commit, j->n,
+				 (unsigned long long)(uv_now(q->loop) -
+						      j->started_ms));
 			if (q->committed)
 				q->committed(q->committed_ctx);
 		}
@@ -312,6 +318,7 @@ static void job_start(struct gitq *q)
 	j->message = q->message;
 	q->message = NULL;
 	j->seq = ++q->seq;
+	j->started_ms = uv_now(q->loop);
 	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {
 		for (size_t i = 0; i < j->n; i++)
 			set_pending(q,
@@ -321,6 +328,7 @@ static void job_start(struct gitq *q)
 		goto fail;
 	}
 	q->busy = true;
+	q->in_flight = j->n;
 	return;
 fail:
 	if (j)

@@ -56,8 +56,9 @@ struct gitq {
 	unsigned delay_ms, max_batch, retry_ms;
 	uv_timer_t timer;
 	bool busy;
-	uint64_t seq;  /* jobs started */
-	char *message; /* a git.sync's message for the next job */
+	size_t in_flight; /* decisions inside the running job */
+	uint64_t seq;	  /* jobs started */
+	char *message;	  /* a git.sync's message for the next job */
 	struct gitq_sync *waiters;
 	gitq_idle_fn idle_cb;
 	void *idle_arg;
@@ -81,7 +82,7 @@ void gitq_mark(struct gitq *q, size_t slot);
 /* Start a commit job now rather than after the delay. */
 void gitq_commit_soon(struct gitq *q);
 
-/* Pending coordinates. */
+/* Decisions not committed yet: pending, or inside the running job. */
 size_t gitq_pending(const struct gitq *q);
 
 /*

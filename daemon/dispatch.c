@@ -121,6 +121,7 @@ static int run_one(struct job *j, json_t *elem)
 	struct call *call = &j->call;
 	struct rpc_request req;
 	const struct method *m;
+	int rc;
 
 	rpc_request_check(elem, &req);
 	call->id = req.notification ? NULL : (req.id ? req.id : json_null());
@@ -139,7 +140,11 @@ static int run_one(struct job *j, json_t *elem)
 			   "method not found: %.200s", req.method);
 		return CALL_DONE;
 	}
-	return m->handler(call);
+	call->in_handler = true;
+	call->completed_early = false;
+	rc = m->handler(call);
+	call->in_handler = false;
+	return rc == CALL_ASYNC && call->completed_early ? CALL_DONE : rc;
 }
 
 /* Run the remaining requests; returns true when the job is finished. */
@@ -165,6 +170,10 @@ void call_complete(struct call *call)
 	struct job *j = call->job;
 	struct conn *c = j->conn;
 
+	if (call->in_handler) {
+		call->completed_early = true;
+		return;
+	}
 	collect(j);
 	conn_ref(c);
 	if (job_run(j))

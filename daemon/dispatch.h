@@ -29,6 +29,8 @@ struct call {
 	json_t *params;	   /* borrowed object, never NULL */
 	char *response;	   /* the response line with LF (owned) */
 	size_t response_len;
+	bool in_handler;      /* the handler has not returned yet */
+	bool completed_early; /* call_complete ran before it returned */
 };
 
 /* Dispatch one line; the connection is marked busy if it continues
@@ -45,7 +47,11 @@ void call_reply_raw(struct call *call, const char *json, size_t len);
 void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 
-/* An asynchronous handler has answered: continue the line. */
+/*
+ * An asynchronous handler has answered: continue the line. May also be
+ * called before the handler returns CALL_ASYNC (the work finished at
+ * once); the call then simply counts as done.
+ */
 void call_complete(struct call *call);
 
 #endif

@@ -47,13 +47,11 @@ int decision_exists(struct call *call)
 
 /* ---- decision writes ---- */
 
-/* A write in progress on behalf of a call. The store may answer inside
- * store_submit (a refusal) or later (after the log sync). */
+/* A write in progress on behalf of a call; the store answers later, or
+ * at once for a refusal (dispatch copes with both). */
 struct write_call {
 	struct store_write w;
 	struct call *call;
-	bool submitting;
-	bool answered;
 };
 
 static void write_done(struct store_write *w, int code, const char *msg)
@@ -71,10 +69,6 @@ static void write_done(struct store_write *w, int code, const char *msg)
 	else
 		call_reply_raw(call, w->stored->json, w->stored->json_len);
 	decision_done(&w->d);
-	if (wc->submitting) {
-		wc->answered = true;
-		return;
-	}
 	free(wc);
 	call_complete(call);
 }
@@ -83,13 +77,8 @@ static int submit(struct write_call *wc)
 {
 	wc->w.done = write_done;
 	wc->w.data = wc;
-	wc->submitting = true;
 	store_submit(&wc->call->d->store, &wc->w);
-	wc->submitting = false;
-	if (!wc->answered)
-		return CALL_ASYNC;
-	free(wc);
-	return CALL_DONE;
+	return CALL_ASYNC;
 }
 
 static struct write_call *write_call_new(struct call *call)

@@ -22,8 +22,6 @@
 struct sync_call {
 	struct gitq_sync w;
 	struct call *call;
-	bool submitting;
-	bool answered;
 };
 
 static json_t *batch_json(const struct gitq_batch *b)
@@ -55,10 +53,6 @@ static void sync_done(struct gitq_sync *w, int code, const char *msg,
 		call_error(call, code, NULL, "%s", msg);
 	else
 		call_reply(call, batch_json(b));
-	if (sc->submitting) {
-		sc->answered = true;
-		return;
-	}
 	free(sc);
 	call_complete(call);
 }
@@ -90,14 +84,9 @@ int git_sync(struct call *call)
 	sc->call = call;
 	sc->w.done = sync_done;
 	sc->w.data = sc;
-	sc->submitting = true;
 	gitq_sync(&call->d->gitq, &sc->w,
 		  message ? json_string_value(message) : NULL);
-	sc->submitting = false;
-	if (!sc->answered)
-		return CALL_ASYNC;
-	free(sc);
-	return CALL_DONE;
+	return CALL_ASYNC;
 }
 
 /* ---- reads of git history, on the thread pool ---- */
@@ -356,18 +345,10 @@ static void remember_quarantined(struct vmdir_load_report *all,
 	all->n_quarantined += rep->n_quarantined;
 }
 
-/* A git.reload in progress; the store may answer at once (busy). */
-struct reload_call {
-	struct call *call;
-	bool submitting;
-	bool answered;
-};
-
 static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 			const struct vmdir_load_report *rep)
 {
-	struct reload_call *r = arg;
-	struct call *call = r->call;
+	struct call *call = arg;
 	struct daemon *d = call->d;
 
 	(void)s;
@@ -388,34 +369,17 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 					   rep ? quarantined_json(rep)
 					       : json_array()));
 	}
-	if (r->submitting) {
-		r->answered = true;
-		return;
-	}
-	free(r);
 	call_complete(call);
 }
 
 int git_reload(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
-	struct reload_call *r;
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
-	r = calloc(1, sizeof(*r));
-	if (!r) {
-		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
-		return CALL_DONE;
-	}
-	r->call = call;
-	r->submitting = true;
-	store_reload(&call->d->store, reload_done, r);
-	r->submitting = false;
-	if (!r->answered)
-		return CALL_ASYNC;
-	free(r);
-	return CALL_DONE;
+	store_reload(&call->d->store, reload_done, call);
+	return CALL_ASYNC;
 }
 
 int git_log(struct call *call)

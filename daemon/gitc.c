@@ -423,6 +423,36 @@ out:
 }
 
 /*
+ * Objects are written without an fsync each (objects_fsync(false)); before
+ * the branch may point to them, one syncfs() of the object directory's file
+ * system makes them all durable at once: a commit of 1,000 decisions costs
+ * one flush, not 1,000. Refs and the index keep libgit2's own fsync.
+ */
+static void objects_fsync(bool on)
+{
+	git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, on ? 1 : 0);
+}
+
+static int objects_durable(struct gitc *g)
+{
+	char path[PATH_MAX];
+	int fd, rc = 0;
+
+	snprintf(path, sizeof(path), "%sobjects",
+		 git_repository_commondir(g->repo));
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || syncfs(fd) < 0) {
+		git_error_set(GIT_ERROR_OS, "cannot sync %s: %s", path,
+			      strerror(errno));
+		rc = GIT_ERROR;
+	}
+	if (fd >= 0)
+		close(fd);
+	objects_fsync(true);
+	return rc;
+}
+
+/*
  * One attempt: build on the current tip and move the branch. 0 with *cid
  * (all zero when the tree did not change), 1 with why when HEAD became
  * detached, -EAGAIN when the tip moved under us, or -errno.
@@ -490,6 +520,8 @@ static int commit_once(struct gitc *g, const struct gitc_change *ch,
 		e = git_commit_create(cid, g->repo, NULL, sig, sig, NULL,
 				      message, tree, unborn ? 0 : 1, parents);
 	}
+	if (e == 0)
+		e = objects_durable(g);
 	if (e < 0) {
 		rc = git_fail(e, "creating the commit", errmsg, errn);
 		goto out;
@@ -705,6 +737,7 @@ int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
 	rc = deferral(g, res->deferred, sizeof(res->deferred), errmsg, errn);
 	if (rc != 0)
 		goto out;
+	objects_fsync(false); /* until objects_durable(), see there */
 	ids = calloc(n ? n : 1, sizeof(*ids));
 	if (!ids) {
 		errmsg_set(errmsg, errn, "out of memory");
@@ -789,6 +822,7 @@ int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
 	/* The commit exists: an index failure is reported, not returned. */
 	update_index(g, ch, ids, n, &meta_id, meta_added, errmsg, errn);
 out:
+	objects_fsync(true);
 	git_signature_free(sig);
 	free(ids);
 	free(idk);

@@ -14,6 +14,7 @@
 #include "gitq.h"
 #include "repo.h"
 #include "server.h"
+#include "stats.h"
 #include "store.h"
 #include "watch.h"
 #include "vmdir.h"
@@ -38,6 +39,7 @@ struct daemon {
 	struct store store;
 	struct gitq gitq;
 	struct watch watch;
+	struct stats stats; /* per method of the method table */
 	struct server server;
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t started_ms;		 /* uv_now at start */

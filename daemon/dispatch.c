@@ -60,6 +60,7 @@ void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	call->failed = true;
 	set_response(call, rpc_error_new(call->id, code, msg, data));
 }
 
@@ -69,6 +70,9 @@ static void collect(struct job *j)
 	struct call *call = &j->call;
 	bool ok = true;
 
+	if (call->method != SIZE_MAX)
+		stats_record(&call->d->stats, call->method,
+			     uv_hrtime() - call->started_ns, call->failed);
 	if (call->response && call->id) {
 		size_t len = call->response_len;
 
@@ -123,6 +127,8 @@ static int run_one(struct job *j, json_t *elem)
 	const struct method *m;
 	int rc;
 
+	call->method = SIZE_MAX;
+	call->failed = false;
 	rpc_request_check(elem, &req);
 	call->id = req.notification ? NULL : (req.id ? req.id : json_null());
 	call->params = req.params ? req.params : empty_params();
@@ -140,6 +146,8 @@ static int run_one(struct job *j, json_t *elem)
 			   "method not found: %.200s", req.method);
 		return CALL_DONE;
 	}
+	call->method = method_index(m);
+	call->started_ns = uv_hrtime();
 	call->in_handler = true;
 	call->completed_early = false;
 	rc = m->handler(call);

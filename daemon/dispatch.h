@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct conn;
 struct daemon;
@@ -30,6 +31,9 @@ struct call {
 	char *response;	   /* the response line with LF (owned) */
 	size_t response_len;
 	bool in_handler;      /* the handler has not returned yet */
+	bool failed;	      /* answered with an error */
+	size_t method;	      /* index in the method table, or SIZE_MAX */
+	uint64_t started_ns;  /* uv_hrtime when it started */
 	bool completed_early; /* call_complete ran before it returned */
 };
 

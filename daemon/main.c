@@ -24,6 +24,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "methods.h"
 #include "protocol/decision.h"
 #include "protocol/sockpath.h"
 
@@ -429,6 +430,8 @@ int main(int argc, char **argv)
 	}
 
 	d->loop = uv_default_loop();
+	if (stats_init(&d->stats, method_count()) < 0)
+		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
 	rc = store_open(&d->store, d->loop, &d->repo, o.limits.max_x,
 			&d->loaded, errmsg, sizeof(errmsg));
@@ -478,6 +481,7 @@ int main(int argc, char **argv)
 	uv_loop_close(d->loop);
 	vmdir_load_report_done(&d->loaded);
 	repo_done(&d->repo);
+	stats_done(&d->stats);
 	git_libgit2_shutdown();
 	log_info("stopped");
 	return d->exit_code;

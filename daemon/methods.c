@@ -21,11 +21,27 @@ static const struct method methods[] = {
 	{"server.health", server_health},
 	{"server.hello", server_hello},
 	{"server.shutdown", server_shutdown},
+	{"server.stats", server_stats},
 };
 
 static int method_cmp(const void *key, const void *elem)
 {
 	return strcmp(key, ((const struct method *)elem)->name);
+}
+
+size_t method_count(void)
+{
+	return sizeof(methods) / sizeof(methods[0]);
+}
+
+size_t method_index(const struct method *m)
+{
+	return (size_t)(m - methods);
+}
+
+const char *method_name(size_t i)
+{
+	return i < method_count() ? methods[i].name : NULL;
 }
 
 const struct method *method_find(const char *name)

@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include <stddef.h>
+
 struct call;
 
 struct method {
@@ -19,6 +21,11 @@ struct method {
 /* The method called name, or NULL. */
 const struct method *method_find(const char *name);
 
+/* The table: its size, a method's place in it, the name at a place. */
+size_t method_count(void);
+size_t method_index(const struct method *m);
+const char *method_name(size_t i);
+
 /* methods_server.c */
 struct vmdir_load_report;
 /* [{"path", "moved_to", "reason"}...] of a load's quarantined files. */
@@ -26,6 +33,7 @@ json_t *quarantined_json(const struct vmdir_load_report *rep);
 int server_hello(struct call *call);
 int server_health(struct call *call);
 int server_shutdown(struct call *call);
+int server_stats(struct call *call);
 
 /* methods_decision.c */
 int decision_get(struct call *call);

@@ -3,7 +3,9 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
 #include "daemon.h"
@@ -135,5 +137,74 @@ int server_shutdown(struct call *call)
 		return CALL_DONE;
 	call_reply(call, json_true());
 	daemon_stop(call->d);
+	return CALL_DONE;
+}
+
+/* Resident memory of the daemon in bytes, or -1 when unknown. */
+static json_int_t resident_bytes(void)
+{
+	char buf[128];
+	long long pages = -1, rss = -1;
+	FILE *f = fopen("/proc/self/statm", "re");
+
+	if (f) {
+		if (fgets(buf, sizeof(buf), f) &&
+		    sscanf(buf, "%lld %lld", &pages, &rss) != 2)
+			rss = -1;
+		fclose(f);
+	}
+	return rss < 0 ? -1 : (json_int_t)rss * sysconf(_SC_PAGESIZE);
+}
+
+static json_t *methods_json(const struct stats *st)
+{
+	json_t *all = json_object();
+
+	for (size_t i = 0; all && i < st->n; i++) {
+		const struct method_stats *ms = &st->methods[i];
+
+		if (!ms->count)
+			continue;
+		json_object_set_new(
+			all, method_name(i),
+			json_pack("{s:I,s:I,s:f,s:f,s:f}", "count",
+				  (json_int_t)ms->count, "errors",
+				  (json_int_t)ms->errors, "p50_us",
+				  (double)stats_percentile(ms, 0.5) / 1e3,
+				  "p99_us",
+				  (double)stats_percentile(ms, 0.99) / 1e3,
+				  "max_us", (double)ms->max_ns / 1e3));
+	}
+	return all;
+}
+
+int server_stats(struct call *call)
+{
+	static const char *const allowed[] = {NULL};
+	struct daemon *d = call->d;
+	const struct index *ix = &d->store.index;
+	json_int_t layers[VMEM_MAX_Z] = {0};
+
+	if (!param_only(call, allowed))
+		return CALL_DONE;
+	for (size_t i = 0; i < ix->n_slots; i++)
+		if (ix->slots[i])
+			layers[ix->slots[i]->coord.z - 1]++;
+	call_reply(
+		call,
+		json_pack(
+			"{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I},"
+			"s:I}",
+			"uptime_s",
+			(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
+			"connections",
+			(json_int_t)server_connections(&d->server), "methods",
+			methods_json(&d->stats), "decisions_by_layer", "1",
+			layers[0], "2", layers[1], "3", layers[2], "4",
+			layers[3], "queues", "log",
+			(json_int_t)(d->store.filling_n + d->store.in_flight),
+			"files", (json_int_t)d->store.n_dirty, "commit",
+			(json_int_t)gitq_pending(&d->gitq), "resident_bytes",
+			resident_bytes()));
 	return CALL_DONE;
 }

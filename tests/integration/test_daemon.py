@@ -270,5 +270,30 @@ class SmallBacklog(vt.VmemTestCase):
         self.daemon.stop()
 
 
+class Stats(vt.VmemTestCase):
+    def test_counts_latencies_layers_queues(self):
+        conn = self.connect(agent_id="st")
+        conn.store(1, 1, 1, "a")
+        conn.store(1, 1, 2, "b")
+        conn.store(2, 1, 2, "c")
+        for _ in range(10):
+            conn.get(1, 1, 1)
+        self.assertRpcError(vt.E_COORD, conn.get, 0, 1, 1)
+        st = conn.call("server.stats")
+        get = st["methods"]["decision.get"]
+        self.assertEqual((get["count"], get["errors"]), (11, 1))
+        self.assertLessEqual(get["p50_us"], get["p99_us"])
+        self.assertLessEqual(get["p99_us"], get["max_us"])
+        self.assertGreater(get["p50_us"], 0)
+        self.assertEqual(st["methods"]["decision.store"]["count"], 3)
+        self.assertNotIn("decision.delete", st["methods"])
+        self.assertEqual(st["decisions_by_layer"],
+                         {"1": 1, "2": 2, "3": 0, "4": 0})
+        self.assertEqual(set(st["queues"]), {"log", "files", "commit"})
+        self.assertGreaterEqual(st["connections"], 1)
+        self.assertGreater(st["resident_bytes"], 1 << 20)
+        self.assertRpcError(vt.E_VALUE, conn.call, "server.stats", {"x": 1})
+
+
 if __name__ == "__main__":
     vt.main()

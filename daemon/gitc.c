@@ -831,9 +831,10 @@ out:
 	return rc;
 }
 
-/* The blob id at path in commit's tree; *found false when absent. */
-static int blob_at(const git_commit *c, const char *path, git_oid *id,
-		   bool *found)
+/* The id of the entry of the given type at path in a commit's tree;
+ * *found false when there is none. */
+static int entry_at(const git_commit *c, const char *path, git_object_t type,
+		    git_oid *id, bool *found)
 {
 	git_tree_entry *e = NULL;
 	git_tree *t = NULL;
@@ -846,13 +847,19 @@ static int blob_at(const git_commit *c, const char *path, git_oid *id,
 	rc = git_tree_entry_bypath(&e, t, path);
 	if (rc == GIT_ENOTFOUND) {
 		rc = 0;
-	} else if (rc == 0 && git_tree_entry_type(e) == GIT_OBJECT_BLOB) {
+	} else if (rc == 0 && git_tree_entry_type(e) == type) {
 		*id = *git_tree_entry_id(e);
 		*found = true;
 	}
 	git_tree_entry_free(e);
 	git_tree_free(t);
 	return rc;
+}
+
+static int blob_at(const git_commit *c, const char *path, git_oid *id,
+		   bool *found)
+{
+	return entry_at(c, path, GIT_OBJECT_BLOB, id, found);
 }
 
 /* HEAD's commit, or NULL with 0 when HEAD is unborn. */
@@ -870,86 +877,107 @@ static int head_commit(git_repository *repo, git_commit **out)
 	return git_commit_lookup(out, repo, &id);
 }
 
-int gitc_history(struct gitc *g, const struct coord *c, size_t limit,
-		 gitc_version_fn cb, void *ctx, char *errmsg, size_t errn)
+/* A commit whose entry changed, with the entry's id (found false: the
+ * entry went away). A non-zero return stops the walk. */
+typedef int (*change_fn)(struct gitc *g, void *ctx, git_commit *c,
+			 const git_oid *id, bool found);
+
+/*
+ * Walk HEAD's first-parent line, newest first, calling fn for each commit
+ * whose entry at path (of type) differs from its first parent's, at most
+ * limit times (0: no limit). Returns 0, fn's value, or -errno (errmsg).
+ */
+static int walk_changes(struct gitc *g, const char *path, git_object_t type,
+			size_t limit, change_fn fn, void *ctx, char *errmsg,
+			size_t errn)
 {
 	git_commit *cur = NULL, *par = NULL;
-	git_blob *blob = NULL;
-	char path[PATH_MAX_VM + 16], rel[PATH_MAX_VM], id[41];
-	git_oid cur_id, par_id;
-	bool cur_found, par_found;
-	size_t reported = 0, len;
-	char *text = NULL;
-	int rc, e;
+	git_oid id, pid;
+	bool found = false, pfound;
+	size_t n = 0;
+	int rc = 0, e;
 
-	if (coord_path(c, rel, sizeof(rel)) < 0) {
-		errmsg_set(errmsg, errn, "bad coordinate");
-		return -EINVAL;
-	}
-	snprintf(path, sizeof(path), VM_DIR "/%s", rel);
-	memset(&par_id, 0, sizeof(par_id));
+	memset(&pid, 0, sizeof(pid));
 	e = head_commit(g->repo, &cur);
 	if (e == 0 && cur)
-		e = blob_at(cur, path, &cur_id, &cur_found);
-	if (e < 0) {
-		rc = git_fail(e, "HEAD", errmsg, errn);
-		goto out;
-	}
-	rc = 0;
-	while (cur && (limit == 0 || reported < limit)) {
-		par_found = false;
+		e = entry_at(cur, path, type, &id, &found);
+	while (e == 0 && cur && (!limit || n < limit)) {
+		pfound = false;
 		if (git_commit_parentcount(cur) > 0) {
 			e = git_commit_parent(&par, cur, 0);
 			if (e == 0)
-				e = blob_at(par, path, &par_id, &par_found);
-			if (e < 0) {
-				rc = git_fail(e, "history", errmsg, errn);
-				goto out;
-			}
+				e = entry_at(par, path, type, &pid, &pfound);
+			if (e < 0)
+				break;
 		}
-		if (cur_found != par_found ||
-		    (cur_found && !git_oid_equal(&cur_id, &par_id))) {
-			len = 0;
-			if (cur_found) {
-				e = git_blob_lookup(&blob, g->repo, &cur_id);
-				if (e < 0) {
-					rc = git_fail(e, path, errmsg, errn);
-					goto out;
-				}
-				len = (size_t)git_blob_rawsize(blob);
-				text = malloc(len + 1);
-				if (!text) {
-					errmsg_set(errmsg, errn,
-						   "out of memory");
-					rc = -ENOMEM;
-					goto out;
-				}
-				memcpy(text, git_blob_rawcontent(blob), len);
-				text[len] = '\0';
-				git_blob_free(blob);
-				blob = NULL;
-			}
-			hex(git_commit_id(cur), id);
-			rc = cb(ctx, id, (int64_t)git_commit_time(cur), text,
-				len);
-			free(text);
-			text = NULL;
-			reported++;
+		if (found != pfound || (found && !git_oid_equal(&id, &pid))) {
+			n++;
+			rc = fn(g, ctx, cur, &id, found);
 			if (rc != 0)
 				goto out;
 		}
 		git_commit_free(cur);
 		cur = par;
 		par = NULL;
-		cur_id = par_id;
-		cur_found = par_found;
+		id = pid;
+		found = pfound;
 	}
+	if (e < 0)
+		rc = git_fail(e, path, errmsg, errn);
 out:
-	git_blob_free(blob);
 	git_commit_free(cur);
 	git_commit_free(par);
+	return rc;
+}
+
+struct history_walk {
+	gitc_version_fn cb;
+	void *ctx;
+};
+
+/* A version of the decision: its file's text, or NULL for a deletion. */
+static int history_change(struct gitc *g, void *ctx, git_commit *c,
+			  const git_oid *id, bool found)
+{
+	struct history_walk *h = ctx;
+	git_blob *blob = NULL;
+	char commit[41], *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (found) {
+		rc = git_blob_lookup(&blob, g->repo, id);
+		if (rc < 0)
+			return -EIO;
+		len = (size_t)git_blob_rawsize(blob);
+		text = malloc(len + 1);
+		if (!text) {
+			git_blob_free(blob);
+			return -ENOMEM;
+		}
+		memcpy(text, git_blob_rawcontent(blob), len);
+		text[len] = '\0';
+		git_blob_free(blob);
+	}
+	hex(git_commit_id(c), commit);
+	rc = h->cb(h->ctx, commit, (int64_t)git_commit_time(c), text, len);
 	free(text);
 	return rc;
+}
+
+int gitc_history(struct gitc *g, const struct coord *c, size_t limit,
+		 gitc_version_fn cb, void *ctx, char *errmsg, size_t errn)
+{
+	struct history_walk h = {cb, ctx};
+	char path[PATH_MAX_VM + 16], rel[PATH_MAX_VM];
+
+	if (coord_path(c, rel, sizeof(rel)) < 0) {
+		errmsg_set(errmsg, errn, "bad coordinate");
+		return -EINVAL;
+	}
+	snprintf(path, sizeof(path), VM_DIR "/%s", rel);
+	return walk_changes(g, path, GIT_OBJECT_BLOB, limit, history_change, &h,
+			    errmsg, errn);
 }
 
 /*
@@ -1080,67 +1108,31 @@ out:
 	return rc;
 }
 
-/* The id of a commit's .vector-memory tree; *found false without one. */
-static int vm_tree_id(const git_commit *c, git_oid *id, bool *found)
-{
-	const git_tree_entry *e;
-	git_tree *t = NULL;
-	int rc = git_commit_tree(&t, c);
+struct log_walk {
+	gitc_commit_fn cb;
+	void *ctx;
+};
 
-	*found = false;
-	if (rc < 0)
-		return rc;
-	e = git_tree_entry_byname(t, VM_DIR);
-	if (e && git_tree_entry_type(e) == GIT_OBJECT_TREE) {
-		*id = *git_tree_entry_id(e);
-		*found = true;
-	}
-	git_tree_free(t);
-	return 0;
+static int log_change(struct gitc *g, void *ctx, git_commit *c,
+		      const git_oid *id, bool found)
+{
+	struct log_walk *l = ctx;
+	const char *subject = git_commit_summary(c);
+	char commit[41];
+
+	(void)g;
+	(void)id;
+	(void)found;
+	hex(git_commit_id(c), commit);
+	return l->cb(l->ctx, commit, (int64_t)git_commit_time(c),
+		     subject ? subject : "");
 }
 
 int gitc_log(struct gitc *g, size_t limit, gitc_commit_fn cb, void *ctx,
 	     char *errmsg, size_t errn)
 {
-	git_commit *cur = NULL, *par = NULL;
-	git_oid id, pid;
-	bool found, pfound;
-	char commit[41];
-	size_t n = 0;
-	int rc = 0, e;
+	struct log_walk l = {cb, ctx};
 
-	e = head_commit(g->repo, &cur);
-	if (e == 0 && cur)
-		e = vm_tree_id(cur, &id, &found);
-	while (e == 0 && cur && (!limit || n < limit)) {
-		pfound = false;
-		if (git_commit_parentcount(cur) > 0) {
-			e = git_commit_parent(&par, cur, 0);
-			if (e == 0)
-				e = vm_tree_id(par, &pid, &pfound);
-			if (e < 0)
-				break;
-		}
-		if (found != pfound || (found && !git_oid_equal(&id, &pid))) {
-			const char *s = git_commit_summary(cur);
-
-			hex(git_commit_id(cur), commit);
-			n++;
-			rc = cb(ctx, commit, (int64_t)git_commit_time(cur),
-				s ? s : "");
-			if (rc != 0)
-				goto out;
-		}
-		git_commit_free(cur);
-		cur = par;
-		par = NULL;
-		id = pid;
-		found = pfound;
-	}
-	if (e < 0)
-		rc = git_fail(e, "log", errmsg, errn);
-out:
-	git_commit_free(cur);
-	git_commit_free(par);
-	return rc;
+	return walk_changes(g, VM_DIR, GIT_OBJECT_TREE, limit, log_change, &l,
+			    errmsg, errn);
 }

@@ -50,17 +50,16 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	      const char *workdir, unsigned delay_ms, unsigned max_batch,
 	      char *errmsg, size_t errn)
 {
-	const struct index *ix = &store->index;
 	int rc;
 
 	memset(q, 0, sizeof(*q));
 	q->loop = loop;
 	q->store = store;
-	q->index = ix;
 	q->delay_ms = delay_ms;
 	q->max_batch = max_batch ? max_batch : 1;
-	q->pending = calloc(ix->n_slots, 1);
-	q->pending_list = calloc(ix->n_slots, sizeof(*q->pending_list));
+	q->pending = calloc(store->index.n_slots, 1);
+	q->pending_list =
+		calloc(store->index.n_slots, sizeof(*q->pending_list));
 	uv_timer_init(loop, &q->timer);
 	q->timer.data = q;
 	if (!q->pending || !q->pending_list) {
@@ -208,8 +207,8 @@ static void job_after_cb(uv_work_t *req, int status)
 
 		/* The batch stays pending; try again later. */
 		for (size_t i = 0; i < j->n; i++)
-			set_pending(q,
-				    index_slot(q->index, &j->items[i].coord));
+			set_pending(q, index_slot(&q->store->index,
+						  &j->items[i].coord));
 		if (rc == 1) {
 			if (strcmp(q->deferred, j->res.deferred) != 0)
 				log_notice("commit deferred: %s",
@@ -297,9 +296,9 @@ static void job_start(struct gitq *q)
 		goto fail;
 	for (size_t i = 0; i < q->n_pending; i++) {
 		size_t slot = q->pending_list[i];
-		const struct record *r = q->index->slots[slot];
+		const struct record *r = q->store->index.slots[slot];
 
-		j->items[i].coord = index_coord(q->index, slot);
+		j->items[i].coord = index_coord(&q->store->index, slot);
 		if (r) {
 			j->items[i].json = strdup(r->json);
 			j->items[i].json_len = r->json_len;
@@ -321,8 +320,8 @@ static void job_start(struct gitq *q)
 	j->started_ms = uv_now(q->loop);
 	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {
 		for (size_t i = 0; i < j->n; i++)
-			set_pending(q,
-				    index_slot(q->index, &j->items[i].coord));
+			set_pending(q, index_slot(&q->store->index,
+						  &j->items[i].coord));
 		q->message = j->message;
 		j->message = NULL;
 		goto fail;

@@ -47,8 +47,7 @@ typedef void (*gitq_idle_fn)(void *arg);
 
 struct gitq {
 	uv_loop_t *loop;
-	struct store *store; /* commits wait until its files are written */
-	const struct index *index;
+	struct store *store; /* its index; commits wait for its files */
 	struct gitc *gitc;
 	uint8_t *pending; /* per index slot */
 	size_t *pending_list;

@@ -144,40 +144,41 @@ static bool get_store_params(struct call *call, struct store_write *w)
 	return true;
 }
 
-int decision_store(struct call *call)
+/* A store or a delete: params checked, then handed to the store. */
+static int write_method(struct call *call, const char *const *allowed,
+			bool is_delete)
 {
-	static const char *const allowed[] = {
-		"coordinate", "content",    "issue_context", "agent_id",
-		"overwrite",  "if_version", "timeout_ms",    NULL};
 	struct write_call *wc;
+	bool ok;
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
 	wc = write_call_new(call);
 	if (!wc)
 		return CALL_DONE;
-	if (!get_store_params(call, &wc->w)) {
+	ok = is_delete ? get_write_params(call, &wc->w)
+		       : get_store_params(call, &wc->w);
+	if (!ok) {
 		free(wc);
 		return CALL_DONE;
 	}
+	wc->w.is_delete = is_delete;
 	return submit(wc);
+}
+
+int decision_store(struct call *call)
+{
+	static const char *const allowed[] = {
+		"coordinate", "content",    "issue_context", "agent_id",
+		"overwrite",  "if_version", "timeout_ms",    NULL};
+
+	return write_method(call, allowed, false);
 }
 
 int decision_delete(struct call *call)
 {
 	static const char *const allowed[] = {"coordinate", "if_version",
 					      "timeout_ms", NULL};
-	struct write_call *wc;
 
-	if (!param_only(call, allowed))
-		return CALL_DONE;
-	wc = write_call_new(call);
-	if (!wc)
-		return CALL_DONE;
-	if (!get_write_params(call, &wc->w)) {
-		free(wc);
-		return CALL_DONE;
-	}
-	wc->w.is_delete = true;
-	return submit(wc);
+	return write_method(call, allowed, true);
 }

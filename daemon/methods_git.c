@@ -266,9 +266,9 @@ int decision_history(struct call *call)
 	if (!r->result)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
-	slot = index_slot(q->index, &r->coord);
+	slot = index_slot(&q->store->index, &r->coord);
 	if (q->pending[slot]) {
-		const struct record *rec = q->index->slots[slot];
+		const struct record *rec = q->store->index.slots[slot];
 		struct decision d;
 		char msg[VMEM_ERRMSG_LEN];
 		json_t *v = NULL;

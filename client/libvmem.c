@@ -49,6 +49,12 @@
 
 extern char **environ;
 
+/* A notification kept for vmem_next_notification(). */
+struct notice {
+	char *text;
+	struct notice *next;
+};
+
 struct vmem_client {
 	int fd;
 	char *socket;
@@ -56,6 +62,8 @@ struct vmem_client {
 	int timeout_ms; /* < 0: wait forever */
 	json_int_t next_id;
 	struct framer fr;
+	bool subscribed; /* keep notifications */
+	struct notice *notices, *notices_tail;
 };
 
 static void err_clear(struct vmem_error *err)
@@ -511,6 +519,24 @@ static void err_remote(struct vmem_error *err, json_t *e)
 	one_line(err->message);
 }
 
+static int keep_notice(vmem_client *c, const char *line, size_t len,
+		       struct vmem_error *err)
+{
+	struct notice *n = malloc(sizeof(*n));
+
+	if (!n || !(n->text = strndup(line, len))) {
+		free(n);
+		return err_local(err, -ENOMEM, "out of memory");
+	}
+	n->next = NULL;
+	if (c->notices_tail)
+		c->notices_tail->next = n;
+	else
+		c->notices = n;
+	c->notices_tail = n;
+	return 0;
+}
+
 /*
  * Examine one response line. Returns 1 when it answered our request
  * (*result set, or -EREMOTEIO via *rrc), 0 to keep reading, or a negative
@@ -532,8 +558,12 @@ static int take_line(vmem_client *c, const char *line, size_t len,
 	if (!json_is_object(msg))
 		goto out; /* a batch answer: we never send batches */
 	rid = json_object_get(msg, "id");
-	if (!rid)
-		goto out; /* a server notification */
+	if (!rid) {
+		/* A server notification: kept for a subscriber. */
+		if (c->subscribed)
+			rc = keep_notice(c, line, len, err);
+		goto out;
+	}
 	e = json_object_get(msg, "error");
 	/* An error with id null is about the connection (too many
 	 * connections, line too long): it answers whatever is pending. */
@@ -565,36 +595,27 @@ out:
 	return rc;
 }
 
-/* Wait for the response with id; *result is a new reference. */
-static int recv_response(vmem_client *c, json_int_t id, int64_t deadline,
-			 const char *method, json_t **result,
-			 struct vmem_error *err)
+/*
+ * Read what the daemon sent into the framer, waiting for it until
+ * deadline. 0, or a negative errno with err set (what: the call waited
+ * for, for the message).
+ */
+static int read_some(vmem_client *c, int64_t deadline, const char *what,
+		     struct vmem_error *err)
 {
-	const char *line;
-	size_t len, avail;
+	size_t avail;
 	char *p;
 	ssize_t n;
-	int rc, rrc = 0;
+	int rc;
 
+	rc = framer_reserve(&c->fr, READ_CHUNK, &p, &avail);
+	if (rc < 0)
+		return err_local(err, rc, "out of memory");
 	for (;;) {
-		while ((rc = framer_next(&c->fr, &line, &len)) == 1) {
-			rc = take_line(c, line, len, id, result, &rrc, err);
-			if (rc < 0)
-				return rc;
-			if (rc == 1)
-				return rrc;
-		}
-		if (rc < 0)
-			return err_local(err, -EMSGSIZE,
-					 "response from %s exceeds %zu bytes",
-					 c->socket, (size_t)MAX_RESPONSE_LINE);
-		rc = framer_reserve(&c->fr, READ_CHUNK, &p, &avail);
-		if (rc < 0)
-			return err_local(err, rc, "out of memory");
 		n = recv(c->fd, p, avail, 0);
 		if (n > 0) {
 			framer_commit(&c->fr, (size_t)n);
-			continue;
+			return 0;
 		}
 		if (n == 0)
 			return err_local(err, -ECONNRESET,
@@ -607,13 +628,91 @@ static int recv_response(vmem_client *c, json_int_t id, int64_t deadline,
 					 vmem_strerror(errno));
 		rc = wait_fd(c, POLLIN, deadline);
 		if (rc == -ETIMEDOUT)
-			return err_local(err, rc,
-					 "no answer to %s from %s within %d ms",
-					 method, c->socket, c->timeout_ms);
+			return err_local(err, rc, "no %s from %s within %d ms",
+					 what, c->socket, c->timeout_ms);
 		if (rc < 0)
 			return err_local(err, rc, "%s: %s", c->socket,
 					 vmem_strerror(rc));
 	}
+}
+
+/*
+ * Examine the complete lines buffered, for the response with id (-1:
+ * none). 1 with *result or *rrc when it came, 0 when more must be read,
+ * or a negative errno.
+ */
+static int take_lines(vmem_client *c, json_int_t id, json_t **result, int *rrc,
+		      struct vmem_error *err)
+{
+	const char *line;
+	size_t len;
+	int rc;
+
+	while ((rc = framer_next(&c->fr, &line, &len)) == 1) {
+		rc = take_line(c, line, len, id, result, rrc, err);
+		if (rc != 0)
+			return rc;
+	}
+	if (rc < 0)
+		return err_local(err, -EMSGSIZE,
+				 "response from %s exceeds %zu bytes",
+				 c->socket, (size_t)MAX_RESPONSE_LINE);
+	return 0;
+}
+
+/* Wait for the response with id; *result is a new reference. */
+static int recv_response(vmem_client *c, json_int_t id, int64_t deadline,
+			 const char *method, json_t **result,
+			 struct vmem_error *err)
+{
+	char what[160];
+	int rc, rrc = 0;
+
+	snprintf(what, sizeof(what), "answer to %s", method);
+	for (;;) {
+		rc = take_lines(c, id, result, &rrc, err);
+		if (rc < 0)
+			return rc;
+		if (rc == 1)
+			return rrc;
+		rc = read_some(c, deadline, what, err);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+VMEM_EXPORT int vmem_next_notification(vmem_client *c, int timeout_ms,
+				       char **json, struct vmem_error *err)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	struct notice *n;
+	json_t *unused = NULL;
+	int rc, rrc = 0;
+
+	err_clear(err);
+	*json = NULL;
+	if (!c || c->fd < 0)
+		return err_local(err, -ENOTCONN, "not connected");
+	c->subscribed = true;
+	while (!c->notices) {
+		rc = take_lines(c, -1, &unused, &rrc, err);
+		if (rc < 0)
+			return rc;
+		if (rc == 1 && rrc < 0)
+			return rrc; /* an error about the connection */
+		if (c->notices)
+			break;
+		rc = read_some(c, deadline, "notification", err);
+		if (rc < 0)
+			return rc;
+	}
+	n = c->notices;
+	c->notices = n->next;
+	if (!c->notices)
+		c->notices_tail = NULL;
+	*json = n->text;
+	free(n);
+	return 0;
 }
 
 /*
@@ -689,6 +788,8 @@ static int call_json(vmem_client *c, const char *method, json_t *params,
 	rc = recv_response(c, id, deadline, method, result, err);
 	if (rc < 0 && rc != -EREMOTEIO && rc != -ETIMEDOUT)
 		client_disconnect(c);
+	if (rc == 0 && strcmp(method, "watch.subscribe") == 0)
+		c->subscribed = true;
 out:
 	free(text);
 	json_decref(req);
@@ -1119,6 +1220,13 @@ VMEM_EXPORT void vmem_client_free(vmem_client *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	framer_done(&c->fr);
+	while (c->notices) {
+		struct notice *n = c->notices;
+
+		c->notices = n->next;
+		free(n->text);
+		free(n);
+	}
 	free(c->socket);
 	free(c->repo);
 	free(c);

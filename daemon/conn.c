@@ -54,6 +54,11 @@ static void close_cb(uv_handle_t *h)
 	struct conn *c = h->data;
 	struct server *srv = c->srv;
 
+	/* Here rather than in conn_close, so a subscription being notified
+	 * is never freed under its notifier. */
+	subs_drop_conn(&srv->d->subs, c);
+	leases_drop_owner(&srv->d->leases, c);
+
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -80,6 +85,8 @@ static void write_cb(uv_write_t *req, int status)
 	struct conn *c = w->conn;
 
 	c->out_queued -= w->len;
+	if (c->out_queued == 0 && c->out.len == 0)
+		c->notified = 0;
 	free(w->base);
 	free(w);
 	if (status < 0) {
@@ -108,6 +115,7 @@ static void conn_flush(struct conn *c)
 		rc = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
 		if (rc == (int)c->out.len) {
 			c->out.len = 0;
+			c->notified = 0;
 			return;
 		}
 		if (rc > 0)
@@ -144,6 +152,29 @@ void conn_send(struct conn *c, const char *line, size_t len)
 		log_err("out of memory buffering a response");
 		conn_close(c);
 	}
+}
+
+void conn_notify(struct conn *c, const char *line, size_t len)
+{
+	size_t limit = c->srv->d->limits.output_backlog;
+
+	if (c->closing || c->lingering)
+		return;
+	c->notified += len;
+	if (c->notified > limit) {
+		log_warn("disconnected a subscriber that stopped reading: "
+			 "%zu bytes of notifications unsent (limit %zu)",
+			 c->notified, limit);
+		conn_close(c);
+		return;
+	}
+	conn_send(c, line, len);
+	server_flush_soon(c->srv, c);
+}
+
+void conn_flush_notified(struct conn *c)
+{
+	conn_process(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

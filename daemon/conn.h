@@ -42,8 +42,11 @@ struct conn {
 	bool close_when_flushed;
 	bool lingering; /* refused: output shut down, input discarded */
 	bool closing;
-	bool counted;	/* counts against the connection limit */
-	char *agent_id; /* from server.hello (owned) */
+	bool counted;	 /* counts against the connection limit */
+	char *agent_id;	 /* from server.hello (owned) */
+	size_t notified; /* notification bytes since the output was empty */
+	bool flush_soon; /* on the server's flush list */
+	struct conn *next_flush;
 };
 
 /* Accept a pending connection from the listener. */
@@ -51,6 +54,16 @@ void conn_accept(struct server *srv);
 
 /* Queue a response line (copied). Dropped when the connection is closing. */
 void conn_send(struct conn *c, const char *line, size_t len);
+
+/*
+ * Queue a server notification line (copied) and write it out soon. A
+ * subscriber whose unsent notifications pass the output backlog is
+ * disconnected (and it is logged) rather than buffered for without limit.
+ */
+void conn_notify(struct conn *c, const char *line, size_t len);
+
+/* Write out what conn_notify queued (the server's flush pass). */
+void conn_flush_notified(struct conn *c);
 
 /* Queue a JSON-RPC error response with a null id (a line that could not
  * be parsed as a request, or a refusal). */

@@ -12,10 +12,12 @@
 #include <uv.h>
 
 #include "gitq.h"
+#include "leases.h"
 #include "repo.h"
 #include "server.h"
 #include "stats.h"
 #include "store.h"
+#include "subs.h"
 #include "watch.h"
 #include "vmdir.h"
 
@@ -38,6 +40,8 @@ struct daemon {
 	struct repo repo;
 	struct store store;
 	struct gitq gitq;
+	struct leases leases;
+	struct subs subs;
 	struct watch watch;
 	struct stats stats; /* per method of the method table */
 	struct server server;

@@ -57,8 +57,18 @@ void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
 	char msg[512];
 	va_list ap;
 
+	int n = 0;
+
+	if (call->item != SIZE_MAX) {
+		n = snprintf(msg, sizeof(msg), "%s[%zu]: ", call->list,
+			     call->item);
+		if (!data)
+			data = json_object();
+		json_object_set_new(data, "index",
+				    json_integer((json_int_t)call->item));
+	}
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
 	va_end(ap);
 	call->failed = true;
 	set_response(call, rpc_error_new(call->id, code, msg, data));
@@ -128,6 +138,7 @@ static int run_one(struct job *j, json_t *elem)
 	int rc;
 
 	call->method = SIZE_MAX;
+	call->item = SIZE_MAX;
 	call->failed = false;
 	rpc_request_check(elem, &req);
 	call->id = req.notification ? NULL : (req.id ? req.id : json_null());

@@ -35,6 +35,11 @@ struct call {
 	size_t method;	      /* index in the method table, or SIZE_MAX */
 	uint64_t started_ns;  /* uv_hrtime when it started */
 	bool completed_early; /* call_complete ran before it returned */
+	/* The item of a list param being checked (decision.store_many's
+	 * items), or SIZE_MAX: errors then name it ("items[i]: ...",
+	 * data.index). */
+	size_t item;
+	const char *list; /* the list param's name */
 };
 
 /* Dispatch one line; the connection is marked busy if it continues

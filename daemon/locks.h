@@ -1,9 +1,17 @@
 /*
- * Per-coordinate write locks. A write holds its coordinate from validation
- * until its log record is durable and applied, so the next write to that
- * coordinate validates against the state the previous one left. Waiters
- * are served first come, first served; a wait ends with a timeout. Reads
- * never take locks. Loop thread only.
+ * Per-coordinate locks of two kinds. A write holds its coordinates from
+ * validation until its log record is durable and applied, so the next
+ * write there validates against the state the previous one left. A lease
+ * (lock.acquire) reserves coordinates for one owner (a connection) for a
+ * while: writes of other owners wait for it to end, writes of the owner go
+ * through. Reads never take locks.
+ *
+ * A request takes its whole set of slots one by one in ascending slot
+ * order (the (x, y, z) order), so two sets can never wait on each other in
+ * a cycle. Waiters of a slot are served first come, first served, except
+ * that the leaseholder's own write passes the waiters queued behind its
+ * lease (they wait for the lease to end anyway). The wait for a whole set
+ * is bounded by one deadline. Loop thread only.
  */
 #ifndef VMEM_DAEMON_LOCKS_H
 #define VMEM_DAEMON_LOCKS_H
@@ -13,23 +21,43 @@
 #include <stdint.h>
 #include <uv.h>
 
-struct lock_waiter;
+enum lock_kind {
+	LOCKS_WRITE,
+	LOCKS_LEASE,
+};
 
-/* status 0: the lock is now held by the waiter; -ETIMEDOUT: gave up. */
-typedef void (*lock_granted_fn)(struct lock_waiter *w, int status);
+struct lock_set;
 
-/* Embedded in its owner; the owner must stay alive until cb runs. */
-struct lock_waiter {
-	size_t slot;
-	uint64_t deadline_ms; /* uv_now() based */
-	lock_granted_fn cb;
-	struct lock_waiter *next_in_slot; /* FIFO per slot */
-	struct lock_waiter *prev_by_time, *next_by_time;
+/*
+ * status 0: every slot of the set is now held. -ETIMEDOUT: the deadline
+ * passed while waiting for slots[set->taken] (nothing is held any more).
+ * -ECANCELED: the locks were closed.
+ */
+typedef void (*lock_set_fn)(struct lock_set *set, int status);
+
+/* Embedded in its owner, which must stay alive until cb has run or the
+ * set was cancelled. */
+struct lock_set {
+	/* Filled by the caller. */
+	const size_t *slots; /* ascending, distinct */
+	size_t n;
+	const void *owner; /* who leases or writes (a connection) */
+	enum lock_kind kind;
+	uint64_t timeout_ms;
+	lock_set_fn cb;
+
+	/* Private. */
+	size_t taken; /* slots[0..taken) are held */
+	bool waiting;
+	uint64_t deadline_ms;	       /* uv_now() based */
+	struct lock_set *next_in_slot; /* FIFO per slot */
+	struct lock_set *prev_by_time, *next_by_time;
 };
 
 struct lock_slot {
-	bool held;
-	struct lock_waiter *head, *tail;
+	bool held;		 /* by a write */
+	const void *lease_owner; /* NULL: not leased */
+	struct lock_set *head, *tail;
 };
 
 struct locks {
@@ -37,23 +65,28 @@ struct locks {
 	uv_timer_t timer; /* fires at the earliest waiter deadline */
 	struct lock_slot *slots;
 	size_t n_slots;
-	struct lock_waiter *waiting; /* all waiters, by deadline */
+	struct lock_set *waiting; /* all waiting sets, by deadline */
 };
 
 int locks_init(struct locks *l, uv_loop_t *loop, size_t n_slots);
 
-/* Close the timer; waiters still queued get -ECANCELED. */
+/* Close the timer; sets still waiting get -ECANCELED. */
 void locks_done(struct locks *l);
 
-/* Take the slot if it is free. */
-bool locks_try(struct locks *l, size_t slot);
+/* Take the set's slots; cb runs exactly once, possibly before this
+ * returns (when nothing had to wait). */
+void locks_acquire(struct locks *l, struct lock_set *set);
 
-/* Queue for the slot; cb runs once, from a later loop iteration or from
- * locks_release. */
-void locks_wait(struct locks *l, size_t slot, uint64_t timeout_ms,
-		struct lock_waiter *w, lock_granted_fn cb);
+/* Give back every slot the set holds (after cb reported 0), handing
+ * each to its next waiters. */
+void locks_release(struct locks *l, struct lock_set *set);
 
-/* Release a held slot, handing it to the first waiter if any. */
-void locks_release(struct locks *l, size_t slot);
+/* Abandon a set: stop waiting and give back what it holds; cb will not
+ * run. Safe after cb ran (then it is locks_release). */
+void locks_cancel(struct locks *l, struct lock_set *set);
+
+/* Is the slot leased by someone other than owner? */
+bool locks_leased_by_other(const struct locks *l, size_t slot,
+			   const void *owner);
 
 #endif

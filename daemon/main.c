@@ -301,9 +301,18 @@ static void committed_cb(void *ctx)
 	watch_settle(ctx);
 }
 
-static void mark_for_commit_cb(void *ctx, size_t slot)
+/* A change is in the index: commit it, and tell the subscribers. */
+static void applied_cb(void *ctx, size_t slot, bool reloaded)
 {
-	gitq_mark(ctx, slot);
+	struct daemon *d = ctx;
+	const struct record *rec = d->store.index.slots[slot];
+	struct coord c = index_coord(&d->store.index, slot);
+
+	gitq_mark(&d->gitq, slot);
+	subs_notify(&d->subs, &c,
+		    reloaded ? SUBS_RELOADED
+			     : (rec ? SUBS_STORED : SUBS_DELETED),
+		    rec);
 }
 
 /* Hand the store's writes to the commit queue, starting with whatever
@@ -321,8 +330,8 @@ static void start_commits(struct daemon *d)
 	/* What differs is known only once the first job compared: run it
 	 * now, so health's pending soon counts only real differences. */
 	gitq_commit_soon(&d->gitq);
-	s->on_applied = mark_for_commit_cb;
-	s->on_applied_ctx = &d->gitq;
+	s->on_applied = applied_cb;
+	s->on_applied_ctx = d;
 }
 
 /* Wait for the connections to drain, then for the store to go idle. */
@@ -438,6 +447,9 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	subs_init(&d->subs);
+	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
+		fail_startup(1, "cannot set up leases");
 	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
 		       o.limits.commit_delay_ms, o.limits.commit_max_batch,
 		       errmsg, sizeof(errmsg));
@@ -474,11 +486,13 @@ int main(int argc, char **argv)
 
 	watch_stop(&d->watch);
 	gitq_close(&d->gitq);
+	leases_close(&d->leases);
 	store_close(&d->store);
 	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	uv_loop_close(d->loop);
+	subs_done(&d->subs);
 	vmdir_load_report_done(&d->loaded);
 	repo_done(&d->repo);
 	stats_done(&d->stats);

@@ -14,14 +14,19 @@ static const struct method methods[] = {
 	{"decision.query_range", decision_query_range},
 	{"decision.search", decision_search},
 	{"decision.store", decision_store},
+	{"decision.store_many", decision_store_many},
 	{"git.log", git_log},
 	{"git.reload", git_reload},
 	{"git.rollback_point", git_rollback_point},
 	{"git.sync", git_sync},
+	{"lock.acquire", lock_acquire},
+	{"lock.release", lock_release},
 	{"server.health", server_health},
 	{"server.hello", server_hello},
 	{"server.shutdown", server_shutdown},
 	{"server.stats", server_stats},
+	{"watch.subscribe", watch_subscribe},
+	{"watch.unsubscribe", watch_unsubscribe},
 };
 
 static int method_cmp(const void *key, const void *elem)

@@ -40,6 +40,7 @@ int decision_get(struct call *call);
 int decision_exists(struct call *call);
 int decision_store(struct call *call);
 int decision_delete(struct call *call);
+int decision_store_many(struct call *call);
 
 /* methods_git.c */
 int git_sync(struct call *call);
@@ -52,5 +53,13 @@ int git_rollback_point(struct call *call);
 int decision_query_range(struct call *call);
 int decision_query_partial_order(struct call *call);
 int decision_search(struct call *call);
+
+/* methods_lock.c */
+int lock_acquire(struct call *call);
+int lock_release(struct call *call);
+
+/* methods_watch.c */
+int watch_subscribe(struct call *call);
+int watch_unsubscribe(struct call *call);
 
 #endif

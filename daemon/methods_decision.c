@@ -8,14 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "daemon.h"
 #include "dispatch.h"
 #include "params.h"
 #include "protocol/decision.h"
 #include "protocol/errors.h"
-
-#define TIMEOUT_DEFAULT_MS 5000
-#define TIMEOUT_MAX_MS	   600000
 
 int decision_get(struct call *call)
 {
@@ -92,29 +90,25 @@ static struct write_call *write_call_new(struct call *call)
 	return wc;
 }
 
-/* Common write params: coordinate, if_version, timeout_ms. */
-static bool get_write_params(struct call *call, struct store_write *w)
+/* What every write names: coordinate and if_version. */
+static bool get_target(struct call *call, struct store_write *w)
 {
-	int64_t timeout = TIMEOUT_DEFAULT_MS;
-
-	if (!param_coord(call, &w->coord) ||
-	    !param_int(call, "if_version", 1, INT64_MAX, &w->if_version) ||
-	    !param_int(call, "timeout_ms", 0, TIMEOUT_MAX_MS, &timeout))
-		return false;
-	w->timeout_ms = (uint64_t)timeout;
-	return true;
+	return param_coord(call, &w->coord) &&
+	       param_int(call, "if_version", 1, INT64_MAX, &w->if_version);
 }
 
-static bool get_store_params(struct call *call, struct store_write *w)
+/* A store's own members (coordinate, if_version, overwrite, content,
+ * issue_context) from call->params; agent_id is the writer's (borrowed,
+ * copied here). */
+static bool get_store_item(struct call *call, struct store_write *w,
+			   const char *agent_id)
 {
 	json_t *content = json_object_get(call->params, "content");
 	json_t *ctx = json_object_get(call->params, "issue_context");
 	char msg[VMEM_ERRMSG_LEN];
-	const char *agent_id;
 
-	if (!get_write_params(call, w) ||
-	    !param_bool(call, "overwrite", &w->overwrite) ||
-	    !param_agent(call, &agent_id))
+	if (!get_target(call, w) ||
+	    !param_bool(call, "overwrite", &w->overwrite))
 		return false;
 	if (!content) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
@@ -136,6 +130,7 @@ static bool get_store_params(struct call *call, struct store_write *w)
 	w->d.content_len = json_string_length(content);
 	w->d.agent_id = strdup(agent_id);
 	w->d.issue_context = json_is_object(ctx) ? json_incref(ctx) : NULL;
+	w->owner = call->conn;
 	if (!w->d.content || !w->d.agent_id) {
 		decision_done(&w->d);
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
@@ -149,6 +144,7 @@ static int write_method(struct call *call, const char *const *allowed,
 			bool is_delete)
 {
 	struct write_call *wc;
+	const char *agent_id = NULL;
 	bool ok;
 
 	if (!param_only(call, allowed))
@@ -156,13 +152,16 @@ static int write_method(struct call *call, const char *const *allowed,
 	wc = write_call_new(call);
 	if (!wc)
 		return CALL_DONE;
-	ok = is_delete ? get_write_params(call, &wc->w)
-		       : get_store_params(call, &wc->w);
+	ok = param_timeout(call, &wc->w.timeout_ms) &&
+	     (is_delete ? get_target(call, &wc->w)
+			: param_agent(call, &agent_id) &&
+				  get_store_item(call, &wc->w, agent_id));
 	if (!ok) {
 		free(wc);
 		return CALL_DONE;
 	}
 	wc->w.is_delete = is_delete;
+	wc->w.owner = call->conn;
 	return submit(wc);
 }
 
@@ -181,4 +180,177 @@ int decision_delete(struct call *call)
 					      "timeout_ms", NULL};
 
 	return write_method(call, allowed, true);
+}
+
+/* ---- decision.store_many ---- */
+
+#define STORE_MANY_MAX 1000
+
+struct many_call {
+	struct store_group g;
+	struct call *call;
+	size_t n_parsed; /* items whose decision holds copies */
+	struct store_write items[];
+};
+
+static void many_free(struct many_call *mc)
+{
+	for (size_t i = 0; i < mc->n_parsed; i++)
+		decision_done(&mc->items[i].d);
+	free(mc);
+}
+
+static void many_done(struct store_group *g, int code, const char *msg,
+		      size_t failed)
+{
+	struct many_call *mc = g->data;
+	struct call *call = mc->call;
+	struct buf out = {0};
+	bool ok = true;
+
+	if (code != 0) {
+		call->list = "items";
+		call->item = failed;
+		call_error(call, code,
+			   code == RPC_STORAGE
+				   ? json_pack("{s:s}", "reason", msg)
+				   : NULL,
+			   "%s", msg);
+	} else {
+		for (size_t i = 0; i < g->n && ok; i++) {
+			const struct record *r = g->items[i].stored;
+
+			ok = buf_append(&out, i ? "," : "[", 1) &&
+			     buf_append(&out, r->json, r->json_len);
+		}
+		if (ok && buf_append(&out, "]", 1))
+			call_reply_raw(call, out.data, out.len);
+		else
+			call_error(call, RPC_INTERNAL_ERROR, NULL,
+				   "out of memory");
+		buf_done(&out);
+	}
+	many_free(mc);
+	call_complete(call);
+}
+
+struct slot_item {
+	size_t slot, item;
+};
+
+static int cmp_slot_item(const void *a, const void *b)
+{
+	const struct slot_item *x = a, *y = b;
+
+	if (x->slot != y->slot)
+		return x->slot < y->slot ? -1 : 1;
+	return x->item < y->item ? -1 : x->item > y->item;
+}
+
+/* Refuse a coordinate named twice: the first item repeating an earlier
+ * one is the culprit. */
+static bool check_distinct(struct call *call, struct many_call *mc)
+{
+	const struct index *ix = &call->d->store.index;
+	size_t n = mc->g.n, dup = SIZE_MAX;
+	struct slot_item *si = malloc(n * sizeof(*si));
+
+	if (!si) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return false;
+	}
+	for (size_t i = 0; i < n; i++) {
+		si[i].slot = index_slot(ix, &mc->items[i].coord);
+		si[i].item = i;
+	}
+	qsort(si, n, sizeof(*si), cmp_slot_item);
+	for (size_t i = 1; i < n; i++)
+		if (si[i].slot == si[i - 1].slot &&
+		    (i < 2 || si[i - 2].slot != si[i].slot) && si[i].item < dup)
+			dup = si[i].item;
+	free(si);
+	if (dup == SIZE_MAX)
+		return true;
+	call->list = "items";
+	call->item = dup;
+	call_error(call, RPC_INVALID_PARAMS, NULL,
+		   "(%d, %d, %d) is named by an earlier item",
+		   mc->items[dup].coord.x, mc->items[dup].coord.y,
+		   mc->items[dup].coord.z);
+	return false;
+}
+
+/* Each item checked like a decision.store's params, by pointing the
+ * call's params at it. */
+static bool get_items(struct call *call, json_t *items, struct many_call *mc,
+		      const char *agent_id)
+{
+	static const char *const allowed[] = {"coordinate",    "content",
+					      "issue_context", "overwrite",
+					      "if_version",    NULL};
+	json_t *params = call->params;
+	bool ok = true;
+
+	for (size_t i = 0; i < mc->g.n && ok; i++) {
+		json_t *item = json_array_get(items, i);
+
+		call->list = "items";
+		call->item = i;
+		if (!json_is_object(item)) {
+			call_error(call, RPC_INVALID_PARAMS, NULL,
+				   "an item must be an object");
+			ok = false;
+			break;
+		}
+		call->params = item;
+		ok = param_only(call, allowed) &&
+		     get_store_item(call, &mc->items[i], agent_id);
+		if (ok)
+			mc->n_parsed++;
+		call->params = params;
+	}
+	call->item = SIZE_MAX;
+	return ok;
+}
+
+int decision_store_many(struct call *call)
+{
+	static const char *const allowed[] = {"items", "agent_id", "timeout_ms",
+					      NULL};
+	json_t *items = json_object_get(call->params, "items");
+	const char *agent_id;
+	struct many_call *mc;
+	uint64_t timeout_ms;
+	size_t n;
+
+	if (!param_only(call, allowed) || !param_agent(call, &agent_id) ||
+	    !param_timeout(call, &timeout_ms))
+		return CALL_DONE;
+	if (!json_is_array(items) || json_array_size(items) == 0 ||
+	    json_array_size(items) > STORE_MANY_MAX) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "items must be an array of 1..%d decisions",
+			   STORE_MANY_MAX);
+		return CALL_DONE;
+	}
+	n = json_array_size(items);
+	mc = calloc(1, sizeof(*mc) + n * sizeof(mc->items[0]));
+	if (!mc) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	mc->call = call;
+	mc->g.items = mc->items;
+	mc->g.n = n;
+	mc->g.owner = call->conn;
+	mc->g.timeout_ms = timeout_ms;
+	mc->g.done = many_done;
+	mc->g.data = mc;
+	if (!get_items(call, items, mc, agent_id) ||
+	    !check_distinct(call, mc)) {
+		many_free(mc);
+		return CALL_DONE;
+	}
+	store_submit_group(&call->d->store, &mc->g);
+	return CALL_ASYNC;
 }

@@ -72,6 +72,19 @@ bool param_int(struct call *call, const char *name, int64_t min, int64_t max,
 	return true;
 }
 
+#define TIMEOUT_DEFAULT_MS 5000
+#define TIMEOUT_MAX_MS	   600000
+
+bool param_timeout(struct call *call, uint64_t *out)
+{
+	int64_t timeout = TIMEOUT_DEFAULT_MS;
+
+	if (!param_int(call, "timeout_ms", 0, TIMEOUT_MAX_MS, &timeout))
+		return false;
+	*out = (uint64_t)timeout;
+	return true;
+}
+
 bool param_bool(struct call *call, const char *name, bool *out)
 {
 	json_t *v = json_object_get(call->params, name);

@@ -25,6 +25,10 @@ bool param_coord(struct call *call, struct coord *out);
 bool param_int(struct call *call, const char *name, int64_t min, int64_t max,
 	       int64_t *out);
 
+/* The optional "timeout_ms" of a request that may wait for locks:
+ * 0..600000, default 5000. */
+bool param_timeout(struct call *call, uint64_t *out);
+
 /* An optional boolean: ValueError otherwise. */
 bool param_bool(struct call *call, const char *name, bool *out);
 

@@ -114,6 +114,35 @@ static void connection_cb(uv_stream_t *listener, int status)
 	conn_accept(srv);
 }
 
+static void flush_check_cb(uv_check_t *h)
+{
+	struct server *srv = h->data;
+	struct conn *list = srv->flush_list;
+
+	srv->flush_list = NULL;
+	uv_check_stop(h);
+	while (list) {
+		struct conn *c = list;
+
+		list = c->next_flush;
+		c->next_flush = NULL;
+		c->flush_soon = false;
+		conn_flush_notified(c);
+		conn_unref(c);
+	}
+}
+
+void server_flush_soon(struct server *srv, struct conn *c)
+{
+	if (c->flush_soon)
+		return;
+	c->flush_soon = true;
+	conn_ref(c);
+	c->next_flush = srv->flush_list;
+	srv->flush_list = c;
+	uv_check_start(&srv->flush_check, flush_check_cb);
+}
+
 int server_listen(struct server *srv, struct daemon *d, const char *path,
 		  char *errmsg, size_t errn)
 {
@@ -137,6 +166,10 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 		rc = clear_stale_socket(path, errmsg, errn);
 	if (rc < 0)
 		return rc;
+	rc = uv_check_init(d->loop, &srv->flush_check);
+	if (rc < 0)
+		goto fail;
+	srv->flush_check.data = srv;
 	rc = uv_pipe_init(d->loop, &srv->listener, 0);
 	if (rc < 0)
 		goto fail;

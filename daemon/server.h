@@ -23,6 +23,10 @@ struct server {
 	ino_t inode;	    /* of the socket we bound, to unlink only ours */
 	struct conn *conns; /* all open connections */
 	size_t n_served;    /* connections counted against the limit */
+	/* Connections with notifications to write, flushed once per loop
+	 * iteration (after the burst that queued them). */
+	uv_check_t flush_check;
+	struct conn *flush_list;
 };
 
 /*
@@ -31,6 +35,9 @@ struct server {
  */
 int server_listen(struct server *srv, struct daemon *d, const char *path,
 		  char *errmsg, size_t errn);
+
+/* Write c's queued notifications at the end of this loop iteration. */
+void server_flush_soon(struct server *srv, struct conn *c);
 
 /* Stop accepting and drain every connection. Idempotent. */
 void server_stop(struct server *srv);

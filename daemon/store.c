@@ -330,9 +330,42 @@ static void wal_work_cb(uv_work_t *req)
 		j->rc = wal_cut_head(&j->s->wal, j->s->wal_path, j->cut);
 }
 
-static void release(struct store *s, const struct coord *c)
+/* A group is over: unlock (as for a single write, see finish), then
+ * answer; done may free g. */
+static void group_end(struct store *s, struct store_group *g, int code,
+		      const char *msg, size_t failed)
 {
-	locks_release(&s->locks, index_slot(&s->index, c));
+	locks_release(&s->locks, &g->lock);
+	free(g->slots);
+	g->slots = NULL;
+	g->done(g, code, msg, failed);
+}
+
+/* One item of a logged group is over; the last one ends the group. */
+static void group_item_finished(struct store *s, struct store_write *w,
+				int code, const char *msg)
+{
+	struct store_group *g = w->group;
+
+	if (code != 0 && g->code == 0) {
+		g->code = code;
+		snprintf(g->msg, sizeof(g->msg), "%s", msg);
+	}
+	if (++g->n_finished == g->n)
+		group_end(s, g, g->code, g->code ? g->msg : NULL, SIZE_MAX);
+}
+
+/* A write is over: unlock (done may free w; the next writer there only
+ * validates, it cannot change what w's result points to), then answer. */
+static void finish(struct store *s, struct store_write *w, int code,
+		   const char *msg)
+{
+	if (w->group) {
+		group_item_finished(s, w, code, msg);
+		return;
+	}
+	locks_release(&s->locks, &w->lock);
+	w->done(w, code, msg);
 }
 
 /* Apply one logged write to the index and acknowledge it. */
@@ -352,22 +385,24 @@ static void apply_and_ack(struct store *s, struct store_write *w)
 	}
 	mark_dirty(s, slot);
 	if (s->on_applied)
-		s->on_applied(s->on_applied_ctx, slot);
-	w->done(w, 0, NULL);
-	locks_release(&s->locks, slot);
+		s->on_applied(s->on_applied_ctx, slot, false);
+	finish(s, w, 0, NULL);
+}
+
+/* Drop what validation prepared for the log. */
+static void unprepare(struct store_write *w)
+{
+	record_free(w->rec);
+	w->rec = NULL;
+	free(w->tombstone);
+	w->tombstone = NULL;
 }
 
 static void refuse(struct store *s, struct store_write *w, int code,
 		   const char *msg)
 {
-	struct coord c = w->coord;
-
-	record_free(w->rec);
-	w->rec = NULL;
-	free(w->tombstone);
-	w->tombstone = NULL;
-	w->done(w, code, msg);
-	release(s, &c);
+	unprepare(w);
+	finish(s, w, code, msg);
 }
 
 static void wal_after_cb(uv_work_t *req, int status)
@@ -535,133 +570,251 @@ static void ckpt_timer_cb(uv_timer_t *t)
 
 /* ---- validation ---- */
 
-static void enqueue(struct store *s, struct store_write *w)
+static void join_batch(struct store *s, struct store_write *w)
 {
+	w->next = NULL;
 	if (s->filling_tail)
 		s->filling_tail->next = w;
 	else
 		s->filling_head = w;
 	s->filling_tail = w;
 	s->filling_n++;
-	wal_kick(s);
 }
 
-/* Validate against the current state with the lock held; on success
- * prepare the log payload and join the filling batch. */
-static void start(struct store *s, struct store_write *w)
+/* What validation found a write should do. */
+enum {
+	WRITE_LOG = 0,	/* prepared: join the log batch */
+	WRITE_NOOP = 1, /* nothing to change (a delete of nothing) */
+			/* or an RPC domain code (negative), with a message */
+};
+
+/*
+ * Check a write against the current state with its lock held; on success
+ * prepare its log payload (a store's record, with version and timestamp).
+ */
+static int validate(struct store *s, struct store_write *w, char *msg, size_t n)
 {
 	const struct record *cur = index_get(&s->index, &w->coord);
-	char msg[200];
 	int x = w->coord.x, y = w->coord.y, z = w->coord.z;
 
 	if (s->closed) {
-		refuse(s, w, RPC_UNAVAILABLE, "the daemon is shutting down");
-		return;
+		snprintf(msg, n, "the daemon is shutting down");
+		return RPC_UNAVAILABLE;
 	}
 	if (z == 1 && (cur || w->is_delete)) {
-		snprintf(msg, sizeof(msg),
+		snprintf(msg, n,
 			 w->is_delete ? "layer z=1 is write-once: (%d, %d, %d) "
 					"cannot be deleted"
 				      : "layer z=1 is write-once: (%d, %d, %d) "
 					"already holds a decision",
 			 x, y, z);
-		refuse(s, w, RPC_IMMUTABLE_LAYER, msg);
-		return;
+		return RPC_IMMUTABLE_LAYER;
 	}
 	if (w->if_version > 0 && (!cur || cur->version != w->if_version)) {
 		if (cur)
-			snprintf(msg, sizeof(msg),
+			snprintf(msg, n,
 				 "if_version %lld does not match version "
 				 "%lld at (%d, %d, %d)",
 				 (long long)w->if_version,
 				 (long long)cur->version, x, y, z);
 		else
-			snprintf(msg, sizeof(msg),
+			snprintf(msg, n,
 				 "if_version %lld given but (%d, %d, %d) is "
 				 "empty",
 				 (long long)w->if_version, x, y, z);
-		refuse(s, w, RPC_CONCURRENCY, msg);
-		return;
+		return RPC_CONCURRENCY;
 	}
 	if (w->is_delete) {
-		if (!cur) {
-			struct coord c = w->coord;
-
-			w->done(w, 0, NULL);
-			release(s, &c);
-			return;
-		}
+		if (!cur)
+			return WRITE_NOOP;
 		if (asprintf(&w->tombstone,
 			     "{\"deleted\":{\"x\":%d,\"y\":%d,\"z\":%d}}", x, y,
 			     z) < 0) {
 			w->tombstone = NULL;
-			refuse(s, w, RPC_INTERNAL_ERROR, "out of memory");
-			return;
+			snprintf(msg, n, "out of memory");
+			return RPC_INTERNAL_ERROR;
 		}
-		enqueue(s, w);
-		return;
+		return WRITE_LOG;
 	}
 	if (cur && !w->overwrite && w->if_version == 0) {
-		snprintf(msg, sizeof(msg),
+		snprintf(msg, n,
 			 "(%d, %d, %d) already holds version %lld; pass "
 			 "overwrite or if_version to replace it",
 			 x, y, z, (long long)cur->version);
-		refuse(s, w, RPC_COORDINATE_OCCUPIED, msg);
-		return;
+		return RPC_COORDINATE_OCCUPIED;
 	}
 	w->d.coord = w->coord;
 	w->d.version = cur ? cur->version + 1 : 1;
 	assign_timestamp(s, &w->d);
 	w->rec = record_new(&w->d);
 	if (!w->rec) {
-		refuse(s, w, RPC_INTERNAL_ERROR, "out of memory");
-		return;
+		snprintf(msg, n, "out of memory");
+		return RPC_INTERNAL_ERROR;
 	}
-	enqueue(s, w);
+	return WRITE_LOG;
 }
 
-static void lock_granted_cb(struct lock_waiter *lw, int status)
+/* A single write holding its lock: validated, then logged or answered. */
+static void start(struct store *s, struct store_write *w)
+{
+	char msg[200];
+	int rc = validate(s, w, msg, sizeof(msg));
+
+	if (rc == WRITE_LOG) {
+		join_batch(s, w);
+		wal_kick(s);
+	} else if (rc == WRITE_NOOP) {
+		finish(s, w, 0, NULL);
+	} else {
+		refuse(s, w, rc, msg);
+	}
+}
+
+/* A group holding its locks: every item validated, then all join the
+ * same log batch, or none does. */
+static void group_start(struct store *s, struct store_group *g)
+{
+	char msg[200];
+
+	for (size_t i = 0; i < g->n; i++)
+		unprepare(&g->items[i]);
+	for (size_t i = 0; i < g->n; i++) {
+		int rc = validate(s, &g->items[i], msg, sizeof(msg));
+
+		if (rc != WRITE_LOG) {
+			for (size_t j = 0; j < i; j++)
+				unprepare(&g->items[j]);
+			group_end(s, g, rc, msg, i);
+			return;
+		}
+	}
+	/* Joined without a kick in between, so one log job takes all. */
+	for (size_t i = 0; i < g->n; i++)
+		join_batch(s, &g->items[i]);
+	wal_kick(s);
+}
+
+int store_lock_error(struct store *s, const struct lock_set *set, int status,
+		     char *msg, size_t n)
+{
+	struct coord c;
+
+	if (status != -ETIMEDOUT) {
+		snprintf(msg, n, "the daemon is shutting down");
+		return RPC_UNAVAILABLE;
+	}
+	c = index_coord(&s->index, set->slots[set->taken]);
+	snprintf(msg, n, "timed out after %llu ms waiting for (%d, %d, %d)%s",
+		 (unsigned long long)set->timeout_ms, c.x, c.y, c.z,
+		 locks_leased_by_other(&s->locks, set->slots[set->taken],
+				       set->owner)
+			 ? ", leased by another connection"
+			 : " (another write holds it)");
+	return RPC_CONCURRENCY;
+}
+
+static void write_locked_cb(struct lock_set *set, int status)
 {
 	struct store_write *w =
-		(struct store_write *)((char *)lw -
-				       offsetof(struct store_write, waiter));
+		(struct store_write *)((char *)set -
+				       offsetof(struct store_write, lock));
 	char msg[200];
+	int code;
 
 	if (status == 0) {
 		start(w->store, w);
 		return;
 	}
-	if (status == -ETIMEDOUT) {
-		snprintf(msg, sizeof(msg),
-			 "timed out after %llu ms waiting for the lock on "
-			 "(%d, %d, %d)",
-			 (unsigned long long)w->timeout_ms, w->coord.x,
-			 w->coord.y, w->coord.z);
-		w->done(w, RPC_CONCURRENCY, msg);
-	} else {
-		w->done(w, RPC_UNAVAILABLE, "the daemon is shutting down");
-	}
+	code = store_lock_error(w->store, set, status, msg, sizeof(msg));
+	w->done(w, code, msg);
 }
 
-void store_submit(struct store *s, struct store_write *w)
+static void group_locked_cb(struct lock_set *set, int status)
 {
-	size_t slot = index_slot(&s->index, &w->coord);
+	struct store_group *g =
+		(struct store_group *)((char *)set -
+				       offsetof(struct store_group, lock));
+	char msg[200];
+	int code;
+	size_t failed = 0;
 
+	if (status == 0) {
+		group_start(g->store, g);
+		return;
+	}
+	/* The item whose coordinate it waited for. */
+	for (size_t i = 0; i < g->n; i++)
+		if (index_slot(&g->store->index, &g->items[i].coord) ==
+		    set->slots[set->taken])
+			failed = i;
+	code = store_lock_error(g->store, set, status, msg, sizeof(msg));
+	group_end(g->store, g, code, msg, failed);
+}
+
+static void prepare_write(struct store *s, struct store_write *w)
+{
 	w->store = s;
 	w->next = NULL;
 	w->rec = NULL;
 	w->tombstone = NULL;
 	w->stored = NULL;
 	w->existed = false;
+}
+
+void store_submit(struct store *s, struct store_write *w)
+{
+	prepare_write(s, w);
+	w->group = NULL;
 	if (s->closed) {
 		w->done(w, RPC_UNAVAILABLE, "the daemon is shutting down");
 		return;
 	}
-	if (locks_try(&s->locks, slot))
-		start(s, w);
-	else
-		locks_wait(&s->locks, slot, w->timeout_ms, &w->waiter,
-			   lock_granted_cb);
+	w->lock_slot = index_slot(&s->index, &w->coord);
+	w->lock.slots = &w->lock_slot;
+	w->lock.n = 1;
+	w->lock.owner = w->owner;
+	w->lock.kind = LOCKS_WRITE;
+	w->lock.timeout_ms = w->timeout_ms;
+	w->lock.cb = write_locked_cb;
+	locks_acquire(&s->locks, &w->lock);
+}
+
+static int cmp_slot(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void store_submit_group(struct store *s, struct store_group *g)
+{
+	g->store = s;
+	g->n_finished = 0;
+	g->code = 0;
+	if (s->closed) {
+		g->done(g, RPC_UNAVAILABLE, "the daemon is shutting down",
+			SIZE_MAX);
+		return;
+	}
+	g->slots = malloc(g->n * sizeof(*g->slots));
+	if (!g->slots) {
+		g->done(g, RPC_INTERNAL_ERROR, "out of memory", SIZE_MAX);
+		return;
+	}
+	for (size_t i = 0; i < g->n; i++) {
+		prepare_write(s, &g->items[i]);
+		g->items[i].group = g;
+		g->items[i].is_delete = false;
+		g->slots[i] = index_slot(&s->index, &g->items[i].coord);
+	}
+	qsort(g->slots, g->n, sizeof(*g->slots), cmp_slot);
+	g->lock.slots = g->slots;
+	g->lock.n = g->n;
+	g->lock.owner = g->owner;
+	g->lock.kind = LOCKS_WRITE;
+	g->lock.timeout_ms = g->timeout_ms;
+	g->lock.cb = group_locked_cb;
+	locks_acquire(&s->locks, &g->lock);
 }
 
 /* ---- flush, pending, open, close ---- */
@@ -880,7 +1033,7 @@ static void reload_apply(struct store *s, size_t slot, struct record *rec,
 		index_remove(&s->index, &c);
 	}
 	if (s->on_applied)
-		s->on_applied(s->on_applied_ctx, slot);
+		s->on_applied(s->on_applied_ctx, slot, true);
 }
 
 static void reload_finish(struct store *s, int rc, const char *errmsg,
@@ -898,12 +1051,16 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 	while (held) {
 		struct store_write *w = held;
 
+		if (w->group) {
+			/* A group's items joined the batch together. */
+			struct store_group *g = w->group;
+
+			held = g->items[g->n - 1].next;
+			group_start(s, g);
+			continue;
+		}
 		held = w->next;
-		w->next = NULL;
-		record_free(w->rec);
-		w->rec = NULL;
-		free(w->tombstone);
-		w->tombstone = NULL;
+		unprepare(w);
 		start(s, w);
 	}
 	wal_kick(s);

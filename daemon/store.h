@@ -28,6 +28,7 @@
 
 struct store;
 struct store_write;
+struct store_group;
 
 /*
  * Completion of a write: code 0 on success, else an RPC domain code
@@ -47,6 +48,7 @@ struct store_write {
 	bool overwrite;
 	int64_t if_version; /* 0: no compare-and-set */
 	uint64_t timeout_ms;
+	const void *owner; /* the writer, for leases (a connection) */
 	store_done_fn done;
 	void *data; /* for the caller */
 
@@ -56,10 +58,46 @@ struct store_write {
 
 	/* Private to the store. */
 	struct store *store;
-	struct lock_waiter waiter;
+	struct store_group *group; /* the store_many it belongs to */
+	struct lock_set lock;
+	size_t lock_slot;
 	struct store_write *next;
 	struct record *rec; /* the record a store will apply */
 	char *tombstone;    /* a delete's log payload */
+};
+
+/*
+ * Completion of a group: code 0 when every item was stored (each item's
+ * stored field is then valid during the call), else the RPC domain code
+ * and message of the refusal, and the index of the item refused (SIZE_MAX
+ * when the whole group failed, e.g. in the log).
+ */
+typedef void (*store_group_fn)(struct store_group *g, int code, const char *msg,
+			       size_t failed);
+
+/*
+ * Stores that succeed or fail together (decision.store_many): all their
+ * coordinates are locked (in order), every item is validated, and only
+ * then are all logged in one batch; after a crash the log replays all of
+ * them or none. Items are stores (not deletes) filled as for
+ * store_submit, with distinct coordinates; their done and owner fields
+ * are the store's.
+ */
+struct store_group {
+	struct store_write *items;
+	size_t n;
+	const void *owner;
+	uint64_t timeout_ms;
+	store_group_fn done;
+	void *data; /* for the caller */
+
+	/* Private to the store. */
+	struct store *store;
+	size_t *slots;
+	struct lock_set lock;
+	size_t n_finished;
+	int code;
+	char msg[200];
 };
 
 typedef void (*store_idle_fn)(struct store *s, void *arg);
@@ -110,9 +148,10 @@ struct store {
 	int64_t last_timestamp;
 	char last_error[512];
 
-	/* Told of every write applied to the index, and of every coordinate
-	 * the log replay changed at start-up (the commit queue). */
-	void (*on_applied)(void *ctx, size_t slot);
+	/* Told of every write applied to the index and of every slot a
+	 * reload changed (reloaded true); the slots the log replay changed
+	 * at start-up are listed in replayed instead. */
+	void (*on_applied)(void *ctx, size_t slot, bool reloaded);
 	void *on_applied_ctx;
 	size_t *replayed; /* slots changed by the replay (owned) */
 	size_t n_replayed;
@@ -144,6 +183,15 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 /* Submit a write; w->done runs exactly once, never before this returns
  * for a write that has to wait for the log. */
 void store_submit(struct store *s, struct store_write *w);
+
+/* Submit a group; g->done runs exactly once, possibly before this
+ * returns. */
+void store_submit_group(struct store *s, struct store_group *g);
+
+/* Why a wait for the set's locks ended with status (see locks.h): an RPC
+ * domain code and a message naming the coordinate. */
+int store_lock_error(struct store *s, const struct lock_set *set, int status,
+		     char *msg, size_t n);
 
 /* Call cb once no write is in flight, every applied write is in synced
  * files and the log is empty (used for a graceful stop). */

@@ -25,6 +25,8 @@
 #define WAL_MAGIC	0x4c574d56u /* "VMWL" */
 #define WAL_HDR		20u
 #define WAL_MAX_PAYLOAD (64u * 1024 * 1024)
+/* In the length field: the last record of its batch. */
+#define WAL_LAST 0x80000000u
 
 static uint32_t crc_table[256];
 static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
@@ -83,26 +85,27 @@ static uint64_t get64(const unsigned char *p)
 }
 
 /* Fill the header of a record whose payload is already at p + WAL_HDR. */
-static void rec_header(unsigned char *p, uint64_t batch, uint32_t len)
+static void rec_header(unsigned char *p, uint64_t batch, uint32_t len,
+		       bool last)
 {
 	put32(p, WAL_MAGIC);
 	put64(p + 4, batch);
-	put32(p + 12, len);
+	put32(p + 12, len | (last ? WAL_LAST : 0));
 	put32(p + 16, crc32c(crc32c(0, p + 4, 12), p + WAL_HDR, len));
 }
 
 /*
- * Is there a valid record at buf[off..size)? Its total length goes to *rl
- * and its batch to *batch.
+ * Is there a valid record at buf[off..size)? Its total length goes to *rl,
+ * its batch to *batch and whether it ends the batch to *last.
  */
 static bool rec_valid(const unsigned char *buf, size_t size, size_t off,
-		      size_t *rl, uint64_t *batch)
+		      size_t *rl, uint64_t *batch, bool *last)
 {
 	uint32_t len, crc;
 
 	if (size - off < WAL_HDR || get32(buf + off) != WAL_MAGIC)
 		return false;
-	len = get32(buf + off + 12);
+	len = get32(buf + off + 12) & ~WAL_LAST;
 	if (len > WAL_MAX_PAYLOAD || len > size - off - WAL_HDR)
 		return false;
 	crc = crc32c(crc32c(0, buf + off + 4, 12), buf + off + WAL_HDR, len);
@@ -110,6 +113,7 @@ static bool rec_valid(const unsigned char *buf, size_t size, size_t off,
 		return false;
 	*rl = WAL_HDR + len;
 	*batch = get64(buf + off + 4);
+	*last = (get32(buf + off + 12) & WAL_LAST) != 0;
 	return true;
 }
 
@@ -127,9 +131,10 @@ static bool later_batch_follows(const unsigned char *buf, size_t size,
 	uint64_t bad_batch = hdr_ok ? get64(buf + off + 4) : 0;
 	uint64_t first = 0, b;
 	size_t p, rl;
+	bool end;
 
 	for (p = off + 1; p + WAL_HDR <= size;) {
-		if (!rec_valid(buf, size, p, &rl, &b)) {
+		if (!rec_valid(buf, size, p, &rl, &b, &end)) {
 			p++;
 			continue;
 		}
@@ -243,13 +248,37 @@ static void remove_cut_leftover(const char *path)
 	free(tmp);
 }
 
+/* Replay the records of one complete batch, buf[from..to). */
+static int replay_batch(const unsigned char *buf, size_t from, size_t to,
+			wal_replay_fn cb, void *ctx, struct wal_report *rep)
+{
+	size_t rl;
+	uint64_t b;
+	bool end;
+
+	while (from < to) {
+		rec_valid(buf, to, from, &rl, &b, &end);
+		if (cb) {
+			int ret = cb(ctx, (const char *)buf + from + WAL_HDR,
+				     rl - WAL_HDR);
+
+			if (ret < 0)
+				return ret;
+		}
+		if (rep)
+			rep->records++;
+		from += rl;
+	}
+	return 0;
+}
+
 int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	     struct wal_report *rep, char *errmsg, size_t errn)
 {
 	unsigned char *buf = NULL;
-	size_t size = 0, off = 0, rl;
+	size_t size = 0, off = 0, rl, batch_start = 0;
 	uint64_t b, last = 0;
-	bool have_last = false, created = false;
+	bool have_last = false, created = false, end;
 	int fd = -1, ret;
 
 	wal_init(w);
@@ -296,29 +325,42 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 			   strerror(-ret));
 		goto out;
 	}
+	/* A batch is replayed once its last record is seen, so a batch cut
+	 * short by a crash (never acknowledged) is dropped whole. */
 	while (off < size) {
-		if (!rec_valid(buf, size, off, &rl, &b) ||
-		    (have_last && b < last))
+		if (!rec_valid(buf, size, off, &rl, &b, &end) ||
+		    (have_last && b <= last) ||
+		    (off > batch_start && b != get64(buf + batch_start + 4)))
 			break;
-		if (cb) {
-			ret = cb(ctx, (const char *)buf + off + WAL_HDR,
-				 rl - WAL_HDR);
-			if (ret < 0) {
-				errmsg_set(
-					errmsg, errn,
-					"%s: replay stopped at offset %zu (%d)",
-					path, off, ret);
-				goto out;
-			}
+		off += rl;
+		if (!end)
+			continue;
+		ret = replay_batch(buf, batch_start, off, cb, ctx, rep);
+		if (ret < 0) {
+			errmsg_set(errmsg, errn,
+				   "%s: replay stopped in the batch at offset "
+				   "%zu (%d)",
+				   path, batch_start, ret);
+			goto out;
 		}
-		if (rep)
-			rep->records++;
+		batch_start = off;
 		last = b;
 		have_last = true;
-		off += rl;
 	}
-	if (off < size) {
-		if (later_batch_follows(buf, size, off, have_last, last)) {
+	/*
+	 * Past the last complete batch: a batch cut short by a crash (cut
+	 * off), unless the record that stopped the replay is damage in
+	 * synced data: a valid record of a later batch inside an unfinished
+	 * one, or a later complete batch after the bad record.
+	 */
+	if (batch_start < size) {
+		bool later = off < size && off > batch_start &&
+			     rec_valid(buf, size, off, &rl, &b, &end) &&
+			     b > get64(buf + batch_start + 4);
+
+		if (later ||
+		    (off < size &&
+		     later_batch_follows(buf, size, off, have_last, last))) {
 			ret = -EBADMSG;
 			errmsg_set(
 				errmsg, errn,
@@ -327,7 +369,8 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 				path, off);
 			goto out;
 		}
-		if (ftruncate(fd, (off_t)off) < 0 || fdatasync(fd) < 0) {
+		if (ftruncate(fd, (off_t)batch_start) < 0 ||
+		    fdatasync(fd) < 0) {
 			ret = -errno;
 			errmsg_set(errmsg, errn,
 				   "cannot cut torn tail of %s: %s", path,
@@ -335,11 +378,11 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 			goto out;
 		}
 		if (rep)
-			rep->torn_bytes = size - off;
+			rep->torn_bytes = size - batch_start;
 	}
 	w->fd = fd;
 	fd = -1;
-	w->end = off;
+	w->end = batch_start;
 	w->next_batch = have_last ? last + 1 : 1;
 	ret = 0;
 out:
@@ -394,7 +437,7 @@ int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
 		if (payloads[i].iov_len)
 			memcpy(p + WAL_HDR, payloads[i].iov_base,
 			       payloads[i].iov_len);
-		rec_header(p, batch, (uint32_t)payloads[i].iov_len);
+		rec_header(p, batch, (uint32_t)payloads[i].iov_len, i == n - 1);
 		p += WAL_HDR + payloads[i].iov_len;
 	}
 	ret = write_all_at(w->fd, buf, total, w->end);

@@ -4,10 +4,14 @@
  * fdatasync (group commit). Payloads are opaque bytes to this module.
  *
  * On-disk record: magic u32 | batch u64 | length u32 | crc32c u32 | payload,
- * little-endian; the crc covers batch, length and payload. Replay stops at
- * the first invalid record: when no valid record of a later, complete batch
- * follows it, the rest is a torn tail (cut off and reported); otherwise the
- * log is corrupt in the middle and opening fails (never silently skipped).
+ * little-endian; the top bit of length marks the last record of its batch,
+ * and the crc covers batch, length and payload. Replay hands over a batch
+ * only once its last record is read, so a batch is replayed whole or not at
+ * all (decision.store_many relies on it). It stops at the first invalid
+ * record: when no valid record of a later, complete batch follows it, the
+ * rest from the unfinished batch on is a torn tail (cut off and reported);
+ * otherwise the log is corrupt in the middle and opening fails (never
+ * silently skipped).
  *
  * Blocking: called at start-up and from the thread pool, one call at a
  * time per log.

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,10 @@ static void usage(FILE *f)
 	      "                       trailing * a prefix; --all: each term "
 	      "must\n"
 	      "                       match\n"
+	      "  watch [--x A-B] [--y A-B] [--z A-B]\n"
+	      "                       print changes in the box as they "
+	      "happen\n"
+	      "                       (--json: one JSON object per line)\n"
 	      "  log [--limit N]      the latest commits of the memory (20)\n"
 	      "  reload               make the memory what the files say "
 	      "(after\n"
@@ -987,6 +992,21 @@ static bool parse_after(const char *s, int64_t v[3])
 static const char *const axis_opt[3] = {"--x", "--y", "--z"};
 static const char *const axis_key[3] = {"x_range", "y_range", "z_range"};
 
+/* --x, --y, --z as x_range, y_range, z_range params (ls, watch). */
+static void add_ranges(json_t *p, const struct cli *cli)
+{
+	int64_t r[2];
+
+	for (int i = 0; i < 3; i++) {
+		if (!cli->range[i])
+			continue;
+		if (!parse_range(cli->range[i], r))
+			die_usage("%s takes A-B or A (integers), not '%s'",
+				  axis_opt[i], cli->range[i]);
+		set_or_die(p, axis_key[i], json_pack("[II]", r[0], r[1]));
+	}
+}
+
 /* The params of a query command; a bad argument is a usage error. */
 static json_t *query_params(const char *cmd, const struct cli *cli)
 {
@@ -1000,16 +1020,7 @@ static json_t *query_params(const char *cmd, const struct cli *cli)
 		if (cli->npos != 0)
 			die_usage("ls takes options only, not '%s'",
 				  cli->pos[0]);
-		for (i = 0; i < 3; i++) {
-			if (!cli->range[i])
-				continue;
-			if (!parse_range(cli->range[i], r))
-				die_usage("%s takes A-B or A (integers), not "
-					  "'%s'",
-					  axis_opt[i], cli->range[i]);
-			set_or_die(p, axis_key[i],
-				   json_pack("[II]", r[0], r[1]));
-		}
+		add_ranges(p, cli);
 		if (cli->after) {
 			if (!parse_after(cli->after, r))
 				die_usage("--after takes X,Y,Z, not '%s'",
@@ -1559,6 +1570,88 @@ static int cmd_query(const char *cmd, struct cli *cli, vmem_client *c,
 	return status;
 }
 
+static volatile sig_atomic_t watch_stopped;
+
+static void stop_watching(int sig)
+{
+	(void)sig;
+	watch_stopped = 1;
+}
+
+/* One change as a line: what happened where, and the decision now. */
+static void print_change(json_t *params)
+{
+	json_t *coord = json_object_get(params, "coordinate");
+	json_t *d = json_object_get(params, "decision");
+	const char *content = str_member(d, "content");
+	size_t first_line = strcspn(content, "\n");
+
+	printf("%s (%lld, %lld, %lld)", str_member(params, "event"),
+	       (long long)int_member(coord, "x"),
+	       (long long)int_member(coord, "y"),
+	       (long long)int_member(coord, "z"));
+	if (json_is_object(d))
+		printf(" v%lld %s: %.*s", (long long)int_member(d, "version"),
+		       str_member(d, "agent_id"), (int)first_line, content);
+	else if (strcmp(str_member(params, "event"), "reloaded") == 0)
+		fputs(": gone", stdout);
+	putchar('\n');
+}
+
+/* Subscribe, then print every change until a signal or the daemon's
+ * end. A 200 ms tick lets a signal end the wait. */
+static int cmd_watch(struct cli *cli, vmem_client *c)
+{
+	struct sigaction sa = {.sa_handler = stop_watching};
+	struct vmem_error err;
+	json_t *p = json_object(), *n;
+	char *text, *line;
+	int rc;
+
+	if (!p)
+		die_oom();
+	add_ranges(p, cli);
+	text = json_dumps(p, JSON_COMPACT);
+	json_decref(p);
+	if (!text)
+		die_oom();
+	rc = vmem_call(c, "watch.subscribe", text, NULL, &err);
+	free(text);
+	if (rc < 0)
+		return report(rc, &err);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	while (!watch_stopped) {
+		rc = vmem_next_notification(c, 200, &line, &err);
+		if (rc == -ETIMEDOUT)
+			continue;
+		if (rc < 0) {
+			if (watch_stopped)
+				break;
+			fprintf(stderr, "vmem: %s\n", err.message);
+			return EXIT_DOMAIN;
+		}
+		n = load(line);
+		vmem_free(line);
+		if (!n)
+			return EXIT_USAGE;
+		if (cli->json) {
+			text = json_dumps(json_object_get(n, "params"),
+					  JSON_COMPACT);
+			if (!text)
+				die_oom();
+			puts(text);
+			free(text);
+		} else {
+			print_change(json_object_get(n, "params"));
+		}
+		json_decref(n);
+		fflush(stdout);
+	}
+	return EXIT_OK;
+}
+
 /* Refuse bad arguments before connecting (or starting a daemon). */
 static void check_args(const char *cmd, const struct cli *cli)
 {
@@ -1586,7 +1679,7 @@ int main(int argc, char **argv)
 	vmem_client *c = NULL;
 	json_t *params = NULL;
 	const char *cmd, *env;
-	bool ls, before, search;
+	bool ls, before, search, watch;
 	int status;
 
 	parse_args(&cli, argc, argv);
@@ -1612,10 +1705,13 @@ int main(int argc, char **argv)
 	if (cli.if_version && strcmp(cmd, "store") != 0 &&
 	    strcmp(cmd, "rm") != 0)
 		die_usage("--if-version applies to store and rm only");
-	if ((cli.range[0] || cli.range[1] || cli.after) && !ls)
-		die_usage("--x, --y and --after apply to ls only");
-	if (cli.range[2] && !ls && !before)
-		die_usage("--z applies to ls and before only");
+	watch = strcmp(cmd, "watch") == 0;
+	if ((cli.range[0] || cli.range[1]) && !ls && !watch)
+		die_usage("--x and --y apply to ls and watch only");
+	if (cli.after && !ls)
+		die_usage("--after applies to ls only");
+	if (cli.range[2] && !ls && !before && !watch)
+		die_usage("--z applies to ls, before and watch only");
 	if (cli.limit && !ls && !search && strcmp(cmd, "history") != 0 &&
 	    strcmp(cmd, "log") != 0)
 		die_usage("--limit applies to ls, search, history and log "
@@ -1634,6 +1730,15 @@ int main(int argc, char **argv)
 		status = open_client(&cli, -1, cli.agent, &c);
 		if (status == EXIT_OK)
 			status = cmd_query(cmd, &cli, c, params);
+		goto out;
+	}
+	if (watch) {
+		if (cli.npos != 0)
+			die_usage("watch takes options only, not '%s'",
+				  cli.pos[0]);
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_watch(&cli, c);
 		goto out;
 	}
 	if (strcmp(cmd, "log") == 0) {

@@ -90,11 +90,23 @@ VMEM_EXPORT const char *vmem_client_repo(const vmem_client *c);
  * Call a method. params_json is a JSON object as text, or NULL for none.
  * On success *result_json (may be NULL if not wanted) receives the result
  * as compact JSON text. Notifications from the daemon that arrive before
- * the response are skipped.
+ * the response are skipped, unless the client subscribed (a successful
+ * watch.subscribe): then they are kept, in order, for
+ * vmem_next_notification().
  */
 VMEM_EXPORT int vmem_call(vmem_client *c, const char *method,
 			  const char *params_json, char **result_json,
 			  struct vmem_error *err);
+
+/*
+ * The next notification from the daemon (watch.changed after a
+ * watch.subscribe), as the JSON text of the whole notification object
+ * {"jsonrpc", "method", "params"}, in *json (vmem_free). Waits up to
+ * timeout_ms (< 0: forever); -ETIMEDOUT when none came, -ECONNRESET when
+ * the daemon closed the connection.
+ */
+VMEM_EXPORT int vmem_next_notification(vmem_client *c, int timeout_ms,
+				       char **json, struct vmem_error *err);
 
 /* server.hello / server.health: result object as JSON text. */
 VMEM_EXPORT int vmem_hello(vmem_client *c, const char *agent_id,

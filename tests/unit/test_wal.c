@@ -235,7 +235,10 @@ START_TEST(test_torn_every_offset)
 	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"first", "second", NULL});
 	last_start = w.end;
-	append(&w, (const char *const[]){"the last record, torn", NULL});
+	/* The last batch holds several records: a cut anywhere in it, on a
+	 * record boundary too, drops it whole (all or nothing). */
+	append(&w, (const char *const[]){"the last batch, torn", "and its",
+					 "end", NULL});
 	wal_close(&w);
 	orig = slurp(&len);
 	ck_assert_uint_gt(len, last_start);
@@ -346,6 +349,30 @@ START_TEST(test_middle_corruption)
 }
 END_TEST
 
+/* Batch N lost its last record, batch N+1 follows it whole: damage in
+ * synced data (a crash cannot make this), so corrupt. */
+START_TEST(test_unfinished_batch_before_later_one)
+{
+	struct wal w;
+	struct seen s = {0};
+	unsigned char *orig;
+	size_t len, second;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"a1", "a2", NULL});
+	second = w.end - (20 + 2);
+	append(&w, (const char *const[]){"b1", NULL});
+	wal_close(&w);
+	orig = slurp(&len);
+	memmove(orig + second, orig + second + 22, len - second - 22);
+	spit(orig, len - 22);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), -EBADMSG);
+	ck_assert_uint_eq(s.n, 0);
+	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
 /* A record of batch N damaged, batch N+1 complete after it: corrupt. */
 START_TEST(test_damage_in_batch_before_last)
 {
@@ -434,7 +461,8 @@ START_TEST(test_cut_head)
 }
 END_TEST
 
-/* A flipped byte in the last batch (several records) counts as torn. */
+/* A flipped byte in the last batch (several records) counts as torn: the
+ * batch goes whole. */
 START_TEST(test_last_batch_flip_is_torn)
 {
 	struct wal w;
@@ -454,11 +482,10 @@ START_TEST(test_last_batch_flip_is_torn)
 	spit(orig, len);
 
 	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
-	ck_assert_uint_eq(s.n, 2);
+	ck_assert_uint_eq(s.n, 1);
 	ck_assert_str_eq(s.rec[0], "old");
-	ck_assert_str_eq(s.rec[1], "n1");
-	ck_assert_uint_eq(rep.torn_bytes, len - second);
-	ck_assert_int_eq(file_size(), (off_t)second);
+	ck_assert_uint_eq(rep.torn_bytes, len - last_start);
+	ck_assert_int_eq(file_size(), (off_t)last_start);
 	wal_close(&w);
 	free(orig);
 	seen_free(&s);
@@ -599,6 +626,7 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_garbage_tail);
 	tcase_add_test(tc, test_middle_corruption);
 	tcase_add_test(tc, test_damage_in_batch_before_last);
+	tcase_add_test(tc, test_unfinished_batch_before_later_one);
 	tcase_add_test(tc, test_damage_in_first_record);
 	tcase_add_test(tc, test_cut_head);
 	tcase_add_test(tc, test_last_batch_flip_is_torn);

@@ -1,0 +1,133 @@
+/*
+ * Subscriptions: a list scanned on every change (subscribers are few; a
+ * change costs one box test per subscription and one line per match).
+ */
+#include "subs.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "buf.h"
+#include "conn.h"
+#include "log.h"
+
+void subs_init(struct subs *s)
+{
+	s->head = NULL;
+	s->last_id = 0;
+	s->n = 0;
+}
+
+void subs_done(struct subs *s)
+{
+	while (s->head) {
+		struct subscription *sub = s->head;
+
+		s->head = sub->next;
+		free(sub);
+	}
+	s->n = 0;
+}
+
+int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
+	     const struct axis_range *y, const struct axis_range *z,
+	     uint64_t *id)
+{
+	struct subscription *sub = calloc(1, sizeof(*sub));
+
+	if (!sub)
+		return -ENOMEM;
+	sub->id = ++s->last_id;
+	sub->conn = conn;
+	sub->x = *x;
+	sub->y = *y;
+	sub->z = *z;
+	sub->next = s->head;
+	s->head = sub;
+	s->n++;
+	*id = sub->id;
+	return 0;
+}
+
+/* Remove the subscriptions of conn matching id (any id when all). */
+static size_t remove_matching(struct subs *s, const struct conn *conn,
+			      uint64_t id, bool all)
+{
+	struct subscription **p = &s->head;
+	size_t removed = 0;
+
+	while (*p) {
+		struct subscription *sub = *p;
+
+		if (sub->conn == conn && (all || sub->id == id)) {
+			*p = sub->next;
+			free(sub);
+			s->n--;
+			removed++;
+		} else {
+			p = &sub->next;
+		}
+	}
+	return removed;
+}
+
+bool subs_remove(struct subs *s, const struct conn *conn, uint64_t id)
+{
+	return remove_matching(s, conn, id, false) > 0;
+}
+
+void subs_drop_conn(struct subs *s, const struct conn *conn)
+{
+	remove_matching(s, conn, 0, true);
+}
+
+static bool in_range(const struct axis_range *r, int v)
+{
+	return v >= r->min && v <= r->max;
+}
+
+static const char *const event_names[] = {
+	[SUBS_STORED] = "stored",
+	[SUBS_DELETED] = "deleted",
+	[SUBS_RELOADED] = "reloaded",
+};
+
+void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
+		 const struct record *rec)
+{
+	struct subscription *sub, *next;
+	struct buf line = {0};
+
+	for (sub = s->head; sub; sub = next) {
+		char head[256];
+		int n;
+
+		/* Notifying may close a slow subscriber, which drops its
+		 * subscriptions: step first. */
+		next = sub->next;
+		if (!in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
+		    !in_range(&sub->z, c->z))
+			continue;
+		n = snprintf(
+			head, sizeof(head),
+			"{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			"\"params\":{\"subscription\":%" PRIu64
+			",\"event\":\"%s\",\"coordinate\":{\"x\":%d,"
+			"\"y\":%d,\"z\":%d},\"decision\":",
+			sub->id, event_names[ev], c->x, c->y, c->z);
+		line.len = 0;
+		if (!buf_append(&line, head, (size_t)n) ||
+		    !(rec ? buf_append(&line, rec->json, rec->json_len)
+			  : buf_puts(&line, "null")) ||
+		    !buf_puts(&line, "}}\n")) {
+			log_err("out of memory notifying subscriber %" PRIu64,
+				sub->id);
+			conn_close(sub->conn);
+			continue;
+		}
+		conn_notify(sub->conn, line.data, line.len);
+	}
+	buf_done(&line);
+}

@@ -1,0 +1,61 @@
+/*
+ * Subscriptions (watch.subscribe): a connection asks to be told of the
+ * changes inside a box of coordinates, and gets a watch.changed
+ * notification for every store, delete and reload change there, in the
+ * order the daemon applied them. Delivery is the connection's business
+ * (conn_notify: a subscriber that stops reading is disconnected). Loop
+ * thread only.
+ */
+#ifndef VMEM_DAEMON_SUBS_H
+#define VMEM_DAEMON_SUBS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "index.h"
+#include "query.h"
+
+struct conn;
+
+enum subs_event {
+	SUBS_STORED,
+	SUBS_DELETED,
+	SUBS_RELOADED,
+};
+
+struct subscription {
+	uint64_t id;
+	struct conn *conn;
+	struct axis_range x, y, z;
+	struct subscription *next;
+};
+
+struct subs {
+	struct subscription *head;
+	uint64_t last_id;
+	size_t n;
+};
+
+void subs_init(struct subs *s);
+
+/* Release every subscription. */
+void subs_done(struct subs *s);
+
+/* Subscribe conn to the box; its new id goes to *id. 0 or -ENOMEM. */
+int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
+	     const struct axis_range *y, const struct axis_range *z,
+	     uint64_t *id);
+
+/* End conn's subscription id; false when conn has no such one. */
+bool subs_remove(struct subs *s, const struct conn *conn, uint64_t id);
+
+/* End every subscription of a closing connection. */
+void subs_drop_conn(struct subs *s, const struct conn *conn);
+
+/* Tell the subscribers whose box holds c; rec is the decision there now
+ * (NULL when there is none). */
+void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
+		 const struct record *rec);
+
+#endif

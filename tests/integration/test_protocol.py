@@ -242,6 +242,50 @@ class Framing(vt.VmemTestCase):
 # Limits
 
 
+class FastPath(vt.VmemTestCase):
+    """Single-coordinate reads take a fast path (protocol/fastreq.c); the
+    same request inside a batch of one takes the full one. Their answers
+    must be the same bytes."""
+
+    LINES = [
+        '{{"jsonrpc":"2.0","id":{id},"method":"decision.get",'
+        '"params":{{"coordinate":{{"x":{x},"y":{y},"z":{z}}}}}}}',
+        ' {{ "params" : {{"coordinate": {{"z":{z}, "y":{y}, "x":{x}}}}},'
+        ' "method":"decision.exists", "id": {id},"jsonrpc":"2.0"}} ',
+    ]
+
+    def test_fast_and_full_answers_are_the_same_bytes(self):
+        conn = self.connect(agent_id="fast")
+        conn.store(3, 2, 1, "a decision \u00e9\n with \"quotes\"")
+        conn.store(1000, 5, 4, "the last coordinate")
+        ids = ["0", "-0", "7", "-42", "999999999999999999"]
+        coords = [(3, 2, 1), (1000, 5, 4), (1, 1, 1), (0, 1, 1), (3, 6, 1),
+                  (1001, 1, 1), (-1, 1, 1)]
+        checked = 0
+        for template in self.LINES:
+            for rid in ids:
+                for (x, y, z) in coords:
+                    text = template.format(id=rid, x=x, y=y, z=z).encode()
+                    conn.send_raw(text + b"\n")
+                    fast = conn.read_line()
+                    conn.send_raw(b"[" + text + b"]\n")
+                    full = conn.read_line()
+                    self.assertTrue(full.startswith(b"[") and
+                                    full.endswith(b"]"), full)
+                    self.assertEqual(fast, full[1:-1], text)
+                    checked += 1
+        self.assertEqual(checked, 70)
+
+    def test_fast_reads_count_in_stats(self):
+        conn = self.connect()
+        for _ in range(5):
+            conn.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"decision.get",'
+                          b'"params":{"coordinate":{"x":1,"y":1,"z":1}}}\n')
+            self.assertIsNone(conn.read_json()["result"])
+        stats = conn.call("server.stats")
+        self.assertEqual(stats["methods"]["decision.get"]["count"], 5)
+
+
 class Limits(vt.VmemTestCase):
     daemon_args = ("--max-line", "4096", "--max-batch", "5",
                    "--max-connections", "4")

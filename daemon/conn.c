@@ -156,25 +156,25 @@ void conn_send(struct conn *c, const char *line, size_t len)
 
 void conn_notify(struct conn *c, const char *line, size_t len)
 {
-	size_t limit = c->srv->d->limits.output_backlog;
-
 	if (c->closing || c->lingering)
 		return;
 	c->notified += len;
-	if (c->notified > limit) {
-		log_warn("disconnected a subscriber that stopped reading: "
-			 "%zu bytes of notifications unsent (limit %zu)",
-			 c->notified, limit);
-		conn_close(c);
-		return;
-	}
 	conn_send(c, line, len);
 	server_flush_soon(c->srv, c);
 }
 
+/* Judged after the write, so a burst a reader takes at once is fine. */
 void conn_flush_notified(struct conn *c)
 {
+	size_t limit = c->srv->d->limits.output_backlog;
+
 	conn_process(c);
+	if (c->closing || c->notified <= limit)
+		return;
+	log_warn("disconnected a subscriber that stopped reading: %zu bytes "
+		 "of notifications unsent (limit %zu)",
+		 c->notified, limit);
+	conn_close(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

@@ -55,14 +55,15 @@ void conn_accept(struct server *srv);
 /* Queue a response line (copied). Dropped when the connection is closing. */
 void conn_send(struct conn *c, const char *line, size_t len);
 
-/*
- * Queue a server notification line (copied) and write it out soon. A
- * subscriber whose unsent notifications pass the output backlog is
- * disconnected (and it is logged) rather than buffered for without limit.
- */
+/* Queue a server notification line (copied) and write it out soon. */
 void conn_notify(struct conn *c, const char *line, size_t len);
 
-/* Write out what conn_notify queued (the server's flush pass). */
+/*
+ * Write out what conn_notify queued (the server's flush pass, once per
+ * loop iteration). A subscriber that still leaves more than the output
+ * backlog of notifications unsent since its output was last empty is
+ * disconnected (and it is logged) rather than buffered for without limit.
+ */
 void conn_flush_notified(struct conn *c);
 
 /* Queue a JSON-RPC error response with a null id (a line that could not

@@ -240,10 +240,7 @@ void locks_cancel(struct locks *l, struct lock_set *set)
 	give_back(l, set);
 }
 
-bool locks_leased_by_other(const struct locks *l, size_t slot,
-			   const void *owner)
+const void *locks_leaseholder(const struct locks *l, size_t slot)
 {
-	const void *o = l->slots[slot].lease_owner;
-
-	return o && o != owner;
+	return l->slots[slot].lease_owner;
 }

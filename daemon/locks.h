@@ -85,8 +85,7 @@ void locks_release(struct locks *l, struct lock_set *set);
  * run. Safe after cb ran (then it is locks_release). */
 void locks_cancel(struct locks *l, struct lock_set *set);
 
-/* Is the slot leased by someone other than owner? */
-bool locks_leased_by_other(const struct locks *l, size_t slot,
-			   const void *owner);
+/* The owner leasing the slot, or NULL. */
+const void *locks_leaseholder(const struct locks *l, size_t slot);
 
 #endif

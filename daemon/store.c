@@ -697,6 +697,7 @@ static void group_start(struct store *s, struct store_group *g)
 int store_lock_error(struct store *s, const struct lock_set *set, int status,
 		     char *msg, size_t n)
 {
+	const void *holder;
 	struct coord c;
 
 	if (status != -ETIMEDOUT) {
@@ -704,12 +705,13 @@ int store_lock_error(struct store *s, const struct lock_set *set, int status,
 		return RPC_UNAVAILABLE;
 	}
 	c = index_coord(&s->index, set->slots[set->taken]);
+	holder = locks_leaseholder(&s->locks, set->slots[set->taken]);
 	snprintf(msg, n, "timed out after %llu ms waiting for (%d, %d, %d)%s",
 		 (unsigned long long)set->timeout_ms, c.x, c.y, c.z,
-		 locks_leased_by_other(&s->locks, set->slots[set->taken],
-				       set->owner)
-			 ? ", leased by another connection"
-			 : " (another write holds it)");
+		 !holder		? " (another write holds it)"
+		 : holder == set->owner ? ", leased by this connection (leases "
+					  "are not re-entrant)"
+					: ", leased by another connection");
 	return RPC_CONCURRENCY;
 }
 

@@ -22,7 +22,10 @@
 
 #include "errmsg.h"
 
-#define WAL_MAGIC	0x4c574d56u /* "VMWL" */
+#define WAL_MAGIC 0x32574d56u /* "VMW2" */
+/* Records of version 0.1.0, before batches had an end mark: each counts as
+ * a whole batch, so a log left by a crashed older daemon still replays. */
+#define WAL_MAGIC_V1	0x4c574d56u /* "VMWL" */
 #define WAL_HDR		20u
 #define WAL_MAX_PAYLOAD (64u * 1024 * 1024)
 /* In the length field: the last record of its batch. */
@@ -101,9 +104,12 @@ static void rec_header(unsigned char *p, uint64_t batch, uint32_t len,
 static bool rec_valid(const unsigned char *buf, size_t size, size_t off,
 		      size_t *rl, uint64_t *batch, bool *last)
 {
-	uint32_t len, crc;
+	uint32_t len, crc, magic;
 
-	if (size - off < WAL_HDR || get32(buf + off) != WAL_MAGIC)
+	if (size - off < WAL_HDR)
+		return false;
+	magic = get32(buf + off);
+	if (magic != WAL_MAGIC && magic != WAL_MAGIC_V1)
 		return false;
 	len = get32(buf + off + 12) & ~WAL_LAST;
 	if (len > WAL_MAX_PAYLOAD || len > size - off - WAL_HDR)
@@ -113,7 +119,7 @@ static bool rec_valid(const unsigned char *buf, size_t size, size_t off,
 		return false;
 	*rl = WAL_HDR + len;
 	*batch = get64(buf + off + 4);
-	*last = (get32(buf + off + 12) & WAL_LAST) != 0;
+	*last = magic == WAL_MAGIC_V1 || (get32(buf + off + 12) & WAL_LAST);
 	return true;
 }
 
@@ -127,7 +133,9 @@ static bool later_batch_follows(const unsigned char *buf, size_t size,
 				size_t off, bool have_last, uint64_t last)
 {
 	bool seen = false;
-	bool hdr_ok = size - off >= WAL_HDR && get32(buf + off) == WAL_MAGIC;
+	bool hdr_ok =
+		size - off >= WAL_HDR && (get32(buf + off) == WAL_MAGIC ||
+					  get32(buf + off) == WAL_MAGIC_V1);
 	uint64_t bad_batch = hdr_ok ? get64(buf + off + 4) : 0;
 	uint64_t first = 0, b;
 	size_t p, rl;
@@ -329,7 +337,7 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	 * short by a crash (never acknowledged) is dropped whole. */
 	while (off < size) {
 		if (!rec_valid(buf, size, off, &rl, &b, &end) ||
-		    (have_last && b <= last) ||
+		    (have_last && b < last) ||
 		    (off > batch_start && b != get64(buf + batch_start + 4)))
 			break;
 		off += rl;

@@ -125,8 +125,8 @@ START_TEST(lease_blocks_others_not_owner)
 
 	ask(&l, &lease, owner_a, LOCKS_LEASE, 1000, 2, (size_t)2, (size_t)5);
 	ck_assert_int_eq(lease.status, 0);
-	ck_assert(locks_leased_by_other(&l, 5, owner_b));
-	ck_assert(!locks_leased_by_other(&l, 5, owner_a));
+	ck_assert(locks_leaseholder(&l, 5) == owner_a);
+
 	ask(&l, &theirs, owner_b, LOCKS_WRITE, 1000, 1, (size_t)5);
 	ck_assert_int_eq(theirs.order, 0);
 	/* The owner's write passes the queue behind its lease. */
@@ -142,7 +142,7 @@ START_TEST(lease_blocks_others_not_owner)
 	ck_assert_int_eq(theirs.order, 0);
 	locks_release(&l, &lease.set); /* the lease ends: theirs runs */
 	ck_assert_int_eq(theirs.status, 0);
-	ck_assert(!locks_leased_by_other(&l, 5, owner_b));
+	ck_assert(locks_leaseholder(&l, 5) == NULL);
 	locks_release(&l, &theirs.set);
 }
 END_TEST
@@ -177,13 +177,13 @@ START_TEST(overlapping_sets_in_order)
 	ck_assert_int_eq(a.order, 0); /* holds 1, waits for 9 */
 	ask(&l, &b, owner_b, LOCKS_LEASE, 1000, 2, (size_t)1, (size_t)12);
 	ck_assert_int_eq(b.order, 0); /* waits for 1, holds nothing */
-	ck_assert(!locks_leased_by_other(&l, 12, owner_c));
+	ck_assert(locks_leaseholder(&l, 12) == NULL);
 	locks_release(&l, &solo.set);
 	ck_assert_int_eq(a.status, 0);
 	ck_assert_int_eq(b.order, 0);
 	locks_release(&l, &a.set);
 	ck_assert_int_eq(b.status, 0);
-	ck_assert(locks_leased_by_other(&l, 12, owner_a));
+	ck_assert(locks_leaseholder(&l, 12) == owner_b);
 	locks_release(&l, &b.set);
 }
 END_TEST
@@ -221,7 +221,7 @@ START_TEST(cancel_leaves_queue)
 	ck_assert_int_eq(gone.order, 0); /* a cancelled set is not called */
 	locks_release(&l, &hold.set);
 	locks_release(&l, &after.set);
-	ck_assert(!locks_leased_by_other(&l, 3, owner_a));
+	ck_assert(locks_leaseholder(&l, 3) == NULL);
 }
 END_TEST
 

@@ -349,6 +349,60 @@ START_TEST(test_middle_corruption)
 }
 END_TEST
 
+/* CRC-32C as the log computes it, to forge records of the old format. */
+static uint32_t crc32c(uint32_t crc, const unsigned char *p, size_t n)
+{
+	crc = ~crc;
+	while (n--) {
+		crc ^= *p++;
+		for (int k = 0; k < 8; k++)
+			crc = (crc & 1) ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+	}
+	return ~crc;
+}
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* A log of version 0.1.0 ("VMWL", no batch end marks) left by a crash:
+ * every record is replayed, none is taken for a torn batch. */
+START_TEST(test_old_format_replays)
+{
+	static const char *const payloads[] = {"one", "two", "three"};
+	unsigned char buf[256], *p = buf;
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+
+	for (int i = 0; i < 3; i++) {
+		size_t n = strlen(payloads[i]);
+
+		put_le(p, 0x4c574d56u, 4);
+		put_le(p + 4, 5, 8); /* one batch */
+		put_le(p + 12, n, 4);
+		memcpy(p + 20, payloads[i], n);
+		put_le(p + 16, crc32c(crc32c(0, p + 4, 12), p + 20, n), 4);
+		p += 20 + n;
+	}
+	spit(buf, (size_t)(p - buf));
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 3);
+	ck_assert_str_eq(s.rec[2], "three");
+	ck_assert_uint_eq(rep.torn_bytes, 0);
+	ck_assert_uint_eq(w.next_batch, 6);
+	append(&w, (const char *const[]){"new", NULL});
+	wal_close(&w);
+	ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, 4);
+	ck_assert_str_eq(s.rec[3], "new");
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
 /* Batch N lost its last record, batch N+1 follows it whole: damage in
  * synced data (a crash cannot make this), so corrupt. */
 START_TEST(test_unfinished_batch_before_later_one)
@@ -627,6 +681,7 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_middle_corruption);
 	tcase_add_test(tc, test_damage_in_batch_before_last);
 	tcase_add_test(tc, test_unfinished_batch_before_later_one);
+	tcase_add_test(tc, test_old_format_replays);
 	tcase_add_test(tc, test_damage_in_first_record);
 	tcase_add_test(tc, test_cut_head);
 	tcase_add_test(tc, test_last_batch_flip_is_torn);

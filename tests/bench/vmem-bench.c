@@ -1,18 +1,33 @@
 /*
- * vmem-bench: measures a real vmemd on a temporary git repository against
- * baselines measured in the same run on the same machine: a raw Unix-socket
- * echo server (the floor for a round trip), one fdatasync of a log append
- * (the floor for a durable write) and, when installed, redis-server with
- * appendfsync always (the peer for durable writes). It prints figures and
- * ratios; it never fails on time (these machines are noisy).
+ * vmem-bench: closed-loop load on a real vmemd over its real protocol
+ * (newline-delimited JSON-RPC 2.0 on a Unix socket), started on a temporary
+ * `git init` repository and stopped with SIGTERM at the end.
  *
- * usage: vmem-bench [--vmemd PATH] [--seconds S] [--clients N]
- *                   [--content-bytes B]
+ * Each row of the one output table is an operation (or a mix of them) run
+ * by C connections that each keep D requests in flight for S seconds: a
+ * response is matched to its request (in order, by id), its round trip
+ * recorded, and the next request sent at once. One thread drives every
+ * connection with epoll, so the load generator costs as little CPU as it
+ * can on these 2-vCPU machines.
+ *
+ * With --compare the same harness, on the same connections and depths,
+ * also measures the floors and a peer, in the same run: a libuv Unix-socket
+ * server answering each request line with a line of a get response's size
+ * (the echo floor), one write + fdatasync of a log append (the floor of a
+ * durable write) and redis-server with appendfsync always (SET and GET of
+ * the same value size, through our own minimal RESP client). Ratios against
+ * them are printed last. Only ratios travel between machines.
+ *
+ * It never fails on time. It exits non-zero only on real errors: a server
+ * that does not start, a broken connection, or an error response to one of
+ * its requests.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <getopt.h>
-#include <pthread.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -20,543 +35,1643 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
+#define MAX_CLIENTS   1024
+#define MAX_DEPTH     1024
+#define MAX_ROWS      256
+#define MAX_MIX_OPS   8
+#define MAX_MIXES     16
+#define MAX_IN	      (64u << 20)
+#define PRELOAD_CONNS 4
+#define PRELOAD_DEPTH 32
+#define SEARCH_TAGS   50
+#define BEFORE_ISSUES 10
+#define NS	      1000000000ull
+
+enum proto { P_JSON, P_LINE, P_RESP };
+
+enum op {
+	OP_GET,
+	OP_EXISTS,
+	OP_STORE,
+	OP_STORE_NEW,
+	OP_SEARCH,
+	OP_RANGE,
+	OP_BEFORE,
+	N_MIX_OPS,
+	OP_ECHO = N_MIX_OPS,
+	OP_PRELOAD,
+	OP_RSET,
+	OP_RGET,
+	OP_RPRELOAD,
+};
+
+static const char *const op_names[] = {
+	"get",	  "exists", "store",   "store_new", "search",	 "range",
+	"before", "echo",   "preload", "redis SET", "redis GET", "preload",
+};
+
+struct mix {
+	char label[128];
+	int n;
+	enum op op[MAX_MIX_OPS];
+	unsigned weight[MAX_MIX_OPS];
+	unsigned total;
+};
+
 struct opts {
 	const char *vmemd;
 	double seconds;
-	int clients;
-	int content_bytes;
+	int clients[64];
+	int n_clients;
+	int depth;
+	int value_bytes;
+	int preload;
+	int max_x;
+	struct mix mixes[MAX_MIXES];
+	int n_mixes;
+	bool compare;
+	bool pin;
 };
 
-static char workdir[] = "/tmp/vmem-bench-XXXXXX";
-static char vmem_sock[256], echo_sock[256];
+struct row {
+	char label[128];
+	int clients, depth;
+	bool pinned;
+	double tput, p50, p99, p999; /* ops/s, us */
+};
 
-static double now_s(void)
+struct buf {
+	char *p;
+	size_t len, off, cap;
+};
+
+/* One in-flight request, oldest first: responses come back in order. */
+struct pend {
+	uint64_t t; /* ns, when the request was queued to the socket */
+	uint64_t id;
+	enum op op;
+};
+
+struct conn {
+	int fd;
+	struct buf out, in;
+	size_t scan; /* bytes of in already searched for a line end */
+	struct pend *ring;
+	unsigned head, count;
+	uint64_t next_id;
+	bool want_out;
+};
+
+struct result {
+	uint64_t *lat; /* ns */
+	size_t n, cap;
+};
+
+struct load {
+	enum proto proto;
+	const struct mix *mix;
+	int clients, depth;
+	uint64_t count; /* 0: timed */
+	uint64_t issued, done, in_window;
+	uint64_t warm_end, end;
+	struct conn *conns;
+	int ep;
+	struct result *res;
+	uint64_t rng;
+};
+
+/* Everything cleanup needs, reachable from main's single exit. */
+static struct {
+	char dir[64];
+	char vmem_sock[128], echo_sock[128], redis_sock[128];
+	pid_t vmemd, echo, redis;
+	int max_x;
+	int preload;
+	int value_bytes;
+	int preload_xs;	     /* issues touched by the preload */
+	uint64_t next_fresh; /* next unused coordinate for store_new */
+	size_t get_resp_len; /* for the echo server's replies */
+	char *filler;	     /* value_bytes of words, no JSON escapes */
+	cpu_set_t all_cpus;
+	struct row rows[MAX_ROWS];
+	int n_rows;
+	int label_w; /* width of the table's first column */
+} g = {.vmemd = -1, .echo = -1, .redis = -1};
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	interrupted = 1;
+}
+
+static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (uint64_t)ts.tv_sec * NS + (uint64_t)ts.tv_nsec;
 }
 
-static void die(const char *what)
+static uint64_t rnd(uint64_t *s)
 {
-	fprintf(stderr, "vmem-bench: %s: %s\n", what, strerror(errno));
-	exit(1);
+	*s ^= *s >> 12;
+	*s ^= *s << 25;
+	*s ^= *s >> 27;
+	return *s * 2685821657736338717ull;
 }
 
-static int connect_to(const char *path)
+static int buf_reserve(struct buf *b, size_t more)
+{
+	size_t cap = b->cap ? b->cap : 4096;
+	char *p;
+
+	if (b->len + more <= b->cap)
+		return 0;
+	while (cap < b->len + more)
+		cap *= 2;
+	p = realloc(b->p, cap);
+	if (!p)
+		return -ENOMEM;
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+static int result_add(struct result *r, uint64_t v)
+{
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 65536;
+		uint64_t *p = realloc(r->lat, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		r->lat = p;
+		r->cap = cap;
+	}
+	r->lat[r->n++] = v;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile in microseconds; r->lat must be sorted. */
+static double pct_us(const struct result *r, double p)
+{
+	size_t i;
+
+	if (r->n == 0)
+		return 0;
+	i = (size_t)(p * (double)r->n + 0.999999);
+	if (i > 0)
+		i--;
+	if (i >= r->n)
+		i = r->n - 1;
+	return (double)r->lat[i] / 1e3;
+}
+
+/* ---- coordinates and request lines ---- */
+
+/* Preloaded decision k lives at z=2..4 (overwritable), 15 per issue. */
+static void coord_of(uint64_t k, int *x, int *y, int *z)
+{
+	*x = (int)(k / 15) + 1;
+	*y = (int)(k / 3 % 5) + 1;
+	*z = (int)(k % 3) + 2;
+}
+
+/* Fresh coordinates for store_new: every cell of the issues after the
+ * preloaded ones, in order, never reused within a run. */
+static int fresh_coord(int *x, int *y, int *z)
+{
+	uint64_t f = g.next_fresh++;
+	uint64_t xi = (uint64_t)g.preload_xs + 1 + f / 20;
+
+	if (xi > (uint64_t)g.max_x)
+		return -ENOSPC;
+	*x = (int)xi;
+	*y = (int)(f / 4 % 5) + 1;
+	*z = (int)(f % 4) + 1;
+	return 0;
+}
+
+static const char jhead[] = "{\"jsonrpc\":\"2.0\",\"id\":";
+
+static int emit_store(struct buf *o, uint64_t id, uint64_t k, int x, int y,
+		      int z, bool overwrite)
+{
+	int vb = g.value_bytes, n;
+	size_t room = (size_t)vb + 256;
+
+	if (buf_reserve(o, room) < 0)
+		return -ENOMEM;
+	n = snprintf(
+		o->p + o->len, room,
+		"%s%" PRIu64 ",\"method\":\"decision.store\",\"params\":"
+		"{\"coordinate\":{\"x\":%d,\"y\":%d,\"z\":%d},"
+		"\"content\":\"tag%02u %.*s\",\"agent_id\":\"bench\"%s}}\n",
+		jhead, id, x, y, z, (unsigned)(k % SEARCH_TAGS), vb - 6,
+		g.filler, overwrite ? ",\"overwrite\":true" : "");
+	if (n < 0 || (size_t)n >= room)
+		return -EOVERFLOW;
+	o->len += (size_t)n;
+	return 0;
+}
+
+static int emit_resp_set(struct buf *o, uint64_t k)
+{
+	int vb = g.value_bytes, n;
+	size_t room = (size_t)vb + 128;
+	char key[32];
+	int kl = snprintf(key, sizeof(key), "k%" PRIu64, k);
+
+	if (buf_reserve(o, room) < 0)
+		return -ENOMEM;
+	n = snprintf(o->p + o->len, room,
+		     "*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\ntag%02u %.*s\r\n",
+		     kl, key, vb, (unsigned)(k % SEARCH_TAGS), vb - 6,
+		     g.filler);
+	if (n < 0 || (size_t)n >= room)
+		return -EOVERFLOW;
+	o->len += (size_t)n;
+	return 0;
+}
+
+/* Append one request for op to o. seq numbers the preload. */
+static int emit(struct buf *o, enum op op, uint64_t id, uint64_t *rng,
+		uint64_t seq)
+{
+	uint64_t k = rnd(rng) % (uint64_t)g.preload;
+	int x, y, z, n = 0;
+	char line[512];
+
+	coord_of(k, &x, &y, &z);
+	switch (op) {
+	case OP_GET:
+	case OP_ECHO:
+	case OP_EXISTS:
+		n = snprintf(line, sizeof(line),
+			     "%s%" PRIu64 ",\"method\":\"decision.%s\","
+			     "\"params\":{\"coordinate\":{\"x\":%d,\"y\":%d,"
+			     "\"z\":%d}}}\n",
+			     jhead, id, op == OP_EXISTS ? "exists" : "get", x,
+			     y, z);
+		break;
+	case OP_STORE:
+		return emit_store(o, id, k, x, y, z, true);
+	case OP_PRELOAD:
+		coord_of(seq, &x, &y, &z);
+		return emit_store(o, id, seq, x, y, z, true);
+	case OP_STORE_NEW:
+		if (fresh_coord(&x, &y, &z) < 0)
+			return -ENOSPC;
+		return emit_store(o, id, g.next_fresh, x, y, z, false);
+	case OP_SEARCH:
+		n = snprintf(line, sizeof(line),
+			     "%s%" PRIu64 ",\"method\":\"decision.search\","
+			     "\"params\":{\"terms\":[\"tag%02u\"]}}\n",
+			     jhead, id, (unsigned)(k % SEARCH_TAGS));
+		break;
+	case OP_RANGE:
+		n = snprintf(line, sizeof(line),
+			     "%s%" PRIu64
+			     ",\"method\":\"decision.query_range\","
+			     "\"params\":{\"x_range\":[%d,%d]}}\n",
+			     jhead, id, x, x);
+		break;
+	case OP_BEFORE: {
+		int xs = g.preload_xs < BEFORE_ISSUES ? g.preload_xs
+						      : BEFORE_ISSUES;
+
+		n = snprintf(line, sizeof(line),
+			     "%s%" PRIu64
+			     ",\"method\":\"decision.query_partial_order\","
+			     "\"params\":{\"x_threshold\":%d,"
+			     "\"y_threshold\":%d}}\n",
+			     jhead, id, (int)(rnd(rng) % (uint64_t)xs) + 1,
+			     (int)(rnd(rng) % 6) + 1);
+		break;
+	}
+	case OP_RSET:
+		return emit_resp_set(o, k);
+	case OP_RPRELOAD:
+		return emit_resp_set(o, seq);
+	case OP_RGET: {
+		char key[32];
+		int kl = snprintf(key, sizeof(key), "k%" PRIu64, k);
+
+		n = snprintf(line, sizeof(line),
+			     "*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n", kl, key);
+		break;
+	}
+	default:
+		return -EINVAL;
+	}
+	if (n < 0 || (size_t)n >= sizeof(line))
+		return -EOVERFLOW;
+	if (buf_reserve(o, (size_t)n) < 0)
+		return -ENOMEM;
+	memcpy(o->p + o->len, line, (size_t)n);
+	o->len += (size_t)n;
+	return 0;
+}
+
+/* ---- response framing and checking ---- */
+
+/* Length of the first complete response in c->in, 0 if incomplete,
+ * -EPROTO if it cannot be a response. */
+static long frame_len(enum proto proto, struct conn *c)
+{
+	const char *p = c->in.p + c->in.off, *e;
+	size_t len = c->in.len - c->in.off;
+	long hl;
+
+	if (proto != P_RESP) {
+		e = memchr(p + c->scan, '\n', len - c->scan);
+		if (!e) {
+			c->scan = len;
+			return 0;
+		}
+		c->scan = 0;
+		return (long)(e - p) + 1;
+	}
+	e = memchr(p, '\n', len);
+	if (!e)
+		return 0;
+	hl = (long)(e - p) + 1;
+	if (p[0] == '+' || p[0] == '-' || p[0] == ':')
+		return hl;
+	if (p[0] == '$') {
+		long n = strtol(p + 1, NULL, 10);
+
+		if (n < 0)
+			return hl;
+		if ((size_t)(hl + n + 2) > len)
+			return 0;
+		return hl + n + 2;
+	}
+	return -EPROTO;
+}
+
+static int bad_response(const struct pend *pd, const char *p, long n,
+			const char *why)
+{
+	fprintf(stderr, "vmem-bench: %s request (id %" PRIu64 "): %s: %.*s\n",
+		op_names[pd->op], pd->id, why, n > 400 ? 400 : (int)n, p);
+	return -EPROTO;
+}
+
+static int check_response(enum proto proto, const struct pend *pd,
+			  const char *p, long n)
+{
+	const char *q;
+	uint64_t id = 0;
+
+	if (!p || n <= 0)
+		return -EPROTO;
+	if (proto == P_LINE)
+		return (size_t)n == g.get_resp_len
+			       ? 0
+			       : bad_response(pd, p, n, "wrong echo length");
+	if (proto == P_RESP) {
+		if (p[0] == '-')
+			return bad_response(pd, p, n, "error response");
+		if (pd->op == OP_RGET &&
+		    (p[0] != '$' || p[1] == '-' ||
+		     strtol(p + 1, NULL, 10) != g.value_bytes))
+			return bad_response(pd, p, n, "unexpected GET reply");
+		if (pd->op != OP_RGET && p[0] != '+')
+			return bad_response(pd, p, n, "unexpected SET reply");
+		return 0;
+	}
+	/* Our contents hold letters and spaces only, so these keys can only
+	 * be the envelope's. */
+	if ((size_t)n > sizeof(jhead) - 1 &&
+	    memcmp(p, jhead, sizeof(jhead) - 1) == 0)
+		q = p + sizeof(jhead) - 1;
+	else if ((q = memmem(p, (size_t)n, "\"id\":", 5)) != NULL)
+		q += 5;
+	else
+		return bad_response(pd, p, n, "no id");
+	while (q < p + n && *q >= '0' && *q <= '9')
+		id = id * 10 + (uint64_t)(*q++ - '0');
+	if (id != pd->id)
+		return bad_response(pd, p, n, "response out of order");
+	if (memmem(p, (size_t)n, "\"error\":", 8))
+		return bad_response(pd, p, n, "error response");
+	if (!memmem(p, (size_t)n, "\"result\":", 9))
+		return bad_response(pd, p, n, "no result");
+	if (pd->op == OP_GET && memmem(p, (size_t)n, "\"result\":null", 13))
+		return bad_response(pd, p, n, "preloaded decision missing");
+	return 0;
+}
+
+/* ---- the closed-loop harness ---- */
+
+static int connect_unix(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd, i;
 
-	if (fd < 0)
-		die("socket");
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-static int wait_connect(const char *path)
-{
-	for (int i = 0; i < 500; i++) {
-		int fd = connect_to(path);
-
-		if (fd >= 0)
+	for (i = 0; i < 1000; i++) {
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
 			return fd;
-		usleep(10000);
+		close(fd);
+		if (errno != EAGAIN)
+			return -errno;
+		usleep(1000);
 	}
-	fprintf(stderr, "vmem-bench: nothing answers on %s\n", path);
-	exit(1);
+	return -EAGAIN;
 }
 
-/* One request line out, one response line back. The response is left
- * in buf (NUL-terminated) for callers that look at it. */
-static void round_trip(int fd, const char *req, size_t len, char *buf,
-		       size_t cap)
+static void conn_done(struct conn *c)
 {
-	size_t got = 0;
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->out.p);
+	free(c->in.p);
+	free(c->ring);
+	c->fd = -1;
+}
 
-	if (write(fd, req, len) != (ssize_t)len)
-		die("write");
-	for (;;) {
-		ssize_t n = read(fd, buf + got, cap - 1 - got);
+static int conn_flush(struct load *ld, struct conn *c)
+{
+	struct epoll_event ev = {.data.ptr = c};
+	ssize_t n;
+	bool want;
 
-		if (n <= 0)
-			die("read");
-		got += (size_t)n;
-		if (buf[got - 1] == '\n')
+	while (c->out.off < c->out.len) {
+		n = write(c->fd, c->out.p + c->out.off,
+			  c->out.len - c->out.off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != EAGAIN)
+			return -errno;
+		if (n < 0)
 			break;
-		if (got == cap - 1) {
-			errno = EMSGSIZE;
-			die("response too large");
+		c->out.off += (size_t)n;
+	}
+	if (c->out.off == c->out.len)
+		c->out.off = c->out.len = 0;
+	want = c->out.len > 0;
+	if (want != c->want_out) {
+		ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+		if (epoll_ctl(ld->ep, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+			return -errno;
+		c->want_out = want;
+	}
+	return 0;
+}
+
+static enum op pick_op(struct load *ld)
+{
+	const struct mix *m = ld->mix;
+	unsigned r;
+	int i;
+
+	if (m->n == 1)
+		return m->op[0];
+	r = (unsigned)(rnd(&ld->rng) % m->total);
+	for (i = 0; i < m->n - 1; i++) {
+		if (r < m->weight[i])
+			break;
+		r -= m->weight[i];
+	}
+	return m->op[i];
+}
+
+static int issue(struct load *ld, struct conn *c, uint64_t t)
+{
+	struct pend *pd;
+	enum op op = pick_op(ld);
+	int rc;
+
+	rc = emit(&c->out, op, c->next_id, &ld->rng, ld->issued);
+	if (rc == -ENOSPC)
+		fprintf(stderr, "vmem-bench: store_new ran out of fresh "
+				"coordinates: raise --max-x\n");
+	if (rc < 0)
+		return rc;
+	pd = &c->ring[(c->head + c->count) % (unsigned)ld->depth];
+	*pd = (struct pend){.t = t, .id = c->next_id++, .op = op};
+	c->count++;
+	ld->issued++;
+	return 0;
+}
+
+static bool issuing(const struct load *ld, uint64_t t)
+{
+	if (interrupted)
+		return false;
+	return ld->count ? ld->issued < ld->count : t < ld->end;
+}
+
+static int conn_read(struct load *ld, struct conn *c)
+{
+	ssize_t n;
+	long fl;
+	uint64_t t;
+	int rc;
+
+	if (buf_reserve(&c->in, 65536) < 0)
+		return -ENOMEM;
+	n = read(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -errno;
+	if (n == 0) {
+		fprintf(stderr, "vmem-bench: server closed a connection\n");
+		return -ECONNRESET;
+	}
+	c->in.len += (size_t)n;
+	t = now_ns();
+	while ((fl = frame_len(ld->proto, c)) > 0) {
+		struct pend pd = c->ring[c->head];
+		const char *p = c->in.p + c->in.off;
+
+		if (c->count == 0) {
+			fprintf(stderr,
+				"vmem-bench: unsolicited response: "
+				"%.*s\n",
+				fl > 200 ? 200 : (int)fl, p);
+			return -EPROTO;
+		}
+		rc = check_response(ld->proto, &pd, p, fl);
+		if (rc < 0)
+			return rc;
+		c->in.off += (size_t)fl;
+		c->head = (c->head + 1) % (unsigned)ld->depth;
+		c->count--;
+		ld->done++;
+		/* Throughput counts every response inside the window; the
+		 * latency only of requests also sent inside it. */
+		if (t >= ld->warm_end && t < ld->end)
+			ld->in_window++;
+		if (ld->res && pd.t >= ld->warm_end && t < ld->end &&
+		    result_add(ld->res, t - pd.t) < 0)
+			return -ENOMEM;
+		if (issuing(ld, t) && (rc = issue(ld, c, t)) < 0)
+			return rc;
+	}
+	if (fl < 0) {
+		struct pend pd = c->ring[c->head];
+
+		return bad_response(&pd, c->in.p + c->in.off,
+				    (long)(c->in.len - c->in.off),
+				    "not a RESP reply");
+	}
+	if (c->in.off == c->in.len) {
+		c->in.off = c->in.len = 0;
+	} else if (c->in.off > 0) {
+		memmove(c->in.p, c->in.p + c->in.off, c->in.len - c->in.off);
+		c->in.len -= c->in.off;
+		c->in.off = 0;
+	}
+	if (c->in.len > MAX_IN) {
+		fprintf(stderr, "vmem-bench: response over %u bytes\n", MAX_IN);
+		return -EMSGSIZE;
+	}
+	return conn_flush(ld, c);
+}
+
+/*
+ * Run one closed loop: clients connections to sock, depth requests in
+ * flight on each, for the timed window (after a short unrecorded warm-up)
+ * or until count requests are answered. Latencies of requests sent and
+ * answered inside the window go to res. Returns the number of responses
+ * received inside the window (all of them with count).
+ */
+static int64_t run_load(const char *sock, enum proto proto,
+			const struct mix *mix, int clients, int depth,
+			double seconds, uint64_t count, struct result *res)
+{
+	struct load ld = {.proto = proto,
+			  .mix = mix,
+			  .clients = clients,
+			  .depth = depth,
+			  .count = count,
+			  .res = res,
+			  .ep = -1,
+			  .rng = 0x9e3779b97f4a7c15ull ^ now_ns()};
+	struct epoll_event evs[64];
+	uint64_t t, warm, stop_wait = 60 * NS;
+	int64_t rc = 0;
+	int i, k;
+
+	ld.conns = calloc((size_t)clients, sizeof(*ld.conns));
+	if (!ld.conns)
+		return -ENOMEM;
+	for (i = 0; i < clients; i++)
+		ld.conns[i].fd = -1;
+	ld.ep = epoll_create1(EPOLL_CLOEXEC);
+	if (ld.ep < 0) {
+		rc = -errno;
+		goto out;
+	}
+	for (i = 0; i < clients; i++) {
+		struct conn *c = &ld.conns[i];
+		struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+
+		c->ring = calloc((size_t)depth, sizeof(*c->ring));
+		if (!c->ring) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		c->next_id = 1;
+		c->fd = connect_unix(sock);
+		if (c->fd < 0) {
+			rc = c->fd;
+			fprintf(stderr, "vmem-bench: connect %s: %s\n", sock,
+				strerror((int)-rc));
+			goto out;
+		}
+		if (fcntl(c->fd, F_SETFL, O_NONBLOCK) < 0 ||
+		    epoll_ctl(ld.ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+			rc = -errno;
+			goto out;
 		}
 	}
-	buf[got] = '\0';
+	warm = count ? 0 : (uint64_t)(seconds * 0.1 * 1e9);
+	if (warm > NS / 2)
+		warm = NS / 2;
+	t = now_ns();
+	ld.warm_end = t + warm;
+	ld.end = count ? UINT64_MAX : ld.warm_end + (uint64_t)(seconds * 1e9);
+	for (k = 0; k < depth; k++)
+		for (i = 0; i < clients && issuing(&ld, t); i++)
+			if ((rc = issue(&ld, &ld.conns[i], t)) < 0)
+				goto out;
+	for (i = 0; i < clients; i++)
+		if ((rc = conn_flush(&ld, &ld.conns[i])) < 0)
+			goto out;
+	for (;;) {
+		int n;
+
+		t = now_ns();
+		if (ld.done == ld.issued && !issuing(&ld, t))
+			break;
+		if (interrupted) {
+			rc = -EINTR;
+			goto out;
+		}
+		if (!count && t > ld.end + stop_wait) {
+			fprintf(stderr,
+				"vmem-bench: %" PRIu64 " responses "
+				"still missing 60 s after the run\n",
+				ld.issued - ld.done);
+			break;
+		}
+		n = epoll_wait(ld.ep, evs, 64, 50);
+		if (n < 0 && errno != EINTR) {
+			rc = -errno;
+			goto out;
+		}
+		for (i = 0; i < n; i++) {
+			struct conn *c = evs[i].data.ptr;
+
+			if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))
+				rc = conn_read(&ld, c);
+			else
+				rc = conn_flush(&ld, c);
+			if (rc < 0)
+				goto out;
+		}
+	}
+	rc = (int64_t)(count ? ld.done : ld.in_window);
+out:
+	for (i = 0; i < clients; i++)
+		conn_done(&ld.conns[i]);
+	free(ld.conns);
+	if (ld.ep >= 0)
+		close(ld.ep);
+	return rc;
 }
 
-/* ---- the echo baseline: a libuv server that writes back what it reads */
+/* ---- servers ---- */
 
-static void echo_alloc(uv_handle_t *h, size_t s, uv_buf_t *b)
+/* Echo floor: each request line is answered with one canned line the size
+ * of a decision.get response. Runs in a child process. */
+static char *echo_reply;
+
+static void echo_alloc_cb(uv_handle_t *h, size_t s, uv_buf_t *b)
 {
 	(void)h;
 	b->base = malloc(s);
 	b->len = b->base ? s : 0;
 }
 
-static void echo_written(uv_write_t *w, int status)
+static void echo_written_cb(uv_write_t *w, int status)
 {
 	(void)status;
 	free(w->data);
 	free(w);
 }
 
-static void echo_read(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
+static void echo_read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *b)
 {
-	if (n > 0) {
-		uv_buf_t out = uv_buf_init(b->base, (unsigned)n);
-		int w = uv_try_write(s, &out, 1);
+	size_t lines = 0, len = g.get_resp_len, i;
+	uv_write_t *req = NULL;
+	char *out = NULL;
+	uv_buf_t ob;
+	int w;
 
-		if (w == n) {
-			free(b->base);
-			return;
-		}
-		uv_write_t *req = malloc(sizeof(*req));
-
-		out = uv_buf_init(b->base + (w > 0 ? w : 0),
-				  (unsigned)(n - (w > 0 ? w : 0)));
-		req->data = b->base;
-		uv_write(req, s, &out, 1, echo_written);
+	if (n <= 0) {
+		free(b->base);
+		if (n < 0)
+			uv_close((uv_handle_t *)s, (uv_close_cb)free);
 		return;
 	}
+	for (i = 0; i < (size_t)n; i++)
+		lines += b->base[i] == '\n';
 	free(b->base);
-	if (n < 0)
+	if (!lines)
+		return;
+	out = malloc(lines * len);
+	if (!out)
+		goto fail;
+	for (i = 0; i < lines; i++)
+		memcpy(out + i * len, echo_reply, len);
+	ob = uv_buf_init(out, (unsigned)(lines * len));
+	w = uv_try_write(s, &ob, 1);
+	if (w == (int)ob.len) {
+		free(out);
+		return;
+	}
+	if (w < 0 && w != UV_EAGAIN)
+		goto fail;
+	if (w > 0)
+		ob = uv_buf_init(out + w, ob.len - (unsigned)w);
+	req = malloc(sizeof(*req));
+	if (!req)
+		goto fail;
+	req->data = out;
+	if (uv_write(req, s, &ob, 1, echo_written_cb) == 0)
+		return;
+	free(req);
+fail:
+	free(out);
+	if (!uv_is_closing((uv_handle_t *)s))
 		uv_close((uv_handle_t *)s, (uv_close_cb)free);
 }
 
-static void echo_conn(uv_stream_t *server, int status)
+static void echo_conn_cb(uv_stream_t *server, int status)
 {
-	uv_pipe_t *c = malloc(sizeof(*c));
+	uv_pipe_t *c;
 
-	(void)status;
+	if (status < 0)
+		return;
+	c = malloc(sizeof(*c));
+	if (!c)
+		return;
 	uv_pipe_init(server->loop, c, 0);
 	if (uv_accept(server, (uv_stream_t *)c) == 0)
-		uv_read_start((uv_stream_t *)c, echo_alloc, echo_read);
+		uv_read_start((uv_stream_t *)c, echo_alloc_cb, echo_read_cb);
+	else
+		uv_close((uv_handle_t *)c, (uv_close_cb)free);
 }
 
-static pid_t start_echo(void)
+static void child_defaults(void)
+{
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGPIPE, SIG_DFL);
+}
+
+static int start_echo(void)
+{
+	pid_t pid;
+
+	echo_reply = malloc(g.get_resp_len);
+	if (!echo_reply)
+		return -ENOMEM;
+	memset(echo_reply, 'e', g.get_resp_len);
+	echo_reply[0] = '{';
+	echo_reply[g.get_resp_len - 2] = '}';
+	echo_reply[g.get_resp_len - 1] = '\n';
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		uv_loop_t loop;
+		uv_pipe_t srv;
+
+		child_defaults();
+		signal(SIGPIPE, SIG_IGN);
+		if (uv_loop_init(&loop) < 0 ||
+		    uv_pipe_init(&loop, &srv, 0) < 0 ||
+		    uv_pipe_bind(&srv, g.echo_sock) < 0 ||
+		    uv_listen((uv_stream_t *)&srv, 1024, echo_conn_cb) < 0)
+			_exit(1);
+		uv_run(&loop, UV_RUN_DEFAULT);
+		_exit(0);
+	}
+	g.echo = pid;
+	return 0;
+}
+
+/* Copy the end of a server's log to stderr: the directory holding it is
+ * removed on exit. */
+static void show_log(const char *log)
+{
+	char path[160], tail[2048];
+	size_t n;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", g.dir, log);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fseek(f, -(long)sizeof(tail) + 1, SEEK_END) < 0)
+		rewind(f);
+	n = fread(tail, 1, sizeof(tail) - 1, f);
+	tail[n] = '\0';
+	fclose(f);
+	fprintf(stderr, "--- end of %s ---\n%s\n---\n", log, tail);
+}
+
+/* Wait until something answers on path, or the child died (then *pid is
+ * reaped and set to -1). log names its log file in the work directory. */
+static int wait_server(const char *what, pid_t *pid, const char *path,
+		       const char *log, double seconds)
+{
+	uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+	int fd, st;
+
+	while (!interrupted && now_ns() < end) {
+		fd = connect_unix(path);
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		if (waitpid(*pid, &st, WNOHANG) == *pid) {
+			*pid = -1;
+			fprintf(stderr,
+				"vmem-bench: %s exited at start-up (%s %d)\n",
+				what, WIFEXITED(st) ? "exit" : "signal",
+				WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+			if (log)
+				show_log(log);
+			return -ECHILD;
+		}
+		usleep(10000);
+	}
+	if (interrupted)
+		return -EINTR;
+	fprintf(stderr, "vmem-bench: %s did not answer on %s\n", what, path);
+	if (log)
+		show_log(log);
+	return -ETIMEDOUT;
+}
+
+static pid_t spawn(char *const argv[], const char *log)
 {
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		uv_loop_t *loop = uv_default_loop();
-		uv_pipe_t srv;
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			      0600);
 
-		uv_pipe_init(loop, &srv, 0);
-		if (uv_pipe_bind(&srv, echo_sock) < 0 ||
-		    uv_listen((uv_stream_t *)&srv, 128, echo_conn) < 0)
-			_exit(1);
-		uv_run(loop, UV_RUN_DEFAULT);
-		_exit(0);
-	}
-	return pid;
-}
-
-static pid_t start_vmemd(const struct opts *o)
-{
-	char log_path[300];
-	pid_t pid;
-
-	snprintf(log_path, sizeof(log_path), "%s/vmemd.log", workdir);
-	pid = fork();
-	if (pid == 0) {
-		int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		if (fd >= 0)
+		child_defaults();
+		if (fd >= 0) {
+			dup2(fd, STDOUT_FILENO);
 			dup2(fd, STDERR_FILENO);
-		execl(o->vmemd, o->vmemd, "--repo", workdir, "--socket",
-		      vmem_sock, "--foreground", (char *)NULL);
+		}
+		execvp(argv[0], argv);
 		_exit(127);
 	}
 	return pid;
 }
 
-static void pin(pid_t pid, int cpu)
+static int start_vmemd(const char *path)
 {
-	cpu_set_t set;
+	char log[128], maxx[16];
+	char *argv[] = {(char *)path, "--repo",	   g.dir,
+			"--socket",   g.vmem_sock, "--foreground",
+			"--max-x",    maxx,	   NULL};
 
-	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
-	sched_setaffinity(pid, sizeof(set), &set);
+	snprintf(log, sizeof(log), "%s/vmemd.log", g.dir);
+	snprintf(maxx, sizeof(maxx), "%d", g.max_x);
+	g.vmemd = spawn(argv, log);
+	if (g.vmemd < 0)
+		return -errno;
+	return wait_server("vmemd", &g.vmemd, g.vmem_sock, "vmemd.log", 30);
 }
 
-static void unpin(pid_t pid)
+static bool in_path(const char *prog)
 {
-	cpu_set_t set;
+	const char *path = getenv("PATH");
+	char buf[PATH_MAX];
 
-	CPU_ZERO(&set);
-	for (int i = 0; i < CPU_SETSIZE && i < 64; i++)
-		CPU_SET(i, &set);
-	sched_setaffinity(pid, sizeof(set), &set);
-}
+	while (path && *path) {
+		size_t n = strcspn(path, ":");
 
-/* ---- measurement ---- */
-
-struct sample {
-	double *lat; /* seconds */
-	size_t n, cap;
-	double elapsed;
-};
-
-static void sample_add(struct sample *s, double v)
-{
-	if (s->n == s->cap) {
-		s->cap = s->cap ? s->cap * 2 : 4096;
-		s->lat = realloc(s->lat, s->cap * sizeof(*s->lat));
-		if (!s->lat)
-			die("realloc");
+		snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, prog);
+		if (access(buf, X_OK) == 0)
+			return true;
+		path += n + (path[n] == ':');
 	}
-	s->lat[s->n++] = v;
+	return false;
 }
 
-static int cmp_double(const void *a, const void *b)
+static int start_redis(void)
 {
-	double x = *(const double *)a, y = *(const double *)b;
+	char dir[128], log[128];
+	char *argv[] = {"redis-server", "--port",     "0",
+			"--unixsocket", g.redis_sock, "--unixsocketperm",
+			"700",		"--dir",      dir,
+			"--appendonly", "yes",	      "--appendfsync",
+			"always",	"--save",     "",
+			"--daemonize",	"no",	      NULL};
 
-	return x < y ? -1 : x > y;
+	snprintf(dir, sizeof(dir), "%s/redis", g.dir);
+	snprintf(log, sizeof(log), "%s/redis.log", g.dir);
+	if (mkdir(dir, 0700) < 0)
+		return -errno;
+	g.redis = spawn(argv, log);
+	if (g.redis < 0)
+		return -errno;
+	return wait_server("redis-server", &g.redis, g.redis_sock, "redis.log",
+			   30);
 }
 
-static double pct(struct sample *s, double p)
+/* Stop a child: sig, then SIGKILL after grace seconds. Returns its wait
+ * status, or -1 if it had to be killed. */
+static int stop_child(pid_t *pid, int sig, double grace)
 {
-	size_t i;
+	uint64_t end = now_ns() + (uint64_t)(grace * 1e9);
+	int st = 0;
 
-	if (s->n == 0)
+	if (*pid <= 0)
 		return 0;
-	qsort(s->lat, s->n, sizeof(*s->lat), cmp_double);
-	i = (size_t)(p * (double)(s->n - 1));
-	return s->lat[i] * 1e6;
+	kill(*pid, sig);
+	while (waitpid(*pid, &st, WNOHANG) == 0) {
+		if (now_ns() > end) {
+			kill(*pid, SIGKILL);
+			waitpid(*pid, &st, 0);
+			*pid = -1;
+			return -1;
+		}
+		usleep(10000);
+	}
+	*pid = -1;
+	return st;
 }
 
-typedef void (*request_fn)(int fd, unsigned long i, char *buf, size_t cap);
-
-struct worker {
-	const char *sock;
-	request_fn fn;
-	double seconds;
-	unsigned long seed;
-	struct sample s;
-	pthread_t thread;
-};
-
-static void *worker_main(void *arg)
+static int rm_cb(const char *path, const struct stat *sb, int flag,
+		 struct FTW *ftw)
 {
-	struct worker *w = arg;
-	int fd = wait_connect(w->sock);
-	size_t cap = 1 << 20;
-	char *buf = malloc(cap);
-	double start = now_s(), end = start + w->seconds;
-	unsigned long i = w->seed;
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
 
-	if (!buf)
-		die("malloc");
-	while (now_s() < end) {
-		double t = now_s();
+/* ---- CPU placement for --pin ---- */
 
-		w->fn(fd, i++, buf, cap);
-		sample_add(&w->s, now_s() - t);
+static void set_all_tasks(pid_t pid, const cpu_set_t *set)
+{
+	char path[64];
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d) {
+		sched_setaffinity(pid, sizeof(*set), set);
+		return;
 	}
-	w->s.elapsed = now_s() - start;
-	free(buf);
-	close(fd);
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.')
+			sched_setaffinity((pid_t)atoi(de->d_name), sizeof(*set),
+					  set);
+	closedir(d);
+}
+
+static void place(pid_t server, bool pinned)
+{
+	cpu_set_t one;
+	int cpu = 0;
+
+	if (!pinned) {
+		sched_setaffinity(0, sizeof(g.all_cpus), &g.all_cpus);
+		if (server > 0)
+			set_all_tasks(server, &g.all_cpus);
+		return;
+	}
+	while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &g.all_cpus))
+		cpu++;
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	sched_setaffinity(0, sizeof(one), &one);
+	if (server > 0)
+		set_all_tasks(server, &one);
+}
+
+/* ---- rows ---- */
+
+static void print_header(void)
+{
+	printf("%-*s %7s %5s %11s %9s %9s %9s\n", g.label_w, "op/mix",
+	       "clients", "depth", "ops/s", "p50 us", "p99 us", "p999 us");
+}
+
+static void add_row(const char *label, int clients, int depth, bool pinned,
+		    double tput, struct result *r)
+{
+	struct row *w;
+
+	qsort(r->lat, r->n, sizeof(*r->lat), cmp_u64);
+	if (g.n_rows == MAX_ROWS)
+		return;
+	w = &g.rows[g.n_rows++];
+	snprintf(w->label, sizeof(w->label), "%s", label);
+	w->clients = clients;
+	w->depth = depth;
+	w->pinned = pinned;
+	w->tput = tput;
+	w->p50 = pct_us(r, .5);
+	w->p99 = pct_us(r, .99);
+	w->p999 = pct_us(r, .999);
+	printf("%-*s %6d%s %5d %11.0f %9.1f %9.1f %9.1f\n", g.label_w, w->label,
+	       clients, pinned ? "*" : " ", depth, tput, w->p50, w->p99,
+	       w->p999);
+	fflush(stdout);
+}
+
+static const struct row *find_row(const char *label, int clients)
+{
+	for (int i = 0; i < g.n_rows; i++)
+		if (strcmp(g.rows[i].label, label) == 0 &&
+		    g.rows[i].clients == clients)
+			return &g.rows[i];
 	return NULL;
 }
 
-/* Run n clients for the given time; returns total ops/s and merges
- * latencies into *all. */
-static double run_clients(const char *sock, request_fn fn, int n,
-			  double seconds, struct sample *all)
+/* Measure one row and print it. */
+static int measure(const char *label, const char *sock, pid_t server,
+		   enum proto proto, const struct mix *mix, int clients,
+		   const struct opts *o)
 {
-	struct worker *w = calloc((size_t)n, sizeof(*w));
-	double ops = 0;
+	struct result r = {0};
+	bool pinned = o->pin && clients == 1;
+	int64_t n;
 
-	if (!w)
-		die("calloc");
-	for (int i = 0; i < n; i++) {
-		w[i] = (struct worker){.sock = sock,
-				       .fn = fn,
-				       .seconds = seconds,
-				       .seed = (unsigned long)i * 100003UL};
-		pthread_create(&w[i].thread, NULL, worker_main, &w[i]);
-	}
-	for (int i = 0; i < n; i++) {
-		pthread_join(w[i].thread, NULL);
-		ops += (double)w[i].s.n / w[i].s.elapsed;
-		for (size_t k = 0; k < w[i].s.n; k++)
-			sample_add(all, w[i].s.lat[k]);
-		free(w[i].s.lat);
-	}
-	free(w);
-	return ops;
+	place(server, pinned);
+	n = run_load(sock, proto, mix, clients, o->depth, o->seconds, 0, &r);
+	place(server, false);
+	if (n >= 0)
+		add_row(label, clients, o->depth, pinned,
+			(double)n / o->seconds, &r);
+	free(r.lat);
+	return n < 0 ? (int)n : 0;
 }
 
-static const char get_req[] =
-	"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"decision.get\","
-	"\"params\":{\"coordinate\":{\"x\":1,\"y\":1,\"z\":2}}}\n";
-static char *content; /* JSON-safe filler of content_bytes */
-
-static void echo_fn(int fd, unsigned long i, char *buf, size_t cap)
+/* One request on a fresh connection, blocking; the response line is
+ * returned in *resp (caller frees). */
+static int rpc_once(const char *line, char **resp, size_t *resp_len,
+		    int timeout_s)
 {
-	(void)i;
-	round_trip(fd, get_req, sizeof(get_req) - 1, buf, cap);
-}
+	struct timeval tv = {.tv_sec = timeout_s};
+	struct buf b = {0};
+	size_t len = strlen(line);
+	int fd, rc = 0;
+	char *nl = NULL;
 
-static void get_fn(int fd, unsigned long i, char *buf, size_t cap)
-{
-	(void)i;
-	round_trip(fd, get_req, sizeof(get_req) - 1, buf, cap);
-	if (!strstr(buf, "\"result\":{")) {
-		fprintf(stderr, "vmem-bench: bad get response: %.200s\n", buf);
-		exit(1);
+	fd = connect_unix(g.vmem_sock);
+	if (fd < 0)
+		return fd;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (write(fd, line, len) != (ssize_t)len) {
+		rc = -EIO;
+		goto out;
 	}
-}
+	while (!nl) {
+		ssize_t n;
 
-/* Overwrites rotate over the z=2..4 coordinates of the whole space. */
-static void store_fn(int fd, unsigned long i, char *buf, size_t cap)
-{
-	unsigned long k = i % (1000UL * 5 * 3);
-	char *req;
-	int len = asprintf(
-		&req,
-		"{\"jsonrpc\":\"2.0\",\"id\":%lu,\"method\":\"decision.store\","
-		"\"params\":{\"coordinate\":{\"x\":%lu,\"y\":%lu,\"z\":%lu},"
-		"\"content\":\"%s\",\"agent_id\":\"bench\",\"overwrite\":true}}"
-		"\n",
-		i, k / 15 + 1, k / 3 % 5 + 1, k % 3 + 2, content);
-
-	if (len < 0)
-		die("asprintf");
-	round_trip(fd, req, (size_t)len, buf, cap);
-	free(req);
-	if (!strstr(buf, "\"result\":{")) {
-		fprintf(stderr, "vmem-bench: store failed: %.300s\n", buf);
-		exit(1);
+		if ((rc = buf_reserve(&b, 65536)) < 0)
+			goto out;
+		n = read(fd, b.p + b.len, b.cap - b.len - 1);
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -ECONNRESET;
+			goto out;
+		}
+		nl = memchr(b.p + b.len, '\n', (size_t)n);
+		b.len += (size_t)n;
 	}
-}
-
-/* The floor of a durable write: append a record-sized block, fdatasync. */
-static void fdatasync_floor(int n, size_t bytes, struct sample *s)
-{
-	char path[300];
-	char *block = malloc(bytes);
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/.git/fsync-floor", workdir);
-	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC, 0600);
-	if (fd < 0 || !block)
-		die("fsync floor");
-	memset(block, 'x', bytes);
-	for (int i = 0; i < n; i++) {
-		double t = now_s();
-
-		if (write(fd, block, bytes) != (ssize_t)bytes ||
-		    fdatasync(fd) < 0)
-			die("fsync floor write");
-		sample_add(s, now_s() - t);
+	b.p[b.len] = '\0';
+	if (strstr(b.p, "\"error\":")) {
+		fprintf(stderr, "vmem-bench: error response: %.400s\n", b.p);
+		rc = -EPROTO;
+		goto out;
 	}
+	*resp_len = (size_t)(nl - b.p) + 1;
+	*resp = b.p;
+	b.p = NULL;
+out:
+	free(b.p);
 	close(fd);
+	return rc;
+}
+
+/* Commit what the last row wrote, outside any measurement, so that the
+ * background git job does not run into the next row. */
+static int vmem_sync(void)
+{
+	char *resp = NULL;
+	size_t len;
+	int rc = rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+			  "\"git.sync\"}\n",
+			  &resp, &len, 600);
+
+	free(resp);
+	return rc;
+}
+
+/* The floor of a durable write: append a WAL-record-sized block to a file
+ * in the repository's git directory and fdatasync it, over and over. */
+static int fsync_floor(const struct opts *o)
+{
+	char path[128];
+	size_t bytes = (size_t)o->value_bytes + 200;
+	struct result r = {0};
+	uint64_t t, end;
+	char *block = malloc(bytes);
+	int fd = -1, rc = 0;
+
+	snprintf(path, sizeof(path), "%s/.git/fsync-floor", g.dir);
+	if (!block) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	memset(block, 'x', bytes);
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_TRUNC | O_CLOEXEC,
+		  0600);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	place(0, o->pin);
+	end = now_ns() + (uint64_t)(o->seconds * 1e9);
+	while ((t = now_ns()) < end && !interrupted) {
+		if (write(fd, block, bytes) != (ssize_t)bytes ||
+		    fdatasync(fd) < 0) {
+			rc = -EIO;
+			break;
+		}
+		if ((rc = result_add(&r, now_ns() - t)) < 0)
+			break;
+	}
+	place(0, false);
+	if (rc == 0)
+		add_row("fdatasync (log append)", 1, 1, o->pin,
+			(double)r.n / o->seconds, &r);
+out:
+	if (fd >= 0)
+		close(fd);
 	unlink(path);
 	free(block);
+	free(r.lat);
+	return rc;
 }
 
-/* redis-server with appendfsync always, driven by redis-benchmark. */
-static double redis_set_rate(int clients, int bytes)
+/* ---- ratios ---- */
+
+static void ratio(const char *what, int clients, double ours, double base,
+		  const char *unit, const char *target)
 {
-	char cmd[1024];
-	char line[512];
-	double rate = -1;
-	FILE *p;
+	int prec = strcmp(unit, "us") == 0 ? 1 : 0;
 
-	if (system("command -v redis-server >/dev/null 2>&1 && "
-		   "command -v redis-benchmark >/dev/null 2>&1") != 0)
-		return -1;
-	snprintf(cmd, sizeof(cmd),
-		 "cd %s && redis-server --port 0 --unixsocket %s/redis.sock "
-		 "--save '' --appendonly yes --appendfsync always --dir %s "
-		 "--daemonize yes --pidfile %s/redis.pid >/dev/null && "
-		 "sleep 0.5 && redis-benchmark -s %s/redis.sock -t set "
-		 "-n 40000 -c %d -d %d --csv 2>/dev/null; "
-		 "kill $(cat %s/redis.pid) 2>/dev/null",
-		 workdir, workdir, workdir, workdir, workdir, clients, bytes,
-		 workdir);
-	p = popen(cmd, "r");
-	if (!p)
-		return -1;
-	while (fgets(line, sizeof(line), p)) {
-		char *q = strstr(line, "\"SET\",\"");
+	printf("  %-30s %7d %10.*f %10.*f %-4s %6.2f%s%s\n", what, clients,
+	       prec, ours, prec, base, unit, base > 0 ? ours / base : 0.0,
+	       *target ? "  " : "", target);
+}
 
-		if (q)
-			rate = strtod(q + 7, NULL);
+static void print_ratios(const struct opts *o, bool redis)
+{
+	const struct row *fs = find_row("fdatasync (log append)", 1);
+
+	printf("\n%-32s %7s %10s %10s %-4s %6s  %s\n", "ratios (same run)",
+	       "clients", "ours", "baseline", "", "ratio", "target");
+	for (int i = 0; i < o->n_clients; i++) {
+		int c = o->clients[i];
+		const struct row *get = find_row("get", c);
+		const struct row *st = find_row("store", c);
+		const struct row *echo = find_row("echo", c);
+		const struct row *rset = find_row("redis SET", c);
+		const struct row *rget = find_row("redis GET", c);
+
+		if (get && echo) {
+			ratio("get p50 / echo p50", c, get->p50, echo->p50,
+			      "us", c == 1 ? "<= 1.5" : "");
+			ratio("get ops/s / echo ops/s", c, get->tput,
+			      echo->tput, "/s", c == 16 ? ">= 0.8" : "");
+		}
+		if (redis && get && rget)
+			ratio("get ops/s / redis GET ops/s", c, get->tput,
+			      rget->tput, "/s", "");
+		if (redis && st && rset)
+			ratio("store ops/s / redis SET ops/s", c, st->tput,
+			      rset->tput, "/s", c == 16 ? ">= 1.0" : "");
+		if (st && fs && c == 1)
+			ratio("store p50 / fdatasync p50", c, st->p50, fs->p50,
+			      "us", "<= 1.2");
 	}
-	pclose(p);
-	return rate;
 }
 
-static void usage(void)
+/* ---- options ---- */
+
+static void usage(FILE *f)
 {
-	fprintf(stderr, "usage: vmem-bench [--vmemd PATH] [--seconds S] "
-			"[--clients N] [--content-bytes B]\n");
-	exit(2);
+	fprintf(f,
+		"usage: vmem-bench --vmemd PATH [--seconds S] [--clients "
+		"LIST]\n"
+		"                  [--depth N] [--value-bytes B] [--mix "
+		"SPEC]...\n"
+		"                  [--preload N] [--max-x N] [--compare] "
+		"[--pin]\n"
+		"  --mix SPEC   op[=weight],... with op one of get, exists, "
+		"store,\n"
+		"               store_new, search, range, before "
+		"(repeatable;\n"
+		"               default: get, then store, each its own row)\n");
 }
 
-int main(int argc, char **argv)
+static int parse_mix(const char *spec, struct mix *m)
+{
+	char tmp[256], *save = NULL, *tok;
+
+	memset(m, 0, sizeof(*m));
+	if (strlen(spec) >= sizeof(m->label))
+		return -EINVAL;
+	snprintf(m->label, sizeof(m->label), "%s", spec);
+	snprintf(tmp, sizeof(tmp), "%s", spec);
+	for (tok = strtok_r(tmp, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		long w = 1;
+		int op;
+
+		if (eq) {
+			*eq = '\0';
+			w = strtol(eq + 1, NULL, 10);
+		}
+		for (op = 0; op < N_MIX_OPS; op++)
+			if (strcmp(tok, op_names[op]) == 0)
+				break;
+		if (op == N_MIX_OPS || w < 1 || w > 1000000 ||
+		    m->n == MAX_MIX_OPS)
+			return -EINVAL;
+		m->op[m->n] = (enum op)op;
+		m->weight[m->n++] = (unsigned)w;
+		m->total += (unsigned)w;
+	}
+	return m->n ? 0 : -EINVAL;
+}
+
+static int parse_clients(const char *s, struct opts *o)
+{
+	char *end;
+
+	o->n_clients = 0;
+	while (*s) {
+		long v = strtol(s, &end, 10);
+
+		if (end == s || v < 1 || v > MAX_CLIENTS || o->n_clients == 64)
+			return -EINVAL;
+		o->clients[o->n_clients++] = (int)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -EINVAL;
+	}
+	return o->n_clients ? 0 : -EINVAL;
+}
+
+static int parse_opts(int argc, char **argv, struct opts *o)
 {
 	static const struct option longopts[] = {
 		{"vmemd", required_argument, NULL, 'd'},
 		{"seconds", required_argument, NULL, 's'},
 		{"clients", required_argument, NULL, 'c'},
-		{"content-bytes", required_argument, NULL, 'b'},
+		{"depth", required_argument, NULL, 'D'},
+		{"value-bytes", required_argument, NULL, 'b'},
+		{"mix", required_argument, NULL, 'm'},
+		{"preload", required_argument, NULL, 'p'},
+		{"max-x", required_argument, NULL, 'x'},
+		{"compare", no_argument, NULL, 'C'},
+		{"pin", no_argument, NULL, 'P'},
+		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct opts o = {.vmemd = getenv("VMEMD"),
-			 .seconds = 3,
-			 .clients = 16,
-			 .content_bytes = 256};
-	struct sample echo1 = {0}, get1 = {0}, echo1u = {0}, get1u = {0};
-	struct sample echoN = {0}, getN = {0}, fsync1 = {0}, store1 = {0},
-		      storeN = {0};
-	double echo_rate, get_rate, store1_rate, storeN_rate, redis;
-	pid_t vmemd, echo;
-	char cmd[400], buf[4096];
-	int ch, fd;
+	int ch;
 
-	while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+	*o = (struct opts){.vmemd = getenv("VMEMD"),
+			   .seconds = 3,
+			   .depth = 1,
+			   .value_bytes = 256,
+			   .preload = 1000};
+	parse_clients("1,4,16,64", o);
+	while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'd':
-			o.vmemd = optarg;
+			o->vmemd = optarg;
 			break;
 		case 's':
-			o.seconds = atof(optarg);
+			o->seconds = strtod(optarg, NULL);
 			break;
 		case 'c':
-			o.clients = atoi(optarg);
+			if (parse_clients(optarg, o) < 0)
+				return -EINVAL;
+			break;
+		case 'D':
+			o->depth = atoi(optarg);
 			break;
 		case 'b':
-			o.content_bytes = atoi(optarg);
+			o->value_bytes = atoi(optarg);
 			break;
+		case 'm':
+			if (o->n_mixes == MAX_MIXES ||
+			    parse_mix(optarg, &o->mixes[o->n_mixes++]) < 0)
+				return -EINVAL;
+			break;
+		case 'p':
+			o->preload = atoi(optarg);
+			break;
+		case 'x':
+			o->max_x = atoi(optarg);
+			break;
+		case 'C':
+			o->compare = true;
+			break;
+		case 'P':
+			o->pin = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
 		default:
-			usage();
+			return -EINVAL;
 		}
 	}
-	if (!o.vmemd || o.seconds <= 0 || o.clients < 1 || o.content_bytes < 1)
-		usage();
-	signal(SIGPIPE, SIG_IGN);
-	content = malloc((size_t)o.content_bytes + 1);
-	memset(content, 'a', (size_t)o.content_bytes);
-	content[o.content_bytes] = '\0';
+	if (optind < argc || !o->vmemd || !(o->seconds > 0) ||
+	    o->seconds > 3600 || o->depth < 1 || o->depth > MAX_DEPTH ||
+	    o->value_bytes < 16 || o->value_bytes > 102400 || o->preload < 1 ||
+	    o->max_x < 0 || o->max_x > 1000000)
+		return -EINVAL;
+	if (o->n_mixes == 0) {
+		parse_mix("get", &o->mixes[0]);
+		parse_mix("store", &o->mixes[1]);
+		o->n_mixes = 2;
+	}
+	if (!o->max_x) {
+		/* store_new needs room: only then widen the space. */
+		bool fresh = false;
 
-	if (!mkdtemp(workdir))
-		die("mkdtemp");
-	snprintf(cmd, sizeof(cmd), "git init -q %s", workdir);
-	if (system(cmd) != 0)
-		die("git init");
-	snprintf(vmem_sock, sizeof(vmem_sock), "%s/vmem.sock", workdir);
-	snprintf(echo_sock, sizeof(echo_sock), "%s/echo.sock", workdir);
-	vmemd = start_vmemd(&o);
-	echo = start_echo();
-	fd = wait_connect(vmem_sock);
-	close(wait_connect(echo_sock));
-	store_fn(fd, 5, buf, sizeof(buf)); /* ensure something to read */
-	snprintf(cmd, sizeof(cmd),
-		 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"decision.store\","
-		 "\"params\":{\"coordinate\":{\"x\":1,\"y\":1,\"z\":2},"
-		 "\"content\":\"bench\",\"agent_id\":\"bench\","
-		 "\"overwrite\":true}}\n");
-	round_trip(fd, cmd, strlen(cmd), buf, sizeof(buf));
-	close(fd);
-
-	printf("vmem-bench: %.1f s per run, %d clients, content %d bytes, "
-	       "%ld CPUs\n\n",
-	       o.seconds, o.clients, o.content_bytes,
-	       sysconf(_SC_NPROCESSORS_ONLN));
-
-	/* Round trips with server and client on the same vCPU (the stable
-	 * placement), then unpinned (the scheduler decides). */
-	pin(0, 0);
-	pin(vmemd, 0);
-	pin(echo, 0);
-	run_clients(echo_sock, echo_fn, 1, o.seconds, &echo1);
-	run_clients(vmem_sock, get_fn, 1, o.seconds, &get1);
-	unpin(0);
-	unpin(vmemd);
-	unpin(echo);
-	run_clients(echo_sock, echo_fn, 1, o.seconds, &echo1u);
-	run_clients(vmem_sock, get_fn, 1, o.seconds, &get1u);
-	echo_rate =
-		run_clients(echo_sock, echo_fn, o.clients, o.seconds, &echoN);
-	get_rate = run_clients(vmem_sock, get_fn, o.clients, o.seconds, &getN);
-
-	fdatasync_floor(2000, (size_t)o.content_bytes + 200, &fsync1);
-	store1_rate = run_clients(vmem_sock, store_fn, 1, o.seconds, &store1);
-	storeN_rate =
-		run_clients(vmem_sock, store_fn, o.clients, o.seconds, &storeN);
-	redis = redis_set_rate(o.clients, o.content_bytes);
-
-	printf("decision.get round trip, 1 client (us)        p50      p99\n");
-	printf("  same vCPU   echo                        %8.1f %8.1f\n",
-	       pct(&echo1, .5), pct(&echo1, .99));
-	printf("  same vCPU   decision.get                %8.1f %8.1f   "
-	       "ratio p50 %.2f (target <= 1.5)\n",
-	       pct(&get1, .5), pct(&get1, .99),
-	       pct(&get1, .5) / pct(&echo1, .5));
-	printf("  unpinned    echo                        %8.1f %8.1f\n",
-	       pct(&echo1u, .5), pct(&echo1u, .99));
-	printf("  unpinned    decision.get                %8.1f %8.1f   "
-	       "ratio p50 %.2f\n",
-	       pct(&get1u, .5), pct(&get1u, .99),
-	       pct(&get1u, .5) / pct(&echo1u, .5));
-	printf("\nthroughput, %d clients (req/s)\n", o.clients);
-	printf("  echo                     %10.0f\n", echo_rate);
-	printf("  decision.get             %10.0f   ratio %.2f (target >= "
-	       "0.8)\n",
-	       get_rate, get_rate / echo_rate);
-	printf("\ndurable decision.store\n");
-	printf("  fdatasync of a log append, p50  %8.1f us\n",
-	       pct(&fsync1, .5));
-	printf("  1 client   %8.0f/s   p50 %8.1f us  p99 %8.1f us   ratio "
-	       "p50/fdatasync %.2f (target <= 1.2)\n",
-	       store1_rate, pct(&store1, .5), pct(&store1, .99),
-	       pct(&store1, .5) / pct(&fsync1, .5));
-	printf("  %d clients %8.0f/s   p50 %8.1f us  p99 %8.1f us\n", o.clients,
-	       storeN_rate, pct(&storeN, .5), pct(&storeN, .99));
-	if (redis > 0)
-		printf("  redis-server appendfsync always SET, %d clients: "
-		       "%.0f/s   ratio %.2f (target >= 1.0)\n",
-		       o.clients, redis, storeN_rate / redis);
-	else
-		printf("  redis-server/redis-benchmark not installed: no peer "
-		       "figure\n");
-
-	fd = wait_connect(vmem_sock);
-	snprintf(cmd, sizeof(cmd),
-		 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server.shutdown\"}"
-		 "\n");
-	round_trip(fd, cmd, strlen(cmd), buf, sizeof(buf));
-	close(fd);
-	waitpid(vmemd, NULL, 0);
-	kill(echo, SIGTERM);
-	waitpid(echo, NULL, 0);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", workdir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "vmem-bench: could not remove %s\n", workdir);
-	free(content);
+		for (int i = 0; i < o->n_mixes; i++)
+			for (int j = 0; j < o->mixes[i].n; j++)
+				fresh |= o->mixes[i].op[j] == OP_STORE_NEW;
+		o->max_x = fresh ? 100000 : 1000;
+	}
+	if ((int64_t)o->preload > (int64_t)o->max_x * 15) {
+		fprintf(stderr, "vmem-bench: --preload is at most 15 x "
+				"--max-x (z=2..4 of every issue)\n");
+		return -EINVAL;
+	}
 	return 0;
+}
+
+static void print_context(const struct opts *o)
+{
+	struct utsname u;
+	char line[256], model[200] = "?";
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	time_t now = time(NULL);
+	char date[32];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (strncmp(line, "model name", 10) == 0) {
+			char *c = strchr(line, ':');
+
+			if (c) {
+				snprintf(model, sizeof(model), "%s", c + 2);
+				model[strcspn(model, "\n")] = '\0';
+			}
+			break;
+		}
+	if (f)
+		fclose(f);
+	uname(&u);
+	strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", gmtime(&now));
+	printf("vmem-bench %s\n", date);
+	printf("machine: %ld CPUs online (%s), %s %s %s\n",
+	       sysconf(_SC_NPROCESSORS_ONLN), model, u.sysname, u.release,
+	       u.machine);
+	printf("vmemd: %s --max-x %d, repo %s\n", o->vmemd, o->max_x, g.dir);
+	printf("runs: %.1f s each (after a %.2f s warm-up), depth %d, value "
+	       "%d bytes, %d decisions preloaded%s\n\n",
+	       o->seconds, o->seconds * 0.1 > 0.5 ? 0.5 : o->seconds * 0.1,
+	       o->depth, o->value_bytes, o->preload,
+	       o->pin ? ", 1-client rows pinned to one CPU (*)" : "");
+}
+
+static int preload_vmem(const struct opts *o)
+{
+	struct mix m = {.label = "preload", .n = 1, .op = {OP_PRELOAD}};
+	char get[256], *resp = NULL;
+	int64_t n;
+	int rc, x, y, z;
+
+	m.weight[0] = m.total = 1;
+	n = run_load(g.vmem_sock, P_JSON, &m, PRELOAD_CONNS, PRELOAD_DEPTH, 0,
+		     (uint64_t)o->preload, NULL);
+	if (n < 0)
+		return (int)n;
+	if ((rc = vmem_sync()) < 0)
+		return rc;
+	/* The echo server answers with lines of a get response's size. */
+	coord_of(0, &x, &y, &z);
+	snprintf(get, sizeof(get),
+		 "%s1,\"method\":\"decision.get\",\"params\":{\"coordinate\":"
+		 "{\"x\":%d,\"y\":%d,\"z\":%d}}}\n",
+		 jhead, x, y, z);
+	rc = rpc_once(get, &resp, &g.get_resp_len, 10);
+	free(resp);
+	return rc;
+}
+
+static int bench_redis(const struct opts *o)
+{
+	struct mix set = {.label = "redis SET", .n = 1, .op = {OP_RSET}};
+	struct mix rget = {.label = "redis GET", .n = 1, .op = {OP_RGET}};
+	struct mix pre = {.label = "preload", .n = 1, .op = {OP_RPRELOAD}};
+	int64_t n;
+	int rc, i;
+
+	set.weight[0] = set.total = rget.weight[0] = rget.total = 1;
+	pre.weight[0] = pre.total = 1;
+	if ((rc = start_redis()) < 0)
+		return rc;
+	n = run_load(g.redis_sock, P_RESP, &pre, PRELOAD_CONNS, PRELOAD_DEPTH,
+		     0, (uint64_t)o->preload, NULL);
+	if (n < 0)
+		return (int)n;
+	for (i = 0; i < o->n_clients; i++)
+		if ((rc = measure("redis SET", g.redis_sock, g.redis, P_RESP,
+				  &set, o->clients[i], o)) < 0)
+			return rc;
+	for (i = 0; i < o->n_clients; i++)
+		if ((rc = measure("redis GET", g.redis_sock, g.redis, P_RESP,
+				  &rget, o->clients[i], o)) < 0)
+			return rc;
+	return 0;
+}
+
+static bool writes(const struct mix *m)
+{
+	for (int i = 0; i < m->n; i++)
+		if (m->op[i] == OP_STORE || m->op[i] == OP_STORE_NEW)
+			return true;
+	return false;
+}
+
+int main(int argc, char **argv)
+{
+	static const char words[] = "lorem ipsum dolor sit amet consectetur "
+				    "adipiscing elit sed do eiusmod tempor ";
+	struct sigaction sa = {.sa_handler = on_signal};
+	struct opts o;
+	bool redis = false;
+	char cmd[256];
+	int rc = 0, i, j, st;
+
+	if (parse_opts(argc, argv, &o) < 0) {
+		usage(stderr);
+		return 2;
+	}
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sched_getaffinity(0, sizeof(g.all_cpus), &g.all_cpus);
+	g.max_x = o.max_x;
+	g.preload = o.preload;
+	g.preload_xs = (o.preload + 14) / 15;
+	g.value_bytes = o.value_bytes;
+	g.filler = malloc((size_t)o.value_bytes + 1);
+	if (!g.filler) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < o.value_bytes; i++)
+		g.filler[i] = words[(size_t)i % (sizeof(words) - 1)];
+	g.filler[o.value_bytes] = '\0';
+
+	snprintf(g.dir, sizeof(g.dir), "/tmp/vmem-bench-XXXXXX");
+	if (!mkdtemp(g.dir)) {
+		g.dir[0] = '\0';
+		rc = -errno;
+		goto out;
+	}
+	snprintf(g.vmem_sock, sizeof(g.vmem_sock), "%s/vmem.sock", g.dir);
+	snprintf(g.echo_sock, sizeof(g.echo_sock), "%s/echo.sock", g.dir);
+	snprintf(g.redis_sock, sizeof(g.redis_sock), "%s/redis.sock", g.dir);
+	snprintf(cmd, sizeof(cmd), "git init -q '%s'", g.dir);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "vmem-bench: git init failed\n");
+		rc = -EIO;
+		goto out;
+	}
+	print_context(&o);
+	if ((rc = start_vmemd(o.vmemd)) < 0)
+		goto out;
+	if ((rc = preload_vmem(&o)) < 0)
+		goto out;
+	g.label_w = 22;
+	for (j = 0; j < o.n_mixes; j++)
+		if ((int)strlen(o.mixes[j].label) > g.label_w)
+			g.label_w = (int)strlen(o.mixes[j].label);
+	print_header();
+	if (o.compare) {
+		if ((rc = start_echo()) < 0 ||
+		    (rc = wait_server("echo server", &g.echo, g.echo_sock, NULL,
+				      10)) < 0)
+			goto out;
+		for (i = 0; i < o.n_clients; i++) {
+			struct mix m = {
+				.label = "echo", .n = 1, .op = {OP_ECHO}};
+
+			m.weight[0] = m.total = 1;
+			if ((rc = measure("echo", g.echo_sock, g.echo, P_LINE,
+					  &m, o.clients[i], &o)) < 0)
+				goto out;
+		}
+		stop_child(&g.echo, SIGTERM, 5);
+		if ((rc = fsync_floor(&o)) < 0)
+			goto out;
+	}
+	for (j = 0; j < o.n_mixes; j++)
+		for (i = 0; i < o.n_clients; i++) {
+			const struct mix *m = &o.mixes[j];
+
+			if ((rc = measure(m->label, g.vmem_sock, g.vmemd,
+					  P_JSON, m, o.clients[i], &o)) < 0)
+				goto out;
+			if (writes(m) && (rc = vmem_sync()) < 0)
+				goto out;
+		}
+	if (o.compare) {
+		if (in_path("redis-server")) {
+			if ((rc = bench_redis(&o)) < 0)
+				goto out;
+			redis = true;
+		} else {
+			printf("redis-server not found in PATH: no redis rows "
+			       "(Debian package redis-server)\n");
+		}
+		print_ratios(&o, redis);
+	}
+	if (o.pin)
+		printf("\n* pinned: the client and every thread of the server "
+		       "on one CPU\n");
+out:
+	if (rc < 0 && rc != -EPROTO)
+		fprintf(stderr, "vmem-bench: stopped on error (%s)\n",
+			strerror(-rc));
+	stop_child(&g.echo, SIGKILL, 5);
+	stop_child(&g.redis, SIGTERM, 10);
+	if (g.vmemd > 0) {
+		st = stop_child(&g.vmemd, SIGTERM, 60);
+		if (st != 0) {
+			fprintf(stderr,
+				"vmem-bench: vmemd did not exit "
+				"cleanly on SIGTERM (status %d)\n",
+				st);
+			if (rc == 0)
+				rc = -ECHILD;
+		}
+	}
+	if (g.dir[0])
+		nftw(g.dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+	free(g.filler);
+	free(echo_reply);
+	return rc < 0 ? 1 : 0;
 }

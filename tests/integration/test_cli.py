@@ -5,7 +5,11 @@ auto-start of the daemon."""
 
 import json
 import os
+import queue
+import signal
 import subprocess
+import threading
+import time
 
 import vmemtest as vt
 
@@ -197,6 +201,197 @@ class AutoStart(CliTestCase):
         self.assertEqual(conn.store(1, 1, 2, "y")["version"], 1)
         conn.close()
         self.stop_and_check()
+
+
+class Watch(CliTestCase):
+    """vmem watch: one line per change in its ranges, as it happens."""
+
+    PROBE = "probe"
+
+    def watch(self, *args):
+        """Start `vmem watch ARGS`; a queue of its stdout lines."""
+        argv = [vt.VMEM, "--socket", self.daemon.sock, "--repo",
+                self.repo.root, "watch"] + list(args)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True,
+                                     env=cli_env())
+        self.addCleanup(self.reap)
+        self.lines = queue.Queue()
+        self.stderr_text = []
+
+        def pump(stream, sink):
+            for line in stream:
+                sink(line)
+            sink(None)
+
+        threading.Thread(target=pump, daemon=True,
+                         args=(self.proc.stdout, self.lines.put)).start()
+        self.err_thread = threading.Thread(
+            target=pump, daemon=True,
+            args=(self.proc.stderr,
+                  lambda t: t is not None and self.stderr_text.append(t)))
+        self.err_thread.start()
+        return self.proc
+
+    def reap(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def wait_subscribed(self, conn, x, y, z):
+        """Store probes at (x, y, z), inside the watched ranges, until
+        vmem watch prints one (it has subscribed by then)."""
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            self.assertIsNone(self.proc.poll(), "".join(self.stderr_text))
+            conn.store(x, y, z, self.PROBE, overwrite=True)
+            try:
+                line = self.lines.get(timeout=0.3)
+            except queue.Empty:
+                continue
+            if line is None:
+                self.proc.wait(5)
+                self.err_thread.join(5)
+                self.fail("vmem watch closed its output (exit %s): %s"
+                          % (self.proc.returncode,
+                             "".join(self.stderr_text)))
+            self.probe = (x, y, z)
+            return
+        self.fail("vmem watch printed nothing for 10 s")
+
+    def is_probe(self, line):
+        return self.PROBE in line and (
+            "(%d, %d, %d)" % self.probe in line or
+            '"x":%d,"y":%d,"z":%d' % self.probe in line.replace(" ", ""))
+
+    def next_lines(self, n, timeout=5.0):
+        """The next n lines that are not probes."""
+        got = []
+        deadline = time.monotonic() + timeout
+        while len(got) < n:
+            try:
+                line = self.lines.get(
+                    timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                self.fail("%d lines of %d in %.0f s: %r"
+                          % (len(got), n, timeout, got))
+            self.assertIsNotNone(line, "vmem watch ended: %r %s"
+                                 % (got, "".join(self.stderr_text)))
+            self.assertTrue(line.endswith("\n"), line)
+            if not self.is_probe(line):
+                got.append(line.rstrip("\n"))
+        return got
+
+    def no_more_lines(self, seconds=0.5):
+        extra = []
+        deadline = time.monotonic() + seconds
+        while True:
+            try:
+                line = self.lines.get(
+                    timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                break
+            if line is None or not self.is_probe(line):
+                extra.append(line)
+        self.assertEqual(extra, [])
+
+    def stop_with(self, sig):
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.fail("vmem watch ignores signal %d" % sig)
+        self.err_thread.join(5)
+        return rc
+
+    def test_json_lines_in_range(self):
+        conn = self.connect(agent_id="writer")
+        self.watch("--json", "--x", "1-3")
+        self.wait_subscribed(conn, 3, 5, 4)
+        inside = conn.store(1, 1, 2, "in \u00e9 one")
+        conn.store(4, 1, 2, "out")
+        conn.store(100, 1, 1, "out too")
+        second = conn.store(3, 2, 3, "in two\nwith two lines",
+                            issue_context={"issue_id": "w"})
+        over = conn.store(1, 1, 2, "in v2", overwrite=True)
+        self.assertTrue(conn.delete(1, 1, 2))
+        conn.delete(4, 1, 2)
+        lines = self.next_lines(4)
+        got = [json.loads(line) for line in lines]
+        for line in lines:
+            self.assertNotIn("\n", line)
+        for n in got:
+            self.assertEqual(sorted(n), ["coordinate", "decision", "event",
+                                         "subscription"])
+            self.assertIs(type(n["subscription"]), int)
+        self.assertEqual([(n["event"], n["coordinate"], n["decision"])
+                          for n in got],
+                         [("stored", inside["coordinate"], inside),
+                          ("stored", second["coordinate"], second),
+                          ("stored", over["coordinate"], over),
+                          ("deleted", vt.coord(1, 1, 2), None)])
+        self.no_more_lines()
+        self.assertEqual(self.stop_with(signal.SIGINT), 0,
+                         "".join(self.stderr_text))
+
+    def test_y_and_z_ranges_single_numbers(self):
+        conn = self.connect(agent_id="writer")
+        self.watch("--json", "--y", "2", "--z", "3-4")
+        self.wait_subscribed(conn, 9, 2, 4)
+        rec = conn.store(1, 2, 3, "in")
+        conn.store(1, 3, 3, "y out")
+        conn.store(1, 2, 2, "z out")
+        conn.store(1, 1, 4, "y out again")
+        last = conn.store(500, 2, 4, "in too")
+        got = [json.loads(line) for line in self.next_lines(2)]
+        self.assertEqual([n["decision"] for n in got], [rec, last])
+        self.no_more_lines()
+        self.assertEqual(self.stop_with(signal.SIGTERM), 0)
+
+    def test_human_format(self):
+        conn = self.connect(agent_id="agent-a")
+        self.watch("--x", "5")
+        self.wait_subscribed(conn, 5, 5, 4)
+        conn.store(5, 2, 4, "first line of content\nsecond line")
+        conn.store(6, 2, 4, "outside")
+        conn.store(4, 2, 4, "outside too")
+        conn.store(5, 2, 4, "v2 text", overwrite=True, agent_id="agent-b")
+        conn.delete(5, 2, 4)
+        first, second, third = self.next_lines(3)
+        self.assertTrue(first.startswith("stored"), first)
+        for text in ("(5, 2, 4)", "v1", "agent-a", "first line of content"):
+            self.assertIn(text, first)
+        self.assertNotIn("second line", first)
+        self.assertEqual(first, "stored (5, 2, 4) v1 agent-a: "
+                                "first line of content")
+        self.assertEqual(second, "stored (5, 2, 4) v2 agent-b: v2 text")
+        self.assertTrue(third.startswith("deleted"), third)
+        self.assertIn("(5, 2, 4)", third)
+        self.no_more_lines()
+        self.assertEqual(self.stop_with(signal.SIGINT), 0)
+
+    def test_daemon_going_away(self):
+        conn = self.connect(agent_id="writer")
+        self.watch("--json")
+        self.wait_subscribed(conn, 1, 1, 4)
+        conn.close()
+        self.daemon.stop()
+        try:
+            rc = self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.fail("vmem watch still running after the daemon stopped")
+        self.err_thread.join(5)
+        self.assertEqual(rc, 1, "".join(self.stderr_text))
+        self.assertTrue("".join(self.stderr_text).strip(),
+                        "no message on stderr")
+
+    def test_bad_ranges(self):
+        for args in (["--x", "a-b"], ["--x"], ["--z", "1-x"], ["--bogus"]):
+            with self.subTest(args=args):
+                self.fails(2, "watch", *args, timeout=10)
+        self.fails(1, "watch", "--x", "7-3", type_name="QueryError",
+                   timeout=10)
 
 
 if __name__ == "__main__":

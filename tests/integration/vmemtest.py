@@ -8,6 +8,7 @@ passes them). Results are printed as TAP so that meson counts every case:
 the substrings (all when none is given).
 """
 
+import collections
 import contextlib
 import fcntl
 import json
@@ -39,6 +40,7 @@ E_VALUE = (-32602, "ValueError")
 E_COORD = (-32001, "CoordinateValidationError")
 E_IMMUTABLE = (-32002, "ImmutableLayerError")
 E_CONCURRENCY = (-32003, "ConcurrencyError")
+E_QUERY = (-32005, "QueryError")
 E_OCCUPIED = (-32006, "CoordinateOccupiedError")
 E_UNAVAILABLE = (-32007, "UnavailableError")
 PARSE_ERROR = -32700
@@ -201,6 +203,11 @@ class Conn:
             raise
         self.buf = bytearray()
         self.last_id = 0
+        # Messages read while looking for something else: watch.changed
+        # notifications met while waiting for a response, and responses
+        # met while waiting for a notification.
+        self.notes = collections.deque()
+        self.unread = collections.deque()
         if agent_id is not None:
             self.call("server.hello", {"agent_id": agent_id})
 
@@ -241,11 +248,17 @@ class Conn:
                 return None
             self.buf += chunk
 
-    def read_json(self, timeout=None):
+    def _read_message(self, timeout=None):
         line = self.read_line(timeout)
         if line is None:
             raise EOFError("connection closed by the daemon")
         return json.loads(line)
+
+    def read_json(self, timeout=None):
+        """The next message not yet consumed (notifications included)."""
+        if self.unread:
+            return self.unread.popleft()
+        return self._read_message(timeout)
 
     def silent_for(self, seconds=0.3):
         """True when neither a line nor EOF arrives within seconds."""
@@ -281,8 +294,15 @@ class Conn:
         self.send(msg)
 
     def response(self, rid, timeout=None):
-        """Read the response to rid: its result, or raise RpcError."""
-        resp = self.read_json(timeout)
+        """Read the response to rid: its result, or raise RpcError.
+        watch.changed notifications arriving first are queued (see
+        next_notification)."""
+        deadline = time.monotonic() + (timeout or self.timeout)
+        while True:
+            resp = self.read_json(max(deadline - time.monotonic(), 0.001))
+            if not is_watch_notification(resp):
+                break
+            self.notes.append(resp)
         if "error" in resp and resp.get("id") is None:
             raise RpcError(resp["error"])  # the request did not parse
         if resp.get("id") != rid or resp.get("jsonrpc") != "2.0":
@@ -312,8 +332,46 @@ class Conn:
         params.update(kw)
         return self.call("decision.delete", params)
 
+    # -- server notifications
+    def next_notification(self, timeout=None):
+        """The params of the next watch.changed notification (queued or
+        read now); responses met meanwhile are kept for response().
+        Raises TimeoutError when none arrives in time, EOFError at EOF."""
+        if not self.notes:
+            deadline = time.monotonic() + (timeout or self.timeout)
+            while True:
+                msg = self._read_message(
+                    max(deadline - time.monotonic(), 0.001))
+                if is_watch_notification(msg):
+                    self.notes.append(msg)
+                    break
+                self.unread.append(msg)
+        msg = self.notes.popleft()
+        if set(msg) != {"jsonrpc", "method", "params"} or \
+                msg["jsonrpc"] != "2.0" or not isinstance(msg["params"], dict):
+            raise AssertionError("malformed notification: %r" % (msg,))
+        return msg["params"]
+
+    def notifications(self, timeout=0.3):
+        """The params of every watch.changed notification queued or
+        arriving within timeout seconds, in order."""
+        found = []
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                found.append(self.next_notification(
+                    max(deadline - time.monotonic(), 0.001)))
+            except TimeoutError:
+                return found
+
     def close(self):
         self.sock.close()
+
+
+def is_watch_notification(msg):
+    """True for a server notification (no id) of method watch.changed."""
+    return isinstance(msg, dict) and "id" not in msg and \
+        msg.get("method") == "watch.changed"
 
 
 def try_connect(path):

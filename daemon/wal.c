@@ -28,6 +28,8 @@
 #define WAL_MAGIC_V1	0x4c574d56u /* "VMWL" */
 #define WAL_HDR		20u
 #define WAL_MAX_PAYLOAD (64u * 1024 * 1024)
+/* The file grows ahead of the log by zero-filled steps of this size. */
+#define WAL_GROW (1u << 20)
 /* In the length field: the last record of its batch. */
 #define WAL_LAST 0x80000000u
 
@@ -256,6 +258,14 @@ static void remove_cut_leftover(const char *path)
 	free(tmp);
 }
 
+static bool all_zero(const unsigned char *p, size_t n)
+{
+	while (n--)
+		if (*p++)
+			return false;
+	return true;
+}
+
 /* Replay the records of one complete batch, buf[from..to). */
 static int replay_batch(const unsigned char *buf, size_t from, size_t to,
 			wal_replay_fn cb, void *ctx, struct wal_report *rep)
@@ -286,7 +296,7 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	unsigned char *buf = NULL;
 	size_t size = 0, off = 0, rl, batch_start = 0;
 	uint64_t b, last = 0;
-	bool have_last = false, created = false, end;
+	bool have_last = false, created = false, end, cut = false;
 	int fd = -1, ret;
 
 	wal_init(w);
@@ -356,12 +366,14 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		have_last = true;
 	}
 	/*
-	 * Past the last complete batch: a batch cut short by a crash (cut
-	 * off), unless the record that stopped the replay is damage in
-	 * synced data: a valid record of a later batch inside an unfinished
-	 * one, or a later complete batch after the bad record.
+	 * Past the last complete batch: the zeros the log grows into, a
+	 * batch cut short by a crash (cut off), or damage in synced data if
+	 * the record that stopped the replay is a valid record of a later
+	 * batch inside an unfinished one, or a later complete batch follows
+	 * the bad record.
 	 */
-	if (batch_start < size) {
+	if (batch_start < size &&
+	    !all_zero(buf + batch_start, size - batch_start)) {
 		bool later = off < size && off > batch_start &&
 			     rec_valid(buf, size, off, &rl, &b, &end) &&
 			     b > get64(buf + batch_start + 4);
@@ -387,10 +399,12 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		}
 		if (rep)
 			rep->torn_bytes = size - batch_start;
+		cut = true;
 	}
 	w->fd = fd;
 	fd = -1;
 	w->end = batch_start;
+	w->size = cut ? batch_start : size;
 	w->next_batch = have_last ? last + 1 : 1;
 	ret = 0;
 out:
@@ -415,6 +429,25 @@ static int write_all_at(int fd, const void *buf, size_t len, uint64_t off)
 			return r < 0 ? -errno : -EIO;
 		done += (size_t)r;
 	}
+	return 0;
+}
+
+/* Zero-fill the file from from to the next WAL_GROW boundary. */
+static int grow(struct wal *w, uint64_t from)
+{
+	static const unsigned char zeros[64 * 1024];
+	uint64_t to = (from / WAL_GROW + 1) * WAL_GROW;
+
+	for (uint64_t off = from; off < to;) {
+		size_t n = to - off < sizeof(zeros) ? (size_t)(to - off)
+						    : sizeof(zeros);
+		int ret = write_all_at(w->fd, zeros, n, off);
+
+		if (ret < 0)
+			return ret;
+		off += n;
+	}
+	w->size = to;
 	return 0;
 }
 
@@ -449,6 +482,8 @@ int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
 		p += WAL_HDR + payloads[i].iov_len;
 	}
 	ret = write_all_at(w->fd, buf, total, w->end);
+	if (ret == 0 && w->end + total > w->size)
+		ret = grow(w, w->end + total);
 	if (ret < 0)
 		goto fail;
 	if (fdatasync(w->fd) < 0) {
@@ -461,6 +496,7 @@ int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
 fail:
 	if (ftruncate(w->fd, (off_t)w->end) == 0)
 		(void)fdatasync(w->fd);
+	w->size = w->end;
 out:
 	free(buf);
 	return ret;
@@ -527,7 +563,7 @@ int wal_cut_head(struct wal *w, const char *path, uint64_t head)
 	close(w->fd);
 	w->fd = fd;
 	fd = -1;
-	w->end = len;
+	w->end = w->size = len;
 out:
 	if (dfd >= 0)
 		close(dfd);
@@ -545,7 +581,7 @@ int wal_truncate(struct wal *w)
 		return -EBADF;
 	if (ftruncate(w->fd, 0) < 0 || fdatasync(w->fd) < 0)
 		return -errno;
-	w->end = 0;
+	w->end = w->size = 0;
 	return 0;
 }
 

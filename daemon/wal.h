@@ -26,6 +26,7 @@
 struct wal {
 	int fd;
 	uint64_t end;	     /* bytes of valid records */
+	uint64_t size;	     /* of the file: the records, then zeros */
 	uint64_t next_batch; /* sequence number of the next batch */
 };
 
@@ -53,6 +54,11 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 
 /*
  * Append n payloads as one batch, then fdatasync. Returns 0 once durable.
+ * The file is grown ahead of the records in zero-filled steps, so most
+ * appends overwrite blocks the file already has and their fdatasync needs
+ * no metadata (no file-system journal commit, which would also carry
+ * every other file's pending changes).
+ *
  * On failure nothing of the batch counts: the log is cut back to its
  * previous end (best effort) and a negative errno returned; the batch
  * number is burnt either way, so leftovers of a failed batch never replay.

@@ -83,6 +83,18 @@ static off_t file_size(void)
 	return st.st_size;
 }
 
+/* The end of the records when the log was last closed by close_log. */
+static size_t log_end;
+
+/* Close, remembering where the records end: the file goes on with the
+ * zeros the log grows into, which slurp leaves out. */
+static void close_log(struct wal *w)
+{
+	log_end = w->end;
+	wal_close(w);
+}
+
+/* The log's records, as close_log left them. */
 static unsigned char *slurp(size_t *len)
 {
 	FILE *f = fopen(logpath, "rb");
@@ -97,7 +109,8 @@ static unsigned char *slurp(size_t *len)
 	ck_assert_ptr_nonnull(buf);
 	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
 	fclose(f);
-	*len = (size_t)n;
+	ck_assert_uint_ge((size_t)n, log_end);
+	*len = log_end;
 	return buf;
 }
 
@@ -124,6 +137,7 @@ START_TEST(test_append_replay)
 	struct seen s = {0};
 	char msg[256] = "";
 	struct stat st;
+	uint64_t end;
 
 	ck_assert_int_eq(
 		wal_open(&w, logpath, collect_cb, &s, &rep, msg, sizeof(msg)),
@@ -138,7 +152,9 @@ START_TEST(test_append_replay)
 	append(&w, (const char *const[]){"gamma", NULL});
 	append(&w, (const char *const[]){"", "{\"x\":1}", "delta", NULL});
 	ck_assert_uint_eq(w.next_batch, 4);
-	ck_assert_uint_eq(w.end, (uint64_t)file_size());
+	end = w.end;
+	/* The file runs ahead of the records, in zeros. */
+	ck_assert_uint_eq(file_size(), 1 << 20);
 	wal_close(&w);
 	ck_assert_int_eq(w.fd, -1);
 
@@ -153,7 +169,8 @@ START_TEST(test_append_replay)
 	ck_assert_str_eq(s.rec[4], "{\"x\":1}");
 	ck_assert_str_eq(s.rec[5], "delta");
 	ck_assert_uint_eq(w.next_batch, 4);
-	ck_assert_uint_eq(w.end, (uint64_t)file_size());
+	ck_assert_uint_eq(w.end, end); /* the zeros are not a torn tail */
+	ck_assert_uint_eq(file_size(), 1 << 20);
 	wal_close(&w);
 	wal_close(&w); /* twice is fine */
 	seen_free(&s);
@@ -239,7 +256,7 @@ START_TEST(test_torn_every_offset)
 	 * record boundary too, drops it whole (all or nothing). */
 	append(&w, (const char *const[]){"the last batch, torn", "and its",
 					 "end", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	ck_assert_uint_gt(len, last_start);
 
@@ -272,7 +289,7 @@ START_TEST(test_garbage_tail)
 	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"kept", NULL});
 	append(&w, (const char *const[]){"kept too", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	good = len;
 	buf = malloc(len + 4096);
@@ -319,7 +336,7 @@ START_TEST(test_middle_corruption)
 	mid = w.end;
 	append(&w, (const char *const[]){"batch two", NULL});
 	append(&w, (const char *const[]){"batch three", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 
 	/* payload byte, crc byte, length byte of record two */
@@ -345,6 +362,40 @@ START_TEST(test_middle_corruption)
 	ck_assert_int_eq(reopen(&w, &s, &rep, msg, sizeof(msg)), -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(msg, "offset 0"));
 	free(orig);
+	seen_free(&s);
+}
+END_TEST
+
+/* A batch torn inside the zeros the log grows into: the records written
+ * before the crash, then zeros. Cut whole, like any torn batch. */
+START_TEST(test_torn_before_zeros)
+{
+	struct wal w;
+	struct wal_report rep;
+	struct seen s = {0};
+	unsigned char *orig, *buf;
+	size_t len, last_start, size = 1 << 20;
+
+	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"kept", NULL});
+	last_start = w.end;
+	append(&w, (const char *const[]){"torn 1", "torn 2", NULL});
+	close_log(&w);
+	orig = slurp(&len);
+	buf = calloc(1, size);
+	ck_assert_ptr_nonnull(buf);
+	for (size_t cut = last_start + 1; cut < len; cut += 7) {
+		memset(buf, 0, size);
+		memcpy(buf, orig, cut);
+		spit(buf, size);
+		ck_assert_int_eq(reopen(&w, &s, &rep, NULL, 0), 0);
+		ck_assert_uint_eq(s.n, 1);
+		ck_assert_uint_eq(rep.torn_bytes, size - last_start);
+		ck_assert_int_eq(file_size(), (off_t)last_start);
+		wal_close(&w);
+	}
+	free(orig);
+	free(buf);
 	seen_free(&s);
 }
 END_TEST
@@ -416,7 +467,7 @@ START_TEST(test_unfinished_batch_before_later_one)
 	append(&w, (const char *const[]){"a1", "a2", NULL});
 	second = w.end - (20 + 2);
 	append(&w, (const char *const[]){"b1", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	memmove(orig + second, orig + second + 22, len - second - 22);
 	spit(orig, len - 22);
@@ -439,7 +490,7 @@ START_TEST(test_damage_in_batch_before_last)
 	append(&w, (const char *const[]){"a1", "a2", NULL});
 	second = w.end - (20 + 2);
 	append(&w, (const char *const[]){"b1", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	orig[second + 20] ^= 0xff; /* payload of a2 */
 	spit(orig, len);
@@ -462,7 +513,7 @@ START_TEST(test_damage_in_first_record)
 	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"first", NULL});
 	append(&w, (const char *const[]){"second", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	orig[20 + 2] ^= 0x01; /* payload of "first" */
 	spit(orig, len);
@@ -529,7 +580,7 @@ START_TEST(test_last_batch_flip_is_torn)
 	append(&w, (const char *const[]){"old", NULL});
 	last_start = w.end;
 	append(&w, (const char *const[]){"n1", "n2", "n3", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	second = last_start + 20 + 2;
 	orig[second + 21] ^= 0x01; /* payload of n2 */
@@ -561,7 +612,7 @@ START_TEST(test_stale_batch_is_torn)
 	append(&w, (const char *const[]){"b2 b2 b2", "b2 again", NULL});
 	e2 = w.end;
 	append(&w, (const char *const[]){"b3", NULL});
-	wal_close(&w);
+	close_log(&w);
 	orig = slurp(&len);
 	buf = malloc(len);
 	ck_assert_ptr_nonnull(buf);
@@ -601,7 +652,7 @@ START_TEST(test_next_batch_continues)
 	e = w.end;
 	append(&w, (const char *const[]){"4", NULL});
 	ck_assert_uint_eq(w.next_batch, 5);
-	wal_close(&w);
+	close_log(&w);
 	/* The new record carries batch 4 on disk (little-endian at +4). */
 	buf = slurp(&len);
 	ck_assert_uint_eq(buf[e + 4], 4);
@@ -682,6 +733,7 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_damage_in_batch_before_last);
 	tcase_add_test(tc, test_unfinished_batch_before_later_one);
 	tcase_add_test(tc, test_old_format_replays);
+	tcase_add_test(tc, test_torn_before_zeros);
 	tcase_add_test(tc, test_damage_in_first_record);
 	tcase_add_test(tc, test_cut_head);
 	tcase_add_test(tc, test_last_batch_flip_is_torn);

@@ -17,6 +17,9 @@
 #include "protocol/jsonrpc.h"
 
 #define READ_CHUNK (64 * 1024)
+/* Input read ahead while a request waits: reading goes on (no epoll
+ * change per durable write) until this much is buffered. */
+#define READ_AHEAD_MAX (64 * 1024)
 /* Input a refused connection may still send before we hang up on it. */
 #define LINGER_MAX (1024 * 1024)
 
@@ -252,8 +255,9 @@ static void conn_update(struct conn *c)
 
 	if (c->closing || c->lingering)
 		return;
-	want_read = !c->busy && !c->eof && !c->draining &&
-		    !c->close_when_flushed && backlog_ok(c);
+	want_read = (!c->busy || framer_pending(&c->in) < READ_AHEAD_MAX) &&
+		    !c->eof && !c->draining && !c->close_when_flushed &&
+		    backlog_ok(c);
 	if (want_read && !c->reading) {
 		if (uv_read_start((uv_stream_t *)&c->pipe, alloc_cb, read_cb) <
 		    0) {

@@ -34,7 +34,7 @@
 #define CHECKPOINT_IDLE_MS  1000
 
 struct wal_job {
-	uv_work_t req;
+	struct lane_job job; /* first: the lane hands it back */
 	struct store *s;
 	struct store_write *head; /* the batch; NULL for a checkpoint cut */
 	uint64_t cut;		  /* log bytes to drop */
@@ -320,9 +320,9 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 
 /* ---- write-ahead log ---- */
 
-static void wal_work_cb(uv_work_t *req)
+static void wal_work_cb(struct lane_job *job)
 {
-	struct wal_job *j = req->data;
+	struct wal_job *j = (struct wal_job *)job;
 
 	if (j->head)
 		j->rc = wal_append(&j->s->wal, j->iov, j->n);
@@ -405,12 +405,12 @@ static void refuse(struct store *s, struct store_write *w, int code,
 	finish(s, w, code, msg);
 }
 
-static void wal_after_cb(uv_work_t *req, int status)
+static void wal_after_cb(struct lane_job *job)
 {
-	struct wal_job *j = req->data;
+	struct wal_job *j = (struct wal_job *)job;
 	struct store *s = j->s;
 	struct store_write *w = j->head;
-	int rc = status < 0 ? status : j->rc;
+	int rc = j->rc;
 
 	/* The job is over, so the log's end can be read here. */
 	s->wal_end = s->wal.end;
@@ -472,7 +472,6 @@ static void wal_kick(struct store *s)
 	if (!j)
 		goto fail;
 	j->s = s;
-	j->req.data = j;
 	j->iov = calloc(s->filling_n, sizeof(*j->iov));
 	if (!j->iov)
 		goto fail;
@@ -488,8 +487,9 @@ static void wal_kick(struct store *s)
 	}
 	j->n = s->filling_n;
 	j->head = s->filling_head;
-	if (uv_queue_work(s->loop, &j->req, wal_work_cb, wal_after_cb) < 0)
-		goto fail;
+	j->job.work = wal_work_cb;
+	j->job.after = wal_after_cb;
+	lane_submit(&s->wal_lane, &j->job);
 	s->in_flight = s->filling_n;
 	s->filling_head = s->filling_tail = NULL;
 	s->filling_n = 0;
@@ -524,12 +524,10 @@ static void cut_start(struct store *s)
 	if (!j)
 		return; /* tried again after the next log job */
 	j->s = s;
-	j->req.data = j;
 	j->cut = s->ckpt_head;
-	if (uv_queue_work(s->loop, &j->req, wal_work_cb, wal_after_cb) < 0) {
-		free(j);
-		return;
-	}
+	j->job.work = wal_work_cb;
+	j->job.after = wal_after_cb;
+	lane_submit(&s->wal_lane, &j->job);
 	s->wal_busy = true;
 }
 
@@ -1267,6 +1265,12 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
+	rc = lane_init(&s->wal_lane, loop);
+	if (rc < 0) {
+		snprintf(errmsg, errn, "cannot start the log thread: %s",
+			 uv_strerror(rc));
+		return rc;
+	}
 	uv_timer_init(loop, &s->writer_timer);
 	s->writer_timer.data = s;
 	uv_timer_init(loop, &s->ckpt_timer);
@@ -1317,6 +1321,7 @@ void store_close(struct store *s)
 		return;
 	s->closed = true;
 	locks_done(&s->locks);
+	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
 	free(s->wal_path);

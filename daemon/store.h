@@ -21,6 +21,7 @@
 #include <uv.h>
 
 #include "index.h"
+#include "lane.h"
 #include "locks.h"
 #include "repo.h"
 #include "vmdir.h"
@@ -116,6 +117,7 @@ struct store {
 	struct index index;
 	struct locks locks;
 	struct wal wal;
+	struct lane wal_lane; /* log jobs: never behind the thread pool */
 	struct vmdir dir;
 
 	/* Group commit: writes waiting for the next log job. */

@@ -194,7 +194,7 @@ int server_stats(struct call *call)
 		call,
 		json_pack(
 			"{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I},"
-			"s:I}",
+			"s:I,s:I,s:I}",
 			"uptime_s",
 			(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
 			"connections",
@@ -204,7 +204,9 @@ int server_stats(struct call *call)
 			layers[3], "queues", "log",
 			(json_int_t)(d->store.filling_n + d->store.in_flight),
 			"files", (json_int_t)d->store.n_dirty, "commit",
-			(json_int_t)gitq_pending(&d->gitq), "resident_bytes",
+			(json_int_t)gitq_pending(&d->gitq), "leases",
+			(json_int_t)leases_count(&d->leases), "subscriptions",
+			(json_int_t)d->subs.n, "resident_bytes",
 			resident_bytes()));
 	return CALL_DONE;
 }

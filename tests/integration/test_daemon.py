@@ -292,6 +292,17 @@ class Stats(vt.VmemTestCase):
         self.assertEqual(set(st["queues"]), {"log", "files", "commit"})
         self.assertGreaterEqual(st["connections"], 1)
         self.assertGreater(st["resident_bytes"], 1 << 20)
+        self.assertEqual((st["leases"], st["subscriptions"]), (0, 0))
+        other = self.connect()
+        other.call("lock.acquire", {"coordinates": [vt.coord(3, 1, 2)]})
+        other.call("watch.subscribe", {})
+        other.call("watch.subscribe", {"x_range": [1, 2]})
+        st = conn.call("server.stats")
+        self.assertEqual((st["leases"], st["subscriptions"]), (1, 2))
+        other.close()
+        self.assertTrue(vt.wait_until(
+            lambda: conn.call("server.stats")["subscriptions"] == 0))
+        self.assertEqual(conn.call("server.stats")["leases"], 0)
         self.assertRpcError(vt.E_VALUE, conn.call, "server.stats", {"x": 1})
 
 

@@ -2,10 +2,10 @@
  * One client connection. Lines are read through a framer and dispatched
  * strictly in order: while a request waits for something (a durable
  * write), the connection dispatches nothing and reads ahead only a little
- * (pipelined input stays buffered; the kernel holds the rest). Responses are buffered and written once per pass; when
- * the unsent output passes the backlog limit the connection stops reading
- * and dispatching until the client catches up, so a client that does not
- * read cannot grow the daemon's memory.
+ * (pipelined input stays buffered; the kernel holds the rest). Responses are
+ * buffered and written once per pass; when the unsent output passes the backlog
+ * limit the connection stops reading and dispatching until the client catches
+ * up, so a client that does not read cannot grow the daemon's memory.
  *
  * Lifetime: owned by the server's list; references (one for being open,
  * one per request in flight) keep the struct alive after close until the

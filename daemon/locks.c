@@ -217,6 +217,24 @@ void locks_done(struct locks *l)
 	l->slots = NULL;
 }
 
+static int cmp_slot(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+size_t locks_sort(size_t *slots, size_t n)
+{
+	size_t m = 0;
+
+	qsort(slots, n, sizeof(*slots), cmp_slot);
+	for (size_t i = 0; i < n; i++)
+		if (m == 0 || slots[m - 1] != slots[i])
+			slots[m++] = slots[i];
+	return m;
+}
+
 void locks_acquire(struct locks *l, struct lock_set *set)
 {
 	set->taken = 0;

@@ -73,6 +73,10 @@ int locks_init(struct locks *l, uv_loop_t *loop, size_t n_slots);
 /* Close the timer; sets still waiting get -ECANCELED. */
 void locks_done(struct locks *l);
 
+/* Sort slots ascending and drop repeats, as a set's slots must be;
+ * returns how many remain. */
+size_t locks_sort(size_t *slots, size_t n);
+
 /* Take the set's slots; cb runs exactly once, possibly before this
  * returns (when nothing had to wait). */
 void locks_acquire(struct locks *l, struct lock_set *set);

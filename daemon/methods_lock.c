@@ -35,20 +35,13 @@ static void acquired_cb(void *arg, int status, const struct lease *l)
 	call_complete(call);
 }
 
-static int cmp_slot(const void *a, const void *b)
-{
-	size_t x = *(const size_t *)a, y = *(const size_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The coordinates' slots, ascending and distinct, into *slots (malloc'd)
  * and *n; false with the call answered otherwise. */
 static bool get_slots(struct call *call, size_t **slots, size_t *n)
 {
 	json_t *list = json_object_get(call->params, "coordinates");
 	char msg[VMEM_ERRMSG_LEN];
-	size_t m = 0, *s;
+	size_t *s;
 	struct coord c;
 
 	if (!json_is_array(list) || json_array_size(list) == 0 ||
@@ -75,12 +68,8 @@ static bool get_slots(struct call *call, size_t **slots, size_t *n)
 		}
 		s[i] = index_slot(&call->d->store.index, &c);
 	}
-	qsort(s, json_array_size(list), sizeof(*s), cmp_slot);
-	for (size_t i = 0; i < json_array_size(list); i++)
-		if (m == 0 || s[m - 1] != s[i])
-			s[m++] = s[i];
 	*slots = s;
-	*n = m;
+	*n = locks_sort(s, json_array_size(list));
 	return true;
 }
 

@@ -779,13 +779,6 @@ void store_submit(struct store *s, struct store_write *w)
 	locks_acquire(&s->locks, &w->lock);
 }
 
-static int cmp_slot(const void *a, const void *b)
-{
-	size_t x = *(const size_t *)a, y = *(const size_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 void store_submit_group(struct store *s, struct store_group *g)
 {
 	g->store = s;
@@ -807,9 +800,8 @@ void store_submit_group(struct store *s, struct store_group *g)
 		g->items[i].is_delete = false;
 		g->slots[i] = index_slot(&s->index, &g->items[i].coord);
 	}
-	qsort(g->slots, g->n, sizeof(*g->slots), cmp_slot);
 	g->lock.slots = g->slots;
-	g->lock.n = g->n;
+	g->lock.n = locks_sort(g->slots, g->n); /* distinct: still n */
 	g->lock.owner = g->owner;
 	g->lock.kind = LOCKS_WRITE;
 	g->lock.timeout_ms = g->timeout_ms;

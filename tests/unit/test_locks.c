@@ -225,6 +225,18 @@ START_TEST(cancel_leaves_queue)
 }
 END_TEST
 
+START_TEST(sort_drops_repeats)
+{
+	size_t s[] = {9, 2, 9, 0, 2, 7};
+
+	ck_assert_uint_eq(locks_sort(s, 6), 4);
+	ck_assert_uint_eq(s[0], 0);
+	ck_assert_uint_eq(s[1], 2);
+	ck_assert_uint_eq(s[2], 7);
+	ck_assert_uint_eq(s[3], 9);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("locks");
@@ -239,6 +251,7 @@ int main(void)
 	tcase_add_test(tc, overlapping_sets_in_order);
 	tcase_add_test(tc, set_timeout_gives_back);
 	tcase_add_test(tc, cancel_leaves_queue);
+	tcase_add_test(tc, sort_drops_repeats);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

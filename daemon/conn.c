@@ -333,7 +333,30 @@ static void conn_process(struct conn *c)
 			break;
 	}
 	c->processing = false;
+	/* A partial line starts the clock of the line deadline. */
+	if (!c->input_exhausted || framer_pending(&c->in) == 0)
+		c->partial_since_ms = 0;
+	else if (!c->partial_since_ms)
+		c->partial_since_ms = uv_now(c->srv->d->loop);
 	conn_update(c);
+}
+
+void conn_check_deadline(struct conn *c, uint64_t now_ms)
+{
+	unsigned deadline = c->srv->d->limits.line_deadline_ms;
+	char msg[96];
+
+	if (!c->partial_since_ms || c->closing || c->lingering ||
+	    c->close_when_flushed || now_ms - c->partial_since_ms < deadline)
+		return;
+	snprintf(msg, sizeof(msg), "line not completed within %u ms", deadline);
+	log_info("closing a connection that left a line unfinished for %u "
+		 "ms",
+		 deadline);
+	conn_send_error(c, RPC_INVALID_REQUEST, msg);
+	c->close_when_flushed = true;
+	c->partial_since_ms = 0;
+	conn_process(c);
 }
 
 void conn_resume(struct conn *c)

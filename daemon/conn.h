@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "buf.h"
@@ -45,7 +46,8 @@ struct conn {
 	bool counted;	 /* counts against the connection limit */
 	char *agent_id;	 /* from server.hello (owned) */
 	size_t notified; /* notification bytes since the output was empty */
-	bool flush_soon; /* on the server's flush list */
+	uint64_t partial_since_ms; /* uv_now when a partial line began; 0 */
+	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
 };
 
@@ -75,6 +77,10 @@ void conn_resume(struct conn *c);
 
 /* Stop reading; answer complete buffered lines, then close. */
 void conn_drain(struct conn *c);
+
+/* Close it if a line begun has waited past the line deadline (the
+ * server's periodic sweep); now_ms is uv_now. */
+void conn_check_deadline(struct conn *c, uint64_t now_ms);
 
 /* Close now (idempotent). */
 void conn_close(struct conn *c);

@@ -29,6 +29,7 @@ struct limits {
 	size_t max_connections;
 	size_t output_backlog;
 	size_t max_depth;
+	unsigned line_deadline_ms; /* to finish a line once begun */
 	int max_x;
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;

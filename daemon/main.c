@@ -74,6 +74,7 @@ static void usage(FILE *f)
 		"             [--max-x N] [--max-line BYTES] [--max-batch N]\n"
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
+		"             [--line-deadline-ms MS]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n");
 }
 
@@ -102,6 +103,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		O_BACKLOG,
 		O_COMMIT_DELAY,
 		O_COMMIT_BATCH,
+		O_LINE_DEADLINE,
 	};
 	static const struct option longopts[] = {
 		{"repo", required_argument, NULL, 'r'},
@@ -114,6 +116,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		{"output-backlog", required_argument, NULL, O_BACKLOG},
 		{"commit-delay-ms", required_argument, NULL, O_COMMIT_DELAY},
 		{"commit-max-batch", required_argument, NULL, O_COMMIT_BATCH},
+		{"line-deadline-ms", required_argument, NULL, O_LINE_DEADLINE},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -126,6 +129,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		.max_connections = 256,
 		.output_backlog = 4 << 20,
 		.max_depth = 64,
+		.line_deadline_ms = 30000,
 		.max_x = VMEM_MAX_X_DEFAULT,
 		.commit_delay_ms = 1000,
 		.commit_max_batch = 512,
@@ -170,6 +174,10 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_COMMIT_BATCH:
 			o->limits.commit_max_batch = (unsigned)parse_size(
 				"--commit-max-batch", optarg, 1, 1000000);
+			break;
+		case O_LINE_DEADLINE:
+			o->limits.line_deadline_ms = (unsigned)parse_size(
+				"--line-deadline-ms", optarg, 100, 3600000);
 			break;
 		case 'h':
 			usage(stdout);

@@ -143,6 +143,18 @@ void server_flush_soon(struct server *srv, struct conn *c)
 	uv_check_start(&srv->flush_check, flush_check_cb);
 }
 
+static void sweep_cb(uv_timer_t *t)
+{
+	struct server *srv = t->data;
+	uint64_t now = uv_now(t->loop);
+	struct conn *c, *next;
+
+	for (c = srv->conns; c; c = next) {
+		next = c->next;
+		conn_check_deadline(c, now);
+	}
+}
+
 int server_listen(struct server *srv, struct daemon *d, const char *path,
 		  char *errmsg, size_t errn)
 {
@@ -170,6 +182,12 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 	if (rc < 0)
 		goto fail;
 	srv->flush_check.data = srv;
+	rc = uv_timer_init(d->loop, &srv->sweep);
+	if (rc < 0)
+		goto fail;
+	srv->sweep.data = srv;
+	uv_timer_start(&srv->sweep, sweep_cb, 1000, 1000);
+	uv_unref((uv_handle_t *)&srv->sweep); /* never keeps the loop up */
 	rc = uv_pipe_init(d->loop, &srv->listener, 0);
 	if (rc < 0)
 		goto fail;

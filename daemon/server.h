@@ -27,6 +27,7 @@ struct server {
 	 * iteration (after the burst that queued them). */
 	uv_check_t flush_check;
 	struct conn *flush_list;
+	uv_timer_t sweep; /* line deadlines, once a second */
 };
 
 /*

@@ -393,6 +393,38 @@ class Limits(vt.VmemTestCase):
             c.close()
 
 
+class LineDeadline(vt.VmemTestCase):
+    """A line once begun must end within --line-deadline-ms (slowloris)."""
+    daemon_args = ("--line-deadline-ms", "600")
+
+    def test_unfinished_line_closed_with_an_error(self):
+        conn = self.connect()
+        started = time.monotonic()
+        conn.send_raw(b'{"jsonrpc":"2.0","id":1,"method":')
+        resp = conn.read_json(timeout=5)
+        waited = time.monotonic() - started
+        self.assertEqual(resp["error"]["code"], vt.INVALID_REQUEST)
+        self.assertIsNone(resp["id"])
+        self.assertIn("not completed within 600 ms", resp["error"]["message"])
+        self.assertGreaterEqual(waited, 0.55)
+        self.assertTrue(conn.at_eof(timeout=3))
+        self.assertIn("unfinished", self.daemon.stderr())
+
+    def test_slow_but_timely_line_answered(self):
+        conn = self.connect()
+        line = hello_line(3)
+        for i in range(0, len(line), len(line) // 4 + 1):
+            conn.send_raw(line[i:i + len(line) // 4 + 1])
+            time.sleep(0.1)
+        self.assertEqual(conn.read_json()["id"], 3)
+
+    def test_idle_connection_without_a_partial_line_stays(self):
+        conn = self.connect()
+        self.assertEqual(conn.call("server.hello")["server"], "vmemd")
+        time.sleep(1.5)
+        self.assertEqual(conn.call("server.hello")["server"], "vmemd")
+
+
 class ConcurrentConnections(vt.VmemTestCase):
     def test_many_clients_at_once(self):
         errors = []

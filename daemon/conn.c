@@ -68,8 +68,13 @@ static void close_cb(uv_handle_t *h)
 		srv->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	if (c->counted)
+	if (c->counted) {
 		srv->n_served--;
+		log_info("connection of pid %d closed after %llu request "
+			 "lines in %.1f s",
+			 c->peer_pid, (unsigned long long)c->lines,
+			 (double)(uv_now(srv->d->loop) - c->opened_ms) / 1000);
+	}
 	conn_unref(c);
 }
 
@@ -323,6 +328,7 @@ static void conn_process(struct conn *c)
 				send_line_too_long(c);
 				break;
 			}
+			c->lines++;
 			dispatch_line(c, line, len);
 		}
 		conn_flush(c);
@@ -381,8 +387,12 @@ static bool peer_allowed(struct conn *c)
 	if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
 	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
 		return false;
-	if (cred.uid == geteuid() || cred.uid == 0)
+	c->peer_pid = (int)cred.pid;
+	if (cred.uid == geteuid() || cred.uid == 0) {
+		log_debug("connection of pid %d (uid %u)", (int)cred.pid,
+			  (unsigned)cred.uid);
 		return true;
+	}
 	log_warn("refused a connection from uid %u (pid %d)",
 		 (unsigned)cred.uid, (int)cred.pid);
 	return false;
@@ -406,6 +416,7 @@ void conn_accept(struct server *srv)
 	}
 	c->srv = srv;
 	c->refs = 1;
+	c->opened_ms = uv_now(srv->d->loop);
 	c->input_exhausted = true;
 	framer_init(&c->in, srv->d->limits.max_line);
 	if (uv_pipe_init(srv->d->loop, &c->pipe, 0) < 0) {

@@ -47,6 +47,9 @@ struct conn {
 	char *agent_id;	 /* from server.hello (owned) */
 	size_t notified; /* notification bytes since the output was empty */
 	uint64_t partial_since_ms; /* uv_now when a partial line began; 0 */
+	int peer_pid;		   /* from SO_PEERCRED, for the log */
+	uint64_t lines;		   /* request lines dispatched */
+	uint64_t opened_ms;	   /* uv_now at accept */
 	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
 };

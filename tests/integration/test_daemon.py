@@ -4,6 +4,7 @@ a client that never reads."""
 
 import json
 import os
+import re
 import signal
 import socket
 import shutil
@@ -304,6 +305,58 @@ class Stats(vt.VmemTestCase):
             lambda: conn.call("server.stats")["subscriptions"] == 0))
         self.assertEqual(conn.call("server.stats")["leases"], 0)
         self.assertRpcError(vt.E_VALUE, conn.call, "server.stats", {"x": 1})
+
+
+class Logs(vt.VmemTestCase):
+    """One line per event: a UTC timestamp in the foreground, a syslog
+    priority prefix under systemd (JOURNAL_STREAM); connections, commits
+    and quarantines logged; successful requests not (above debug)."""
+    start_daemon = False
+
+    LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+                      r"vmemd\[\d+\] (error|warning|notice|info|debug): .+$")
+
+    def lines(self, d):
+        return [l for l in d.stderr().splitlines() if not l.startswith("---")]
+
+    def test_foreground_lines_timestamped(self):
+        d = self.start_vmemd()
+        conn = self.connect(daemon=d, agent_id="logs")
+        conn.store(1, 1, 2, "logged?")
+        before = len(self.lines(d))
+        for _ in range(50):
+            conn.get(1, 1, 2)
+            conn.store(1, 1, 2, "again", overwrite=True)
+        # Successful requests leave no line.
+        self.assertEqual(len(self.lines(d)), before)
+        conn.close()
+        self.assertTrue(vt.wait_until(
+            lambda: "connection of pid %d closed after" % os.getpid()
+            in d.stderr()), d.stderr())
+        d.stop()
+        for line in self.lines(d):
+            self.assertRegex(line, self.LINE)
+
+    def test_priority_prefixes_under_systemd(self):
+        env = dict(os.environ, JOURNAL_STREAM="8:12345")
+        d = self.start_vmemd(env=env)
+        self.connect(daemon=d).call("server.hello")
+        d.stop()
+        lines = self.lines(d)
+        self.assertTrue(lines)
+        for line in lines:
+            self.assertRegex(line, r"^<[3-7]>[^<]")
+        self.assertTrue(any(l.startswith("<6>serving ") for l in lines),
+                        lines)
+
+    def test_quarantine_is_a_warning(self):
+        path = self.repo.decision_path(2, 1, 2)
+        os.makedirs(os.path.dirname(path))
+        with open(path, "w") as f:
+            f.write("{not json")
+        d = self.start_vmemd()
+        self.assertRegex(d.stderr(), r"warning: quarantined .*x-002")
+        d.stop()
 
 
 if __name__ == "__main__":

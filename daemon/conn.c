@@ -20,8 +20,10 @@
 /* Input read ahead while a request waits: reading goes on (no epoll
  * change per durable write) until this much is buffered. */
 #define READ_AHEAD_MAX (64 * 1024)
-/* Input a refused connection may still send before we hang up on it. */
-#define LINGER_MAX (1024 * 1024)
+/* Input a refused connection may still send before we hang up on it, and
+ * how long we wait for it to close. */
+#define LINGER_MAX    (1024 * 1024)
+#define LINGER_MAX_MS 2000
 
 struct write_req {
 	uv_write_t req;
@@ -243,6 +245,7 @@ static void shutdown_cb(uv_shutdown_t *req, int status)
 static void linger(struct conn *c)
 {
 	c->lingering = true;
+	c->linger_since_ms = uv_now(c->srv->d->loop);
 	if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->pipe,
 			shutdown_cb) < 0 ||
 	    (!c->reading &&
@@ -301,7 +304,7 @@ static void send_line_too_long(struct conn *c)
 	char msg[96];
 
 	snprintf(msg, sizeof(msg), "line exceeds the limit of %zu bytes",
-		 c->srv->d->limits.max_line);
+		 c->in.max_line);
 	conn_send_error(c, RPC_INVALID_REQUEST, msg);
 	c->close_when_flushed = true;
 }
@@ -352,6 +355,11 @@ void conn_check_deadline(struct conn *c, uint64_t now_ms)
 	unsigned deadline = c->srv->d->limits.line_deadline_ms;
 	char msg[96];
 
+	if (c->lingering && !c->closing &&
+	    now_ms - c->linger_since_ms >= LINGER_MAX_MS) {
+		conn_close(c);
+		return;
+	}
 	if (!c->partial_since_ms || c->closing || c->lingering ||
 	    c->close_when_flushed || now_ms - c->partial_since_ms < deadline)
 		return;

@@ -50,6 +50,7 @@ struct conn {
 	int peer_pid;		   /* from SO_PEERCRED, for the log */
 	uint64_t lines;		   /* request lines dispatched */
 	uint64_t opened_ms;	   /* uv_now at accept */
+	uint64_t linger_since_ms;  /* uv_now when it began to linger */
 	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
 };
@@ -81,8 +82,9 @@ void conn_resume(struct conn *c);
 /* Stop reading; answer complete buffered lines, then close. */
 void conn_drain(struct conn *c);
 
-/* Close it if a line begun has waited past the line deadline (the
- * server's periodic sweep); now_ms is uv_now. */
+/* Close it if a line begun has waited past the line deadline, or if it
+ * has lingered (refused) too long without closing (the server's periodic
+ * sweep); now_ms is uv_now. */
 void conn_check_deadline(struct conn *c, uint64_t now_ms);
 
 /* Close now (idempotent). */

@@ -720,6 +720,24 @@ int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
 		const char *message, struct gitc_result *res, char *errmsg,
 		size_t errn)
 {
+	return gitc_commit_as(g, NULL, ch, n, message, res, errmsg, errn);
+}
+
+/* The configured identity, else the repository's, else the fallback. */
+static int signature(git_signature **sig, git_repository *repo,
+		     const struct gitc_ident *who)
+{
+	if (who && who->name[0] && who->email[0])
+		return git_signature_now(sig, who->name, who->email);
+	if (git_signature_default(sig, repo) == 0)
+		return 0;
+	return git_signature_now(sig, FALLBACK_NAME, FALLBACK_EMAIL);
+}
+
+int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
+		   struct gitc_change *ch, size_t n, const char *message,
+		   struct gitc_result *res, char *errmsg, size_t errn)
+{
 	git_signature *sig = NULL;
 	git_oid *ids = NULL, *idk = NULL, meta_id, cid;
 	struct gitc_change *chk = NULL;
@@ -798,12 +816,10 @@ int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
 			goto out;
 		}
 	}
-	if (git_signature_default(&sig, g->repo) < 0) {
-		e = git_signature_now(&sig, FALLBACK_NAME, FALLBACK_EMAIL);
-		if (e < 0) {
-			rc = git_fail(e, "signature", errmsg, errn);
-			goto out;
-		}
+	e = signature(&sig, g->repo, who);
+	if (e < 0) {
+		rc = git_fail(e, "signature", errmsg, errn);
+		goto out;
 	}
 	rc = -EAGAIN;
 	for (tries = 0; tries < MAX_TRIES && rc == -EAGAIN; tries++)

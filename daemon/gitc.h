@@ -78,6 +78,22 @@ int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
 		const char *message, struct gitc_result *res, char *errmsg,
 		size_t errn);
 
+#define GITC_IDENT_MAX 200
+
+/* A commit identity, held by value so a job owns its own copy. */
+struct gitc_ident {
+	char name[GITC_IDENT_MAX + 1];	/* "" : the default identity */
+	char email[GITC_IDENT_MAX + 1]; /* "" : the default identity */
+};
+
+/*
+ * gitc_commit with who as author and committer when who is non-NULL and
+ * both its name and email are non-empty; otherwise as gitc_commit.
+ */
+int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
+		   struct gitc_change *ch, size_t n, const char *message,
+		   struct gitc_result *res, char *errmsg, size_t errn);
+
 /*
  * For tests: fn(ctx) runs at every attempt after the commit object is
  * written and before the branch is moved (e.g. to move the branch under

@@ -36,6 +36,7 @@ struct gitq_job {
 	struct gitq_item *items;
 	size_t n;
 	char *message;
+	struct gitc_ident ident; /* the job's own copy */
 	uint64_t seq;
 	uint64_t started_ms;
 	int rc;
@@ -84,6 +85,25 @@ void gitq_mark(struct gitq *q, size_t slot)
 		return;
 	set_pending(q, slot);
 	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
+}
+
+void gitq_set_timing(struct gitq *q, unsigned delay_ms, unsigned max_batch)
+{
+	q->delay_ms = delay_ms;
+	q->max_batch = max_batch ? max_batch : 1;
+	/* A timer set for a longer delay is brought forward; a shorter one
+	 * stands (kick only ever brings a job forward). */
+	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
+}
+
+void gitq_set_ident(struct gitq *q, const char *name, const char *email)
+{
+	if (!name || !email || !*name || !*email) {
+		memset(&q->ident, 0, sizeof(q->ident));
+		return;
+	}
+	snprintf(q->ident.name, sizeof(q->ident.name), "%s", name);
+	snprintf(q->ident.email, sizeof(q->ident.email), "%s", email);
 }
 
 void gitq_commit_soon(struct gitq *q)
@@ -141,8 +161,8 @@ static void job_work_cb(uv_work_t *req)
 		ch[i].len = it->file_len;
 		ch[i].agent_id = it->agent;
 	}
-	j->rc = gitc_commit(j->q->gitc, ch, j->n, j->message, &j->res,
-			    j->errmsg, sizeof(j->errmsg));
+	j->rc = gitc_commit_as(j->q->gitc, &j->ident, ch, j->n, j->message,
+			       &j->res, j->errmsg, sizeof(j->errmsg));
 	for (size_t i = 0; i < j->n; i++)
 		j->items[i].changed = ch[i].changed;
 	free(ch);
@@ -316,6 +336,7 @@ static void job_start(struct gitq *q)
 	j->req.data = j;
 	j->message = q->message;
 	q->message = NULL;
+	j->ident = q->ident;
 	j->seq = ++q->seq;
 	j->started_ms = uv_now(q->loop);
 	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {

@@ -67,6 +67,7 @@ struct gitq {
 	int64_t last_commit_at;
 	char deferred[160]; /* why commits wait now, "" if they do not */
 	char last_error[320];
+	struct gitc_ident ident; /* of the next job's commit ("": default) */
 	bool closed;
 };
 
@@ -74,6 +75,18 @@ struct gitq {
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	      const char *workdir, unsigned delay_ms, unsigned max_batch,
 	      char *errmsg, size_t errn);
+
+/*
+ * Change commit_delay_ms and commit_max_batch (a reload): they apply from
+ * now on, to what is pending too; a running job is left alone.
+ */
+void gitq_set_timing(struct gitq *q, unsigned delay_ms, unsigned max_batch);
+
+/*
+ * The identity of the next commits: name and email (both copied), or
+ * NULL/"" for the repository's user.name/user.email. The jobs get a copy.
+ */
+void gitq_set_ident(struct gitq *q, const char *name, const char *email);
 
 /* A write to the slot was applied: it belongs in the next commit. */
 void gitq_mark(struct gitq *q, size_t slot);

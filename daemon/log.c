@@ -21,6 +21,17 @@ void log_init(enum log_level threshold)
 	log_priority_prefix = getenv("JOURNAL_STREAM") != NULL;
 }
 
+void log_set_level(enum log_level threshold)
+{
+	if (threshold >= LOGL_ERR && threshold <= LOGL_DEBUG)
+		log_threshold = threshold;
+}
+
+enum log_level log_get_level(void)
+{
+	return log_threshold;
+}
+
 void log_msg(enum log_level level, const char *fmt, ...)
 {
 	static const char *const names[] = {

@@ -17,6 +17,10 @@ enum log_level {
 /* Choose the threshold and the line format from the environment. */
 void log_init(enum log_level threshold);
 
+/* Change the threshold at run time: lines above it are dropped. */
+void log_set_level(enum log_level threshold);
+enum log_level log_get_level(void);
+
 void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -1,12 +1,14 @@
 /*
  * vmemd: serves the decisions of one git working tree over a Unix socket.
  *
- * Start-up: find the tree, (daemonise), take the tree's lock, load and
- * replay the store, listen, report readiness. Stop: on SIGTERM, SIGINT or
- * server.shutdown, stop accepting, answer what is buffered, write every
- * acknowledged decision to its file and empty the log, then exit 0. A
- * second signal exits at once: the log still holds every acknowledged
- * write and the next start replays it.
+ * Start-up: read the configuration (config.h), find the tree,
+ * (daemonise), take the tree's lock, load and replay the store, listen,
+ * report readiness. SIGHUP reloads the configuration file (all of it or
+ * nothing; the command line still wins) and reconciles with the files.
+ * Stop: on SIGTERM, SIGINT or server.shutdown, stop accepting, answer
+ * what is buffered, write every acknowledged decision to its file and
+ * empty the log, then exit 0. A second signal exits at once: the log
+ * still holds every acknowledged write and the next start replays it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,11 +23,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
 #include "methods.h"
 #include "protocol/decision.h"
+#include "sdnotify.h"
 #include "protocol/sockpath.h"
 
 #define EXIT_USAGE	  2
@@ -35,8 +39,9 @@
 struct options {
 	const char *repo;
 	const char *socket;
+	const char *config; /* --config FILE, or NULL */
 	bool foreground;
-	struct limits limits;
+	struct config cli; /* what the command line set */
 };
 
 /* Where start-up failures go: stderr, or the daemonising parent. */
@@ -71,70 +76,53 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: vmemd --repo PATH [--socket PATH] [--foreground]\n"
+		"             [--config FILE] [--log-level LEVEL]\n"
 		"             [--max-x N] [--max-line BYTES] [--max-batch N]\n"
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
 		"             [--line-deadline-ms MS]\n"
-		"Serves the vmem decisions of the git working tree at PATH.\n");
-}
-
-static size_t parse_size(const char *opt, const char *s, size_t min, size_t max)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "vmemd: %s must be an integer in %zu..%zu\n",
-			opt, min, max);
-		exit(EXIT_USAGE);
-	}
-	return (size_t)v;
+		"Serves the vmem decisions of the git working tree at PATH.\n"
+		"Settings come from the built-in defaults, then the file\n"
+		"(--config FILE, else $XDG_CONFIG_HOME/vmem/config or\n"
+		"~/.config/vmem/config if it exists), then the options;\n"
+		"SIGHUP reloads the file. LEVEL: err, warning, notice, info,\n"
+		"debug.\n");
 }
 
 static void parse_args(int argc, char **argv, struct options *o)
 {
-	enum {
-		O_MAX_X = 256,
-		O_MAX_LINE,
-		O_MAX_BATCH,
-		O_MAX_CONN,
-		O_BACKLOG,
-		O_COMMIT_DELAY,
-		O_COMMIT_BATCH,
-		O_LINE_DEADLINE,
-	};
+	/* An option for a configuration key is O_KEY + the key. */
+	enum { O_CONFIG = 256, O_KEY };
 	static const struct option longopts[] = {
 		{"repo", required_argument, NULL, 'r'},
 		{"socket", required_argument, NULL, 's'},
 		{"foreground", no_argument, NULL, 'f'},
-		{"max-x", required_argument, NULL, O_MAX_X},
-		{"max-line", required_argument, NULL, O_MAX_LINE},
-		{"max-batch", required_argument, NULL, O_MAX_BATCH},
-		{"max-connections", required_argument, NULL, O_MAX_CONN},
-		{"output-backlog", required_argument, NULL, O_BACKLOG},
-		{"commit-delay-ms", required_argument, NULL, O_COMMIT_DELAY},
-		{"commit-max-batch", required_argument, NULL, O_COMMIT_BATCH},
-		{"line-deadline-ms", required_argument, NULL, O_LINE_DEADLINE},
+		{"config", required_argument, NULL, O_CONFIG},
+		{"max-x", required_argument, NULL, O_KEY + CONFIG_MAX_X},
+		{"max-line", required_argument, NULL, O_KEY + CONFIG_MAX_LINE},
+		{"max-batch", required_argument, NULL,
+		 O_KEY + CONFIG_MAX_BATCH},
+		{"max-connections", required_argument, NULL,
+		 O_KEY + CONFIG_MAX_CONNECTIONS},
+		{"output-backlog", required_argument, NULL,
+		 O_KEY + CONFIG_OUTPUT_BACKLOG},
+		{"commit-delay-ms", required_argument, NULL,
+		 O_KEY + CONFIG_COMMIT_DELAY_MS},
+		{"commit-max-batch", required_argument, NULL,
+		 O_KEY + CONFIG_COMMIT_MAX_BATCH},
+		{"line-deadline-ms", required_argument, NULL,
+		 O_KEY + CONFIG_LINE_DEADLINE_MS},
+		{"log-level", required_argument, NULL,
+		 O_KEY + CONFIG_LOG_LEVEL},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
 	};
-	int ch;
+	char why[160];
+	int ch, idx = 0;
 
-	o->limits = (struct limits){
-		.max_line = 1 << 20,
-		.max_batch = 1000,
-		.max_connections = 256,
-		.output_backlog = 4 << 20,
-		.max_depth = 64,
-		.line_deadline_ms = 30000,
-		.max_x = VMEM_MAX_X_DEFAULT,
-		.commit_delay_ms = 1000,
-		.commit_max_batch = 512,
-	};
-	while ((ch = getopt_long(argc, argv, "r:s:fhV", longopts, NULL)) !=
+	config_init(&o->cli);
+	while ((ch = getopt_long(argc, argv, "r:s:fhV", longopts, &idx)) !=
 	       -1) {
 		switch (ch) {
 		case 'r':
@@ -146,38 +134,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case 'f':
 			o->foreground = true;
 			break;
-		case O_MAX_X:
-			o->limits.max_x =
-				(int)parse_size("--max-x", optarg, 1, 1000000);
-			break;
-		case O_MAX_LINE:
-			o->limits.max_line = parse_size("--max-line", optarg,
-							1024, (size_t)1 << 30);
-			break;
-		case O_MAX_BATCH:
-			o->limits.max_batch =
-				parse_size("--max-batch", optarg, 1, 100000);
-			break;
-		case O_MAX_CONN:
-			o->limits.max_connections = parse_size(
-				"--max-connections", optarg, 1, 65536);
-			break;
-		case O_BACKLOG:
-			o->limits.output_backlog =
-				parse_size("--output-backlog", optarg, 4096,
-					   (size_t)1 << 30);
-			break;
-		case O_COMMIT_DELAY:
-			o->limits.commit_delay_ms = (unsigned)parse_size(
-				"--commit-delay-ms", optarg, 0, 3600000);
-			break;
-		case O_COMMIT_BATCH:
-			o->limits.commit_max_batch = (unsigned)parse_size(
-				"--commit-max-batch", optarg, 1, 1000000);
-			break;
-		case O_LINE_DEADLINE:
-			o->limits.line_deadline_ms = (unsigned)parse_size(
-				"--line-deadline-ms", optarg, 100, 3600000);
+		case O_CONFIG:
+			o->config = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -186,6 +144,16 @@ static void parse_args(int argc, char **argv, struct options *o)
 			printf("vmemd %s\n", VMEMD_VERSION);
 			exit(0);
 		default:
+			if (ch >= O_KEY && ch < O_KEY + CONFIG_NKEYS) {
+				if (config_set(&o->cli,
+					       (enum config_key)(ch - O_KEY),
+					       optarg, why, sizeof(why)) < 0) {
+					fprintf(stderr, "vmemd: --%s %s\n",
+						longopts[idx].name, why);
+					exit(EXIT_USAGE);
+				}
+				break;
+			}
 			usage(stderr);
 			exit(EXIT_USAGE);
 		}
@@ -260,8 +228,14 @@ static void redirect_stdio(const char *log_path)
 	close(log);
 }
 
-static void report_ready(void)
+/* Ready: tell whoever waits (the starting parent, systemd) and start the
+ * systemd watchdog if one was asked for. */
+static void report_ready(struct daemon *d)
 {
+	sdnotify("READY=1\nSTATUS=serving %s (%zu decisions)", d->repo.root,
+		 d->store.index.count);
+	if (sdnotify_watchdog_start(d->loop) < 0)
+		log_warn("cannot start the systemd watchdog timer");
 	if (ready_fd < 0)
 		return;
 	if (write(ready_fd, "0", 1) < 0) {
@@ -269,6 +243,171 @@ static void report_ready(void)
 	}
 	close(ready_fd);
 	ready_fd = -1;
+}
+
+/*
+ * File descriptors 0-2 closed by whoever started us would go to our own
+ * files (the tree's lock, libuv's internals), where anything written to
+ * "stderr" would land, and libuv refuses to close them: keep them taken by
+ * /dev/null.
+ */
+static void keep_std_fds(void)
+{
+	int fd;
+
+	do
+		fd = open("/dev/null", O_RDWR);
+	while (fd >= 0 && fd <= 2);
+	if (fd > 2)
+		close(fd);
+}
+
+/* ---- configuration ---- */
+
+static struct {
+	struct config cli;   /* the command line's keys: they always win */
+	struct config cur;   /* in force */
+	char path[PATH_MAX]; /* the file read, or looked for ("": none) */
+	bool explicit;	     /* path came from --config */
+	bool found;	     /* path was read */
+} cfg;
+
+/* Built-in defaults < the file < the command line. */
+static void effective(struct config *out, const struct config *file)
+{
+	config_init(out);
+	config_merge(out, file);
+	config_merge(out, &cfg.cli);
+}
+
+static void __attribute__((noreturn))
+fail_config(const char *path, const struct config_error *err)
+{
+	if (err->line)
+		fail_startup(EXIT_USAGE, "%s:%u: %s", path, err->line,
+			     err->msg);
+	fail_startup(EXIT_USAGE, "%s: %s", path, err->msg);
+}
+
+static bool missing(int rc)
+{
+	return rc == -ENOENT || rc == -ENOTDIR;
+}
+
+/* Start-up, before daemonising: any problem with the file stops us. */
+static void load_config(const char *given)
+{
+	struct config file;
+	struct config_error err;
+	int rc;
+
+	config_init(&file);
+	if (given) {
+		cfg.explicit = true;
+		rc = config_load(&file, given, &err);
+		if (rc < 0)
+			fail_config(given, &err);
+		/* SIGHUP reads it again, whatever the directory then. */
+		if (!realpath(given, cfg.path))
+			snprintf(cfg.path, sizeof(cfg.path), "%s", given);
+		cfg.found = true;
+	} else if (config_default_path(cfg.path, sizeof(cfg.path),
+				       getenv("XDG_CONFIG_HOME"),
+				       getenv("HOME")) == 0) {
+		rc = config_load(&file, cfg.path, &err);
+		if (rc < 0 && !missing(rc))
+			fail_config(cfg.path, &err);
+		cfg.found = rc == 0;
+		if (!cfg.found)
+			config_init(&file);
+	} else {
+		cfg.path[0] = '\0';
+	}
+	effective(&cfg.cur, &file);
+}
+
+static void log_config(const struct config *c)
+{
+	char v[CONFIG_STR_MAX + 16];
+
+	for (int k = 0; k < CONFIG_NKEYS; k++) {
+		config_format(c, (enum config_key)k, v, sizeof(v));
+		log_debug("config: %s = %s%s", config_key_name(k), v,
+			  c->set & (1u << k) ? "" : " (default)");
+	}
+}
+
+/* Put c in force; max_x, the commit timing and identity only at start-up
+ * or later through the commit queue. */
+static void apply_config(struct daemon *d, const struct config *c,
+			 bool at_start)
+{
+	struct limits *l = &d->limits;
+
+	log_set_level((enum log_level)c->num[CONFIG_LOG_LEVEL]);
+	l->max_line = (size_t)c->num[CONFIG_MAX_LINE];
+	l->max_batch = (size_t)c->num[CONFIG_MAX_BATCH];
+	l->max_connections = (size_t)c->num[CONFIG_MAX_CONNECTIONS];
+	l->output_backlog = (size_t)c->num[CONFIG_OUTPUT_BACKLOG];
+	l->line_deadline_ms = (unsigned)c->num[CONFIG_LINE_DEADLINE_MS];
+	l->commit_delay_ms = (unsigned)c->num[CONFIG_COMMIT_DELAY_MS];
+	l->commit_max_batch = (unsigned)c->num[CONFIG_COMMIT_MAX_BATCH];
+	if (at_start) {
+		l->max_depth = 64;
+		l->max_x = (int)c->num[CONFIG_MAX_X];
+		return;
+	}
+	gitq_set_timing(&d->gitq, l->commit_delay_ms, l->commit_max_batch);
+	gitq_set_ident(&d->gitq, c->commit_name, c->commit_email);
+}
+
+/* SIGHUP: read the file again; put it in force only if all of it is
+ * valid. */
+static void reload_config(struct daemon *d)
+{
+	struct config file, next;
+	struct config_error err;
+	char changes[2048];
+	size_t n;
+	int rc;
+
+	if (!cfg.found && !cfg.explicit &&
+	    config_default_path(cfg.path, sizeof(cfg.path),
+				getenv("XDG_CONFIG_HOME"),
+				getenv("HOME")) < 0) {
+		log_info("SIGHUP: no configuration file (neither "
+			 "XDG_CONFIG_HOME nor HOME is set)");
+		return;
+	}
+	rc = config_load(&file, cfg.path, &err);
+	if (rc < 0 && missing(rc) && !cfg.found) {
+		log_info("SIGHUP: no configuration file at %s", cfg.path);
+		return;
+	}
+	if (rc < 0) {
+		if (err.line)
+			log_err("%s:%u: %s; keeping the current configuration",
+				cfg.path, err.line, err.msg);
+		else
+			log_err("%s: %s; keeping the current configuration",
+				cfg.path, err.msg);
+		return;
+	}
+	cfg.found = true;
+	effective(&next, &file);
+	if (!config_same(&next, &cfg.cur, CONFIG_MAX_X)) {
+		log_warn("%s: max_x cannot change at run time: keeping %llu "
+			 "(restart vmemd to use %llu)",
+			 cfg.path, cfg.cur.num[CONFIG_MAX_X],
+			 next.num[CONFIG_MAX_X]);
+		next.num[CONFIG_MAX_X] = cfg.cur.num[CONFIG_MAX_X];
+	}
+	n = config_describe_changes(&cfg.cur, &next, ~0u, changes,
+				    sizeof(changes));
+	log_info("reloaded %s: %s", cfg.path, n ? changes : "no change");
+	cfg.cur = next;
+	apply_config(d, &cfg.cur, false);
+	log_config(&cfg.cur);
 }
 
 /* ---- stopping ---- */
@@ -367,6 +506,8 @@ void daemon_stop(struct daemon *d)
 	d->stopping = true;
 	d->stop_started_ms = uv_now(d->loop);
 	log_info("stopping: answering buffered requests");
+	sdnotify("STOPPING=1\nSTATUS=stopping: answering buffered requests, "
+		 "then writing and committing");
 	server_stop(&d->server);
 	uv_timer_start(&stop_timer, stop_timer_cb, 0, 10);
 }
@@ -376,7 +517,11 @@ static void signal_cb(uv_signal_t *h, int signum)
 	struct daemon *d = h->data;
 
 	if (signum == SIGHUP) {
-		log_info("SIGHUP: nothing to reload in this version");
+		if (d->stopping)
+			return;
+		reload_config(d);
+		/* and reconcile with the files, as after a checkout */
+		store_check_files(&d->store);
 		return;
 	}
 	if (d->stopping) {
@@ -412,13 +557,15 @@ int main(int argc, char **argv)
 	char *log_path = NULL;
 	int rc;
 
+	keep_std_fds();
 	parse_args(argc, argv, &o);
+	cfg.cli = o.cli;
+	load_config(o.config);
 	signal(SIGPIPE, SIG_IGN);
 	git_libgit2_init();
 	json_object_seed(0);
 	log_init(LOGL_INFO);
-
-	d->limits = o.limits;
+	apply_config(d, &cfg.cur, true);
 	rc = repo_open(&d->repo, o.repo, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "%s", errmsg);
@@ -436,6 +583,7 @@ int main(int argc, char **argv)
 	}
 	if (!o.foreground)
 		daemonize();
+	sdnotify_init();
 	rc = repo_lock(&d->repo, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(rc == -EBUSY ? EXIT_RUNNING : 1, "%s", errmsg);
@@ -450,7 +598,7 @@ int main(int argc, char **argv)
 	if (stats_init(&d->stats, method_count()) < 0)
 		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
-	rc = store_open(&d->store, d->loop, &d->repo, o.limits.max_x,
+	rc = store_open(&d->store, d->loop, &d->repo, d->limits.max_x,
 			&d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
@@ -459,11 +607,12 @@ int main(int argc, char **argv)
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
 	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
-		       o.limits.commit_delay_ms, o.limits.commit_max_batch,
+		       d->limits.commit_delay_ms, d->limits.commit_max_batch,
 		       errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
 			     errmsg);
+	gitq_set_ident(&d->gitq, cfg.cur.commit_name, cfg.cur.commit_email);
 	start_commits(d);
 	rc = watch_start(&d->watch, d->loop, d->repo.gitdir, d->repo.commondir,
 			 repo_changed_cb, d);
@@ -487,9 +636,12 @@ int main(int argc, char **argv)
 	uv_timer_init(d->loop, &stop_timer);
 	stop_timer.data = d;
 
-	log_info("serving %s on %s (%zu decisions)", d->repo.root, sock,
-		 d->store.index.count);
-	report_ready();
+	if (cfg.found)
+		log_info("configuration from %s", cfg.path);
+	log_config(&cfg.cur);
+	log_info("serving %s on %s (%zu decisions)", d->repo.root,
+		 d->server.path, d->store.index.count);
+	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	watch_stop(&d->watch);

@@ -58,7 +58,18 @@ int repo_open(struct repo *r, const char *path, char *errmsg, size_t errn)
 	if (rc < 0) {
 		const git_error *e = git_error_last();
 
-		if (rc == GIT_ENOTFOUND) {
+		/* libgit2 1.5 reports a repository of another owner as a
+		 * safe.directory value not found (a config error); later
+		 * versions as GIT_EOWNER. */
+		if (rc == GIT_EOWNER || (rc == GIT_ENOTFOUND && e &&
+					 e->klass == GIT_ERROR_CONFIG)) {
+			snprintf(errmsg, errn,
+				 "the repository of %s is owned by another "
+				 "user: refusing it, as git does (list it in "
+				 "safe.directory if you trust it)",
+				 canon);
+			rc = -EPERM;
+		} else if (rc == GIT_ENOTFOUND) {
 			snprintf(errmsg, errn,
 				 "%s is not inside a git working tree", canon);
 			rc = -ENOENT;

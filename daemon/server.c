@@ -2,7 +2,9 @@
  * The listener. The socket directory must be a real directory owned by us
  * with no access for group or others (tmux's rule); a leftover socket is
  * replaced only after a connect to it fails; the socket is created with
- * umask 0177 so it is 0600 from its first instant.
+ * umask 0177 so it is 0600 from its first instant. Under socket activation
+ * the listening socket is systemd's: adopted after checking what it is,
+ * and never unlinked by us.
  */
 #include "server.h"
 
@@ -19,6 +21,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "sdnotify.h"
 
 /* Create the socket directory if needed and check it is safe to use. */
 static int check_socket_dir(const char *path, char *errmsg, size_t errn)
@@ -155,12 +158,60 @@ static void sweep_cb(uv_timer_t *t)
 	}
 }
 
+/*
+ * Take over the listening socket of socket activation: it must be a
+ * listening Unix stream socket; a path other than the one clients compute
+ * is served but warned about (clients would not find it).
+ */
+static int adopt(struct server *srv, int fd, const char *path, char *errmsg,
+		 size_t errn)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	int type = 0, listening = 0, rc;
+	socklen_t ilen = sizeof(int);
+
+	memset(&sa, 0, sizeof(sa));
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &ilen) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ilen) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) < 0 ||
+	    sa.sun_family != AF_UNIX || type != SOCK_STREAM || !listening) {
+		snprintf(errmsg, errn,
+			 "the socket passed by systemd (fd %d) is not a "
+			 "listening Unix stream socket",
+			 fd);
+		return -ENOTSOCK;
+	}
+	if (strcmp(sa.sun_path, path) != 0) {
+		char *actual = strdup(sa.sun_path);
+
+		log_warn("serving on the socket systemd passed, %s; clients of "
+			 "this tree look for %s",
+			 sa.sun_path, path);
+		if (actual) {
+			free(srv->path);
+			srv->path = actual;
+		}
+	}
+	srv->activated = true;
+	rc = uv_pipe_open(&srv->listener, fd);
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&srv->listener, 128,
+			       connection_cb);
+	if (rc < 0)
+		snprintf(errmsg, errn,
+			 "cannot serve on the socket from "
+			 "systemd: %s",
+			 uv_strerror(rc));
+	return rc;
+}
+
 int server_listen(struct server *srv, struct daemon *d, const char *path,
 		  char *errmsg, size_t errn)
 {
 	struct stat st;
 	mode_t old_mask;
-	int rc;
+	int rc, fd = sdnotify_listen_fd();
 
 	memset(srv, 0, sizeof(*srv));
 	srv->d = d;
@@ -173,11 +224,18 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
-	rc = check_socket_dir(path, errmsg, errn);
-	if (rc == 0)
-		rc = clear_stale_socket(path, errmsg, errn);
-	if (rc < 0)
-		return rc;
+	if (fd == -EINVAL) {
+		snprintf(errmsg, errn,
+			 "systemd passed several sockets; vmemd serves one");
+		return fd;
+	}
+	if (fd < 0) {
+		rc = check_socket_dir(path, errmsg, errn);
+		if (rc == 0)
+			rc = clear_stale_socket(path, errmsg, errn);
+		if (rc < 0)
+			return rc;
+	}
 	rc = uv_check_init(d->loop, &srv->flush_check);
 	if (rc < 0)
 		goto fail;
@@ -193,6 +251,8 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 		goto fail;
 	srv->listener.data = srv;
 	srv->listening = true;
+	if (fd >= 0)
+		return adopt(srv, fd, path, errmsg, errn);
 	old_mask = umask(0177);
 	rc = uv_pipe_bind(&srv->listener, path);
 	umask(old_mask);
@@ -220,7 +280,10 @@ void server_stop(struct server *srv)
 	}
 	for (c = srv->conns; c; c = next) {
 		next = c->next;
-		conn_drain(c);
+		if (c->lingering)
+			conn_close(c); /* refused: nothing more to answer */
+		else
+			conn_drain(c);
 	}
 }
 
@@ -228,7 +291,8 @@ void server_done(struct server *srv)
 {
 	struct stat st;
 
-	if (srv->path && lstat(srv->path, &st) == 0 && st.st_ino == srv->inode)
+	if (srv->path && !srv->activated && lstat(srv->path, &st) == 0 &&
+	    st.st_ino == srv->inode)
 		unlink(srv->path);
 	free(srv->path);
 	srv->path = NULL;

@@ -19,8 +19,9 @@ struct server {
 	struct daemon *d;
 	uv_pipe_t listener;
 	bool listening;
-	char *path;	    /* socket path (owned) */
-	ino_t inode;	    /* of the socket we bound, to unlink only ours */
+	bool activated; /* the socket came from systemd: not ours to unlink */
+	char *path;	/* socket path (owned) */
+	ino_t inode;	/* of the socket we bound, to unlink only ours */
 	struct conn *conns; /* all open connections */
 	size_t n_served;    /* connections counted against the limit */
 	/* Connections with notifications to write, flushed once per loop
@@ -31,7 +32,8 @@ struct server {
 };
 
 /*
- * Prepare the socket directory, replace a stale socket, bind and listen.
+ * Prepare the socket directory, replace a stale socket, bind and listen;
+ * or, under socket activation, serve on the socket systemd passed.
  * Returns 0 or -errno with errmsg.
  */
 int server_listen(struct server *srv, struct daemon *d, const char *path,

@@ -8,6 +8,8 @@
  */
 #include "vmem.h"
 
+#include "service.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -106,6 +108,10 @@ static void usage(FILE *f)
 	      "  daemon start|stop|run\n"
 	      "                       start it in the background, stop it, or\n"
 	      "                       run it in the foreground\n"
+	      "  service install|uninstall|status\n"
+	      "                       run this tree's daemon under the "
+	      "systemd\n"
+	      "                       user manager (socket-activated)\n"
 	      "  help                 this help\n"
 	      "\n"
 	      "X: issue number; Y: stage 1 architect, 2 test, 3 implement,\n"
@@ -923,6 +929,51 @@ static int cmd_daemon(struct cli *cli)
 	return EXIT_OK;
 }
 
+/* Is a daemon serving the tree now (without starting one)? */
+static bool daemon_running(const struct cli *cli)
+{
+	struct vmem_options o = {0};
+	struct vmem_error err;
+	vmem_client *c = NULL;
+
+	o.repo = cli->repo;
+	o.socket = cli->socket;
+	o.autostart = 0;
+	o.timeout_ms = cli->timeout_ms;
+	if (vmem_client_open(&c, &o, &err) < 0)
+		return false;
+	vmem_client_free(c);
+	return true;
+}
+
+static int cmd_service(struct cli *cli)
+{
+	struct vmem_error err;
+	char *root = NULL;
+	const char *sub = cli->npos == 1 ? cli->pos[0] : "";
+	int rc, status;
+
+	if (strcmp(sub, "install") != 0 && strcmp(sub, "uninstall") != 0 &&
+	    strcmp(sub, "status") != 0)
+		die_usage("service takes one of install, uninstall, status");
+	if (cli->json)
+		die_usage("--json does not apply to service");
+	rc = vmem_repo_find(cli->repo, &root, &err);
+	if (rc < 0)
+		return report(rc, &err);
+	if (strcmp(sub, "install") == 0 && daemon_running(cli)) {
+		puts("stopping the vmemd serving this tree, so that systemd "
+		     "takes over its socket");
+		status = daemon_stop(cli);
+		if (status != EXIT_OK)
+			goto out;
+	}
+	status = service_command(sub, root, vmem_daemon_program());
+out:
+	vmem_free(root);
+	return status;
+}
+
 /* ---- queries: ls, before, search ------------------------------------ */
 
 static void set_or_die(json_t *o, const char *key, json_t *v)
@@ -1723,6 +1774,10 @@ int main(int argc, char **argv)
 
 	if (strcmp(cmd, "daemon") == 0) {
 		status = cmd_daemon(&cli);
+		goto out;
+	}
+	if (strcmp(cmd, "service") == 0) {
+		status = cmd_service(&cli);
 		goto out;
 	}
 	if (ls || before || search) {

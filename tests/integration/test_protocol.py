@@ -308,6 +308,17 @@ class Limits(vt.VmemTestCase):
         self.assertTrue(conn.at_eof(5.0))
         self.connect().call("server.hello")  # the daemon still serves
 
+    def test_refused_client_that_never_closes_does_not_hold_a_stop(self):
+        conn = self.connect()
+        conn.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"server.hello",'
+                      b'"params":{"client":"' + b"a" * 5000 + b'"}}\n')
+        self.assertInvalidRequestNullId(conn.read_json())
+        # The client keeps its end open; the daemon stops promptly anyway.
+        started = time.monotonic()
+        self.daemon.stop()
+        self.assertLess(time.monotonic() - started, 5.0)
+        self.assertNotIn("did not drain", self.daemon.stderr())
+
     def test_endless_line_without_newline_closed(self):
         conn = self.connect()
         try:

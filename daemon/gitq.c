@@ -59,11 +59,12 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	q->delay_ms = delay_ms;
 	q->max_batch = max_batch ? max_batch : 1;
 	q->pending = calloc(store->index.n_slots, 1);
+	q->committing = calloc(store->index.n_slots, 1);
 	q->pending_list =
 		calloc(store->index.n_slots, sizeof(*q->pending_list));
 	uv_timer_init(loop, &q->timer);
 	q->timer.data = q;
-	if (!q->pending || !q->pending_list) {
+	if (!q->pending || !q->committing || !q->pending_list) {
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
@@ -85,6 +86,11 @@ void gitq_mark(struct gitq *q, size_t slot)
 		return;
 	set_pending(q, slot);
 	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
+}
+
+bool gitq_uncommitted(const struct gitq *q, size_t slot)
+{
+	return q->pending[slot] || q->committing[slot];
 }
 
 void gitq_set_timing(struct gitq *q, unsigned delay_ms, unsigned max_batch)
@@ -222,6 +228,9 @@ static void job_after_cb(uv_work_t *req, int status)
 
 	q->busy = false;
 	q->in_flight = 0;
+	for (size_t i = 0; i < j->n; i++)
+		q->committing[index_slot(&q->store->index,
+					 &j->items[i].coord)] = 0;
 	if (rc != 0) {
 		char msg[400];
 
@@ -329,8 +338,10 @@ static void job_start(struct gitq *q)
 		}
 	}
 	j->n = q->n_pending;
-	for (size_t i = 0; i < q->n_pending; i++)
+	for (size_t i = 0; i < q->n_pending; i++) {
 		q->pending[q->pending_list[i]] = 0;
+		q->committing[q->pending_list[i]] = 1;
+	}
 	q->n_pending = 0;
 	j->q = q;
 	j->req.data = j;
@@ -422,6 +433,7 @@ void gitq_close(struct gitq *q)
 	uv_close((uv_handle_t *)&q->timer, NULL);
 	gitc_free(q->gitc);
 	free(q->pending);
+	free(q->committing);
 	free(q->pending_list);
 	free(q->message);
 }

@@ -49,7 +49,8 @@ struct gitq {
 	uv_loop_t *loop;
 	struct store *store; /* its index; commits wait for its files */
 	struct gitc *gitc;
-	uint8_t *pending; /* per index slot */
+	uint8_t *pending;    /* per index slot */
+	uint8_t *committing; /* per index slot: inside the running job */
 	size_t *pending_list;
 	size_t n_pending;
 	unsigned delay_ms, max_batch, retry_ms;
@@ -90,6 +91,10 @@ void gitq_set_ident(struct gitq *q, const char *name, const char *email);
 
 /* A write to the slot was applied: it belongs in the next commit. */
 void gitq_mark(struct gitq *q, size_t slot);
+
+/* Is the slot's state not in HEAD yet (pending, or in the commit being
+ * made)? */
+bool gitq_uncommitted(const struct gitq *q, size_t slot);
 
 /* Start a commit job now rather than after the delay. */
 void gitq_commit_soon(struct gitq *q);

@@ -622,10 +622,9 @@ int main(int argc, char **argv)
 			 d->repo.gitdir, uv_strerror(rc));
 	d->gitq.committed = committed_cb;
 	d->gitq.committed_ctx = &d->watch;
-	rc = server_listen(&d->server, d, sock, errmsg, sizeof(errmsg));
-	if (rc < 0)
-		fail_startup(1, "%s", errmsg);
-
+	/* Signals are caught before the socket exists: a client that sees
+	 * the socket may stop us at once, and that must be a graceful stop
+	 * (the handlers run only once the loop does). */
 	uv_signal_init(d->loop, &sig_term);
 	uv_signal_init(d->loop, &sig_int);
 	uv_signal_init(d->loop, &sig_hup);
@@ -635,6 +634,9 @@ int main(int argc, char **argv)
 	uv_signal_start(&sig_hup, signal_cb, SIGHUP);
 	uv_timer_init(d->loop, &stop_timer);
 	stop_timer.data = d;
+	rc = server_listen(&d->server, d, sock, errmsg, sizeof(errmsg));
+	if (rc < 0)
+		fail_startup(1, "%s", errmsg);
 
 	if (cfg.found)
 		log_info("configuration from %s", cfg.path);

@@ -100,6 +100,8 @@ struct git_read {
 	int max_x;
 	enum { READ_HISTORY, READ_ROLLBACK, READ_LOG } kind;
 	struct coord coord; /* history */
+	bool uncommitted;   /* history: result[0] is the state not in HEAD */
+	bool walked;	    /* history: a version from git was seen */
 	size_t limit;	    /* history, log: 0 for all */
 	int xt, yt;	    /* rollback point */
 	json_t *result;	    /* handed over whole: built by the worker */
@@ -134,30 +136,48 @@ static json_t *version_json(const struct decision *d, const char *commit,
 		"committed_at", committed_at ? committed_at : json_null());
 }
 
+/* Add a version from git; the newest one replaces the uncommitted state
+ * put first when it is that very state (its commit landed meanwhile), so
+ * no version is listed twice. */
+static int add_version(struct git_read *r, json_t *v, const char *timestamp)
+{
+	bool first = !r->walked;
+
+	r->walked = true;
+	if (!v)
+		return -ENOMEM;
+	if (first && r->uncommitted) {
+		json_t *now = json_array_get(r->result, 0);
+		json_t *ts = json_object_get(now, "timestamp");
+
+		if (timestamp ? json_is_string(ts) &&
+					strcmp(json_string_value(ts),
+					       timestamp) == 0
+			      : json_is_null(ts))
+			return json_array_set_new(r->result, 0, v) < 0 ? -ENOMEM
+								       : 0;
+	}
+	return json_array_append_new(r->result, v) < 0 ? -ENOMEM : 0;
+}
+
 static int history_cb(void *ctx, const char *commit, int64_t committed_at,
 		      const char *text, size_t len)
 {
 	struct git_read *r = ctx;
 	struct decision d;
 	char msg[VMEM_ERRMSG_LEN];
+	int rc;
 
 	if (!text)
-		return json_array_append_new(
-			       r->result,
-			       version_json(NULL, commit,
-					    when_json(committed_at))) < 0
-			       ? -ENOMEM
-			       : 0;
+		return add_version(
+			r, version_json(NULL, commit, when_json(committed_at)),
+			NULL);
 	if (decision_parse(text, len, r->max_x, &d, msg) != 0)
 		return 0; /* not a file vmemd wrote: not a version */
-	if (json_array_append_new(
-		    r->result,
-		    version_json(&d, commit, when_json(committed_at))) < 0) {
-		decision_done(&d);
-		return -ENOMEM;
-	}
+	rc = add_version(r, version_json(&d, commit, when_json(committed_at)),
+			 d.timestamp);
 	decision_done(&d);
-	return 0;
+	return rc;
 }
 
 static int log_cb(void *ctx, const char *commit, int64_t committed_at,
@@ -186,6 +206,10 @@ static void read_work_cb(uv_work_t *req)
 	if (r->kind == READ_HISTORY) {
 		r->rc = gitc_history(g, &r->coord, r->limit, history_cb, r,
 				     r->errmsg, sizeof(r->errmsg));
+		/* The walk took limit versions besides the uncommitted one. */
+		while (r->limit && json_array_size(r->result) > r->limit)
+			json_array_remove(r->result,
+					  json_array_size(r->result) - 1);
 	} else if (r->kind == READ_LOG) {
 		r->rc = gitc_log(g, r->limit, log_cb, r, r->errmsg,
 				 sizeof(r->errmsg));
@@ -267,7 +291,8 @@ int decision_history(struct call *call)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
 	slot = index_slot(&q->store->index, &r->coord);
-	if (q->pending[slot]) {
+	r->uncommitted = gitq_uncommitted(q, slot);
+	if (r->uncommitted) {
 		const struct record *rec = q->store->index.slots[slot];
 		struct decision d;
 		char msg[VMEM_ERRMSG_LEN];
@@ -285,13 +310,6 @@ int decision_history(struct call *call)
 			goto oom;
 	}
 	r->limit = (size_t)limit;
-	if (r->limit && json_array_size(r->result) >= r->limit) {
-		call_reply(call, r->result);
-		free(r);
-		return CALL_DONE;
-	}
-	if (r->limit)
-		r->limit -= json_array_size(r->result);
 	return read_start(r);
 oom:
 	call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Count test cases in meson test logs: every TAP line of a TAP test, or
-the test itself otherwise. Prints 'N passed, N failed'."""
+the test itself otherwise; and in plain TAP outputs given with --tap FILE
+(a missing file counts as a failure). Prints 'N passed, N failed'."""
 import json
 import re
 import sys
@@ -9,6 +10,17 @@ args = sys.argv[1:]
 passed = failed = 0
 if args[:1] == ["--extra-failed"]:
     failed = int(args[1])
+    args = args[2:]
+while args[:1] == ["--tap"]:
+    try:
+        with open(args[1], encoding="utf-8", errors="replace") as f:
+            out = f.read()
+        oks = len(re.findall(r"^ok\b", out, re.M))
+        not_oks = len(re.findall(r"^not ok\b", out, re.M))
+        passed += oks
+        failed += not_oks + (0 if oks + not_oks else 1)
+    except OSError:
+        failed += 1
     args = args[2:]
 for path in args:
     with open(path, encoding="utf-8") as f:

@@ -49,6 +49,8 @@ struct daemon {
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t started_ms;		 /* uv_now at start */
 	uint64_t stop_started_ms;
+	uint64_t flush_started_ms; /* of the store, during a stop; 0: not yet */
+	uint64_t flush_errors;	   /* the store's n_errors when it began */
 	bool stopping;
 	int exit_code;
 };

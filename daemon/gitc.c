@@ -33,6 +33,8 @@
 #define MAX_TRIES      5
 #define PATH_MAX_VM    64 /* ".vector-memory/x-NNN.../y-Y-z-Z.json" */
 #define ANY_X	       1000000
+/* A lock of ours is made within this long after its commit began. */
+#define STALE_LOCK_WINDOW_S 5
 
 struct gitc {
 	git_repository *repo;
@@ -41,6 +43,29 @@ struct gitc {
 	void (*hook)(void *ctx);
 	void *hook_ctx;
 };
+
+/*
+ * The marker of a commit in progress, <gitdir>vmem/committing: present
+ * (and fresh) while a commit may hold git's lock files, removed after.
+ * Failures are ignored: without it a crash's locks are only not cleaned.
+ */
+static void marker_set(struct gitc *g, bool on)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if ((size_t)snprintf(path, sizeof(path), "%svmem/committing",
+			     g->gitdir) >= sizeof(path))
+		return;
+	if (!on) {
+		unlink(path);
+		return;
+	}
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+		  0600);
+	if (fd >= 0)
+		close(fd);
+}
 
 /* One x-NNN directory being rebuilt. */
 struct xdir {
@@ -821,6 +846,9 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		rc = git_fail(e, "signature", errmsg, errn);
 		goto out;
 	}
+	/* From here on git's lock files may be ours for a moment: a marker
+	 * says so, for a start-up after a crash (gitc_clear_stale_locks). */
+	marker_set(g, true);
 	rc = -EAGAIN;
 	for (tries = 0; tries < MAX_TRIES && rc == -EAGAIN; tries++)
 		rc = commit_once(g, ch, ids, n, &meta_id,
@@ -838,6 +866,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	/* The commit exists: an index failure is reported, not returned. */
 	update_index(g, ch, ids, n, &meta_id, meta_added, errmsg, errn);
 out:
+	marker_set(g, false);
 	objects_fsync(true);
 	git_signature_free(sig);
 	free(ids);
@@ -1151,4 +1180,150 @@ int gitc_log(struct gitc *g, size_t limit, gitc_commit_fn cb, void *ctx,
 
 	return walk_changes(g, VM_DIR, GIT_OBJECT_TREE, limit, log_change, &l,
 			    errmsg, errn);
+}
+
+/* Remove lock at path if it was made within the window after since. */
+static bool remove_if_ours(const char *path, const struct timespec *since,
+			   char *removed, size_t n)
+{
+	struct stat st;
+	size_t len = strlen(removed);
+
+	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_mtim.tv_sec < since->tv_sec - 1 ||
+	    st.st_mtim.tv_sec > since->tv_sec + STALE_LOCK_WINDOW_S ||
+	    unlink(path) < 0)
+		return false;
+	snprintf(removed + len, n - len, "%s%s", len ? ", " : "", path);
+	return true;
+}
+
+struct restage {
+	struct gitc *g;
+	git_index *idx;
+	int rc;
+};
+
+static int restage_cb(const char *root, const git_tree_entry *te, void *arg)
+{
+	struct restage *r = arg;
+	char path[PATH_MAX_VM + 16];
+	git_blob *blob = NULL;
+	int e;
+
+	if (git_tree_entry_type(te) != GIT_OBJECT_BLOB)
+		return 0;
+	snprintf(path, sizeof(path), VM_DIR "/%s%s", root,
+		 git_tree_entry_name(te));
+	e = git_blob_lookup(&blob, r->g->repo, git_tree_entry_id(te));
+	if (e == 0)
+		e = index_put(r->g, r->idx, path, git_tree_entry_id(te),
+			      git_blob_rawcontent(blob),
+			      (size_t)git_blob_rawsize(blob));
+	git_blob_free(blob);
+	r->rc = e;
+	return e < 0 ? -1 : 0;
+}
+
+/*
+ * A commit cut short between moving the branch and staging its paths
+ * leaves the index behind HEAD for our directory: make its entries there
+ * HEAD's again (nothing else of the index is touched).
+ */
+static int restage_ours(struct gitc *g)
+{
+	struct restage r = {g, NULL, 0};
+	git_object *obj = NULL;
+	int e;
+
+	e = git_repository_index(&r.idx, g->repo);
+	if (e == 0)
+		e = git_index_read(r.idx, 1);
+	if (e == 0)
+		e = git_index_remove_directory(r.idx, VM_DIR, 0);
+	if (e == 0) {
+		e = git_revparse_single(&obj, g->repo, "HEAD:" VM_DIR);
+		if (e == GIT_ENOTFOUND || e == GIT_EUNBORNBRANCH)
+			e = 0; /* no memory in HEAD: none in the index */
+		else if (e == 0 && git_object_type(obj) == GIT_OBJECT_TREE &&
+			 git_tree_walk((git_tree *)obj, GIT_TREEWALK_PRE,
+				       restage_cb, &r) < 0)
+			e = r.rc < 0 ? r.rc : -1;
+	}
+	if (e == 0)
+		e = git_index_write(r.idx);
+	git_object_free(obj);
+	git_index_free(r.idx);
+	return e < 0 ? git2errno(e) : 0;
+}
+
+int gitc_clear_stale_locks(struct gitc *g, char *removed, size_t n)
+{
+	const char *common = git_repository_commondir(g->repo);
+	char marker[PATH_MAX], path[PATH_MAX];
+	git_reference *head = NULL;
+	struct stat st;
+	int count = 0;
+
+	removed[0] = '\0';
+	if ((size_t)snprintf(marker, sizeof(marker), "%svmem/committing",
+			     g->gitdir) >= sizeof(marker) ||
+	    lstat(marker, &st) < 0)
+		return 0;
+	snprintf(path, sizeof(path), "%sindex.lock", g->gitdir);
+	count += remove_if_ours(path, &st.st_mtim, removed, n);
+	snprintf(path, sizeof(path), "%spacked-refs.lock", common);
+	count += remove_if_ours(path, &st.st_mtim, removed, n);
+	if (git_reference_lookup(&head, g->repo, "HEAD") == 0 &&
+	    git_reference_type(head) == GIT_REFERENCE_SYMBOLIC &&
+	    (size_t)snprintf(path, sizeof(path), "%s%s.lock", common,
+			     git_reference_symbolic_target(head)) <
+		    sizeof(path))
+		count += remove_if_ours(path, &st.st_mtim, removed, n);
+	git_reference_free(head);
+	/* Only once no lock of ours is in the way. */
+	if (restage_ours(g) == 0)
+		unlink(marker);
+	return count;
+}
+
+int gitc_head_coords(struct gitc *g, int max_x, gitc_coord_fn cb, void *ctx)
+{
+	git_object *obj = NULL;
+	git_tree *vm = NULL;
+	int e, rc = 0;
+
+	e = git_revparse_single(&obj, g->repo, "HEAD:" VM_DIR);
+	if (e == GIT_ENOTFOUND || e == GIT_EUNBORNBRANCH)
+		return 0; /* no commit, or no memory in it yet */
+	if (e < 0)
+		return git2errno(e);
+	if (git_object_type(obj) != GIT_OBJECT_TREE) {
+		git_object_free(obj);
+		return 0;
+	}
+	vm = (git_tree *)obj;
+	for (size_t i = 0; i < git_tree_entrycount(vm) && rc == 0; i++) {
+		const git_tree_entry *xe = git_tree_entry_byindex(vm, i);
+		git_tree *xt = NULL;
+
+		if (git_tree_entry_type(xe) != GIT_OBJECT_TREE)
+			continue;
+		if (git_tree_lookup(&xt, g->repo, git_tree_entry_id(xe)) < 0)
+			continue;
+		for (size_t j = 0; j < git_tree_entrycount(xt) && rc == 0;
+		     j++) {
+			const git_tree_entry *fe =
+				git_tree_entry_byindex(xt, j);
+			struct coord c;
+
+			if (coord_from_path(git_tree_entry_name(xe),
+					    git_tree_entry_name(fe), max_x,
+					    &c) == 0)
+				rc = cb(ctx, &c);
+		}
+		git_tree_free(xt);
+	}
+	git_tree_free(vm);
+	return rc;
 }

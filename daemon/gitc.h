@@ -140,4 +140,24 @@ typedef int (*gitc_commit_fn)(void *ctx, const char *commit,
 int gitc_log(struct gitc *g, size_t limit, gitc_commit_fn cb, void *ctx,
 	     char *errmsg, size_t errn);
 
+typedef int (*gitc_coord_fn)(void *ctx, const struct coord *c);
+
+/*
+ * Call cb for every decision file in HEAD's .vector-memory (a negative
+ * return stops the walk and is returned). 0 without a HEAD or a memory.
+ */
+int gitc_head_coords(struct gitc *g, int max_x, gitc_coord_fn cb, void *ctx);
+
+/*
+ * At start-up, before any commit: if the previous run died while
+ * committing (its marker is still there), remove the git lock files it
+ * left (index.lock, the branch's ref lock, packed-refs.lock) — only those
+ * made within a few seconds after that commit began, so a lock of a git
+ * command started since is left alone — and make the index's entries
+ * under .vector-memory HEAD's again (the commit may have moved the branch
+ * without staging). Their paths go to removed (n bytes,
+ * comma-separated). Returns how many were removed.
+ */
+int gitc_clear_stale_locks(struct gitc *g, char *removed, size_t n);
+
 #endif

@@ -8,6 +8,7 @@
 #include "gitq.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,18 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 		return -ENOMEM;
 	}
 	rc = gitc_open(&q->gitc, workdir, errmsg, errn);
-	return rc < 0 ? rc : 0;
+	if (rc < 0)
+		return rc;
+	{
+		char removed[3 * PATH_MAX];
+
+		if (gitc_clear_stale_locks(q->gitc, removed, sizeof(removed)) >
+		    0)
+			log_notice("removed the git lock files a commit of our "
+				   "previous run left when it was killed: %s",
+				   removed);
+	}
+	return 0;
 }
 
 static void set_pending(struct gitq *q, size_t slot)
@@ -314,6 +326,18 @@ static void job_start(struct gitq *q)
 	/* Commit what the files hold, so the working tree matches HEAD
 	 * (git status stays clean) once the commit is made. */
 	if (!store_files_written(q->store)) {
+		/* Files that cannot be written now are no reason to keep a
+		 * git.sync waiting: it is told, and the commit retried. */
+		if (store_failing(q->store)) {
+			char msg[600];
+
+			snprintf(msg, sizeof(msg),
+				 "the decision files cannot be written: %s",
+				 q->store->last_error);
+			answer_syncs(q, UINT64_MAX, RPC_STORAGE, msg, NULL);
+			uv_timer_start(&q->timer, timer_cb, RETRY_MAX_MS, 0);
+			return;
+		}
 		store_write_files_now(q->store);
 		uv_timer_start(&q->timer, timer_cb, FILES_WAIT_MS, 0);
 		return;

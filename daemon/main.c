@@ -35,6 +35,7 @@
 #define EXIT_USAGE	  2
 #define EXIT_RUNNING	  3
 #define DRAIN_DEADLINE_MS 10000
+#define FLUSH_GIVE_UP_MS  10000
 
 struct options {
 	const char *repo;
@@ -421,6 +422,7 @@ static void git_idle_cb(void *arg)
 	struct daemon *d = arg;
 
 	log_info("all decisions written and committed; stopping");
+	uv_timer_stop(&stop_timer);
 	uv_stop(d->loop);
 }
 
@@ -462,18 +464,37 @@ static void applied_cb(void *ctx, size_t slot, bool reloaded)
 		    rec);
 }
 
+/* A decision in HEAD that the files no longer hold: a deletion that a
+ * crash kept from being committed. */
+static int mark_if_gone_cb(void *ctx, const struct coord *c)
+{
+	struct daemon *d = ctx;
+
+	if (!index_get(&d->store.index, c))
+		gitq_mark(&d->gitq, index_slot(&d->store.index, c));
+	return 0;
+}
+
 /* Hand the store's writes to the commit queue, starting with whatever
- * may differ from HEAD: every decision and every coordinate the log
- * replay changed (the commit keeps only real differences). */
+ * may differ from HEAD: every decision, every coordinate the log replay
+ * changed, and every decision of HEAD the files no longer hold (the
+ * commit keeps only real differences). */
 static void start_commits(struct daemon *d)
 {
 	struct store *s = &d->store;
+	int rc;
 
 	for (size_t i = 0; i < s->index.n_slots; i++)
 		if (s->index.slots[i])
 			gitq_mark(&d->gitq, i);
 	for (size_t i = 0; i < s->n_replayed; i++)
 		gitq_mark(&d->gitq, s->replayed[i]);
+	rc = gitc_head_coords(d->gitq.gitc, d->limits.max_x, mark_if_gone_cb,
+			      d);
+	if (rc < 0)
+		log_warn("cannot list the decisions of HEAD (%s): deletions "
+			 "made before a crash may stay uncommitted",
+			 strerror(-rc));
 	/* What differs is known only once the first job compared: run it
 	 * now, so health's pending soon counts only real differences. */
 	gitq_commit_soon(&d->gitq);
@@ -481,12 +502,32 @@ static void start_commits(struct daemon *d)
 	s->on_applied_ctx = d;
 }
 
-/* Wait for the connections to drain, then for the store to go idle. */
+/*
+ * Wait for the connections to drain, then for the store to go idle. A
+ * store that cannot write its files (a failing disk) would never go idle:
+ * past a deadline the stop gives up, which loses nothing (the log keeps
+ * every acknowledged write for the next start) but exits 1.
+ */
 static void stop_timer_cb(uv_timer_t *t)
 {
 	struct daemon *d = t->data;
-	bool late = uv_now(d->loop) - d->stop_started_ms > DRAIN_DEADLINE_MS;
+	uint64_t now = uv_now(d->loop);
+	bool late = now - d->stop_started_ms > DRAIN_DEADLINE_MS;
 
+	if (d->flush_started_ms) {
+		if (now - d->flush_started_ms < FLUSH_GIVE_UP_MS ||
+		    d->store.n_errors == d->flush_errors ||
+		    store_jobs_running(&d->store) || d->gitq.busy)
+			return;
+		log_err("stopping with decision files not written (%s); the "
+			"write-ahead log keeps every acknowledged write and "
+			"the next start replays it",
+			d->store.last_error);
+		d->exit_code = 1;
+		uv_timer_stop(t);
+		uv_stop(d->loop);
+		return;
+	}
 	if (server_connections(&d->server) > 0 && !late)
 		return;
 	if (late) {
@@ -495,7 +536,9 @@ static void stop_timer_cb(uv_timer_t *t)
 		for (struct conn *c = d->server.conns; c; c = c->next)
 			conn_close(c);
 	}
-	uv_timer_stop(t);
+	d->flush_started_ms = now;
+	d->flush_errors = d->store.n_errors;
+	uv_timer_set_repeat(t, 100);
 	store_flush(&d->store, store_idle_cb, d);
 }
 

@@ -75,6 +75,7 @@ set_error(struct store *s, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(s->last_error, sizeof(s->last_error), fmt, ap);
 	va_end(ap);
+	s->n_errors++;
 	log_err("%s", s->last_error);
 }
 
@@ -311,8 +312,15 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 {
 	if (s->closed || s->writer_busy || s->n_dirty == 0)
 		return;
-	if (s->idle_cb && !s->writer_retry_ms)
+	if (s->writer_retry_ms) {
+		/* Failing: the retry waits its back-off, whoever asks. */
+		if (uv_is_active((uv_handle_t *)&s->writer_timer))
+			return;
+		if (delay_ms < s->writer_retry_ms)
+			delay_ms = s->writer_retry_ms;
+	} else if (s->idle_cb) {
 		delay_ms = 0; /* flushing for a stop: no coalescing delay */
+	}
 	if (uv_is_active((uv_handle_t *)&s->writer_timer) && delay_ms > 0)
 		return;
 	uv_timer_start(&s->writer_timer, writer_timer_cb, delay_ms, 0);
@@ -845,6 +853,11 @@ bool store_files_written(const struct store *s)
 void store_write_files_now(struct store *s)
 {
 	writer_kick(s, 0);
+}
+
+bool store_jobs_running(const struct store *s)
+{
+	return s->wal_busy || s->writer_busy || s->reload_running;
 }
 
 bool store_failing(const struct store *s)

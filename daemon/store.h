@@ -149,6 +149,7 @@ struct store {
 
 	int64_t last_timestamp;
 	char last_error[512];
+	uint64_t n_errors; /* failures so far (last_error is the newest) */
 
 	/* Told of every write applied to the index and of every slot a
 	 * reload changed (reloaded true); the slots the log replay changed
@@ -222,6 +223,9 @@ bool store_files_written(const struct store *s);
 
 /* Write the dirty files now rather than after the coalescing delay. */
 void store_write_files_now(struct store *s);
+
+/* True while a job of the store runs on another thread. */
+bool store_jobs_running(const struct store *s);
 
 /* True while the log or the file writer is failing (and retrying). */
 bool store_failing(const struct store *s);

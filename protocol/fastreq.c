@@ -37,8 +37,11 @@ static bool string(struct cursor *c, const char **s, size_t *n)
 
 	if (!eat(c, '"'))
 		return false;
+	/* Non-ASCII bytes are left to the full parser, which checks that
+	 * they are UTF-8 (no string this recogniser needs has any). */
 	for (q = c->p; q < c->end && *q != '"'; q++)
-		if (*q == '\\' || (unsigned char)*q < 0x20)
+		if (*q == '\\' || (unsigned char)*q < 0x20 ||
+		    (unsigned char)*q >= 0x80)
 			return false;
 	if (q >= c->end)
 		return false;

@@ -543,6 +543,40 @@ class Restart(GitCase):
         self.assertEqual(self.subject(),
                          "vector-memory: 2 decisions (x 40-41, y 1-2, z 1-3)")
 
+    def test_deletion_killed_before_its_commit_committed_at_start(self):
+        """A deletion whose log record was already checkpointed away when
+        the daemon was killed is known only from the files and HEAD: the
+        next daemon still commits it."""
+        self.daemon.stop()
+        self.daemon.args = ["--commit-delay-ms", "60000"]
+        self.daemon.start()
+        conn = self.connect(agent_id="gone")
+        keep = conn.store(42, 1, 2, "stays")
+        conn.store(43, 1, 2, "goes")
+        base = self.sync(conn)["commit"]
+        self.assertTrue(conn.delete(43, 1, 2))
+        # The file goes and the log is cut once writes are quiet.
+        self.assertFileGone(43, 1, 2)
+        wal = os.path.join(self.repo.gitdir, "vmem", "wal")
+        self.assertTrue(vt.wait_until(
+            lambda: self.health(conn)["pending"] == 1 and
+            os.path.getsize(wal) == 0 or self.wal_empty(wal), timeout=5))
+        self.daemon.kill()
+        self.assertEqual(self.commits(), [base])
+        self.daemon.args = ["--commit-delay-ms", "200"]
+        self.daemon.start()
+        now = self.wait_commits(2, 5.0)
+        self.assertEqual(now[1], base)
+        self.assertEqual(self.changed_in(), [("D", rel_path(43, 1, 2))])
+        self.assertCommitted("HEAD", [keep])
+        self.assertStatus([])
+
+    def wal_empty(self, path):
+        """No record in the log (it may run ahead of its records in
+        zeros)."""
+        with open(path, "rb") as f:
+            return not f.read().strip(b"\0")
+
     def test_sync_right_after_restart_with_nothing_changed(self):
         conn = self.connect(agent_id="s")
         recs = [conn.store(x, 2, 2, "s%d" % x) for x in range(60, 66)]

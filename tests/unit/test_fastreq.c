@@ -85,6 +85,9 @@ static const char *const declined[] = {
 	"\"params\":{\"coordinate\":{\"x\":1,\"y\":1,\"z\":1}}}",
 	"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"decision\\u002eget\","
 	"\"params\":{\"coordinate\":{\"x\":1,\"y\":1,\"z\":1}}}",
+	/* a byte that is not ASCII: the full parser judges its UTF-8 */
+	"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"de\x98ision.get\","
+	"\"params\":{\"coordinate\":{\"x\":1,\"y\":1,\"z\":1}}}",
 	/* duplicates */
 	"{\"jsonrpc\":\"2.0\",\"id\":1,\"id\":2,\"method\":\"decision.get\","
 	"\"params\":{\"coordinate\":{\"x\":1,\"y\":1,\"z\":1}}}",

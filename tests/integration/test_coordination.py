@@ -57,12 +57,14 @@ def nothing_to_read(conn, seconds):
 
 
 def daemon_is_sanitized():
-    """True when vmemd is built with AddressSanitizer (its RSS then says
-    little: freed memory sits in the quarantine)."""
+    """True when vmemd is built with AddressSanitizer or
+    ThreadSanitizer (its RSS then says little: freed memory sits in the
+    quarantine, shadow memory grows)."""
     try:
         with open(vt.VMEMD if os.path.isabs(vt.VMEMD) else
                   os.path.join(os.getcwd(), vt.VMEMD), "rb") as f:
-            return b"__asan_init" in f.read()
+            text = f.read()
+            return b"__asan_init" in text or b"__tsan_init" in text
     except OSError:
         return False
 

@@ -30,10 +30,13 @@ VMEM = os.environ.get("VMEM", "vmem")
 TIMESTAMP_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 DECISION_KEYS = ("coordinate", "content", "timestamp", "agent_id",
                  "issue_context", "version")
-SANITIZER_RE = re.compile(r".*(ERROR: \w+Sanitizer|runtime error:).*")
+SANITIZER_RE = re.compile(
+    r".*(ERROR: \w+Sanitizer|WARNING: ThreadSanitizer|runtime error:).*")
 CONTENT_MAX = 102400
-DEFAULT_TIMEOUT = 10.0
-START_TIMEOUT = 10.0
+# Slow builds (ThreadSanitizer) stretch every wait: VMEM_TIMEOUT_SCALE.
+TIMEOUT_SCALE = float(os.environ.get("VMEM_TIMEOUT_SCALE", "1"))
+DEFAULT_TIMEOUT = 10.0 * TIMEOUT_SCALE
+START_TIMEOUT = 10.0 * TIMEOUT_SCALE
 
 # (code, data.type) of the domain errors.
 E_VALUE = (-32602, "ValueError")

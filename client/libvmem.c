@@ -1241,3 +1241,12 @@ VMEM_EXPORT const char *vmem_client_repo(const vmem_client *c)
 {
 	return c ? c->repo : NULL;
 }
+
+VMEM_EXPORT int vmem_client_fd(const vmem_client *c)
+{
+	if (!c || c->fd < 0)
+		return -ENOTCONN;
+	if (framer_pending(&c->fr) > 0 || c->notices)
+		return -EBUSY;
+	return c->fd;
+}

@@ -4,6 +4,11 @@
  * reference on the connection, and the responses collected so far. A batch
  * is answered as one array line, joined from the per-request response
  * lines, and not at all when every element was a notification.
+ *
+ * A handler may also run another method's handler on a nested call
+ * (call_forward: MCP's tools/call runs decision.store and the like): the
+ * nested call's answer is captured in its struct forward instead of being
+ * collected, and its completion, now or later, answers the outer call.
  */
 #include "dispatch.h"
 
@@ -22,6 +27,20 @@
 #include "protocol/fastreq.h"
 #include "protocol/jsonrpc.h"
 
+/* A forwarded call: the nested call run for an outer one, and its answer
+ * as captured (code 0 with result, or an error). */
+struct forward {
+	struct call call;
+	struct call *outer;
+	call_answer_fn transform;
+	json_t *params; /* owned; the nested call borrows it */
+	bool answered;
+	int code;
+	json_t *result; /* owned */
+	char *message;	/* owned */
+	json_t *data;	/* owned */
+};
+
 struct job {
 	struct conn *conn;
 	json_t *doc;
@@ -30,6 +49,41 @@ struct job {
 	struct call call;
 	struct buf out; /* "[r1,r2" for a batch, the response for a single */
 };
+
+/* Forget what a forwarded call answered before (a handler answering
+ * twice: the last answer wins, as for a sent one). */
+static void forward_clear(struct forward *f)
+{
+	json_decref(f->result);
+	json_decref(f->data);
+	free(f->message);
+	f->result = NULL;
+	f->data = NULL;
+	f->message = NULL;
+	f->code = 0;
+	f->answered = false;
+}
+
+static void capture_result(struct forward *f, json_t *result)
+{
+	forward_clear(f);
+	f->answered = true;
+	f->result = result;
+}
+
+static void capture_error(struct forward *f, int code, json_t *data,
+			  const char *msg)
+{
+	forward_clear(f);
+	f->answered = true;
+	f->code = code;
+	f->data = data;
+	f->message = strdup(msg);
+	if (!f->message) {
+		/* Still an error; the text is lost. */
+		f->code = RPC_INTERNAL_ERROR;
+	}
+}
 
 static void set_response(struct call *call, json_t *msg)
 {
@@ -44,11 +98,26 @@ void call_reply(struct call *call, json_t *result)
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return;
 	}
+	if (call->fwd) {
+		capture_result(call->fwd, result);
+		return;
+	}
 	set_response(call, rpc_result_new(call->id, result));
 }
 
 void call_reply_raw(struct call *call, const char *json, size_t len)
 {
+	if (call->fwd) {
+		/* Our own serialisation: it parses unless memory ran out. */
+		json_t *v = json_loadb(json, len, JSON_DECODE_ANY, NULL);
+
+		if (!v)
+			call_error(call, RPC_INTERNAL_ERROR, NULL,
+				   "out of memory");
+		else
+			capture_result(call->fwd, v);
+		return;
+	}
 	free(call->response);
 	call->response =
 		rpc_dump_raw_result(call->id, json, len, &call->response_len);
@@ -73,6 +142,10 @@ void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
 	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
 	va_end(ap);
 	call->failed = true;
+	if (call->fwd) {
+		capture_error(call->fwd, code, data, msg);
+		return;
+	}
 	set_response(call, rpc_error_new(call->id, code, msg, data));
 }
 
@@ -186,6 +259,74 @@ static bool job_run(struct job *j)
 	return true;
 }
 
+static void forward_free(struct forward *f)
+{
+	forward_clear(f);
+	json_decref(f->params);
+	free(f);
+}
+
+/* The nested call has answered: let the transform answer the outer call
+ * from it, and free the nested call. */
+static void forward_finish(struct forward *f)
+{
+	struct call_answer ans = {0};
+
+	if (!f->answered) {
+		ans.code = RPC_INTERNAL_ERROR;
+		ans.message = "the forwarded method gave no answer";
+	} else {
+		ans.code = f->code;
+		ans.result = f->result;
+		ans.message =
+			f->code ? (f->message ? f->message : "out of memory")
+				: NULL;
+		ans.data = f->data;
+	}
+	f->transform(f->outer, &ans);
+	forward_free(f);
+}
+
+int call_forward(struct call *call, const char *method, json_t *params,
+		 call_answer_fn transform)
+{
+	const struct method *m = method_find(method);
+	struct forward *f = NULL;
+	int rc;
+
+	if (!m) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL,
+			   "no method %.200s to forward to", method);
+		json_decref(params);
+		return CALL_DONE;
+	}
+	if (!params || !json_is_object(params) ||
+	    !(f = calloc(1, sizeof(*f)))) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		json_decref(params);
+		return CALL_DONE;
+	}
+	f->outer = call;
+	f->transform = transform;
+	f->params = params;
+	f->call.job = call->job;
+	f->call.d = call->d;
+	f->call.conn = call->conn;
+	f->call.id = json_null(); /* answered as a request */
+	f->call.params = params;
+	f->call.method = method_index(m);
+	f->call.started_ns = uv_hrtime();
+	f->call.item = SIZE_MAX;
+	f->call.fwd = f;
+	f->call.in_handler = true;
+	rc = m->handler(&f->call);
+	f->call.in_handler = false;
+	if (rc == CALL_ASYNC && !f->call.completed_early)
+		return CALL_ASYNC;
+	forward_finish(f);
+	return CALL_DONE;
+}
+
 void call_complete(struct call *call)
 {
 	struct job *j = call->job;
@@ -193,6 +334,15 @@ void call_complete(struct call *call)
 
 	if (call->in_handler) {
 		call->completed_early = true;
+		return;
+	}
+	if (call->fwd) {
+		/* A nested call finished later: answer the outer one, which
+		 * went asynchronous, and continue its line. */
+		struct call *outer = call->fwd->outer;
+
+		forward_finish(call->fwd);
+		call_complete(outer);
 		return;
 	}
 	collect(j);

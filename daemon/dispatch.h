@@ -14,6 +14,7 @@
 
 struct conn;
 struct daemon;
+struct forward;
 struct job;
 
 /* Handler return values. */
@@ -40,6 +41,9 @@ struct call {
 	 * data.index). */
 	size_t item;
 	const char *list; /* the list param's name */
+	/* Set on a forwarded (nested) call: its answer is captured for the
+	 * outer call instead of being sent (call_forward). */
+	struct forward *fwd;
 };
 
 /* Dispatch one line; the connection is marked busy if it continues
@@ -62,5 +66,30 @@ void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
  * once); the call then simply counts as done.
  */
 void call_complete(struct call *call);
+
+/* What a forwarded call answered: a result, or an error. */
+struct call_answer {
+	int code;	     /* 0: a result; else the JSON-RPC error code */
+	json_t *result;	     /* borrowed; the result when code is 0 */
+	const char *message; /* borrowed; the error message, else NULL */
+	json_t *data; /* borrowed; the error's data (data.type) or NULL */
+};
+
+/* Answers call (call_reply* or call_error) from a forwarded call's answer;
+ * it must not call call_complete. */
+typedef void (*call_answer_fn)(struct call *call,
+			       const struct call_answer *ans);
+
+/*
+ * Run the handler of method on a nested call bound to call's connection,
+ * with params (stolen; NULL is an allocation failure), and capture its
+ * answer instead of sending it: transform then answers call from it. The
+ * nested handler may answer at once or later; return the result straight
+ * from call's handler: CALL_DONE when call is answered already, CALL_ASYNC
+ * when it will be (then call_complete(call) follows). Only the outer call
+ * counts in the per-method statistics.
+ */
+int call_forward(struct call *call, const char *method, json_t *params,
+		 call_answer_fn transform);
 
 #endif

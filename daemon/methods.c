@@ -1,4 +1,5 @@
-/* The method table: name -> handler (handlers live in methods_*.c). */
+/* The method table: name -> handler (handlers live in methods_*.c),
+ * the MCP methods included. */
 #include "methods.h"
 
 #include <stdlib.h>
@@ -19,12 +20,17 @@ static const struct method methods[] = {
 	{"git.reload", git_reload},
 	{"git.rollback_point", git_rollback_point},
 	{"git.sync", git_sync},
+	{"initialize", mcp_initialize},
 	{"lock.acquire", lock_acquire},
 	{"lock.release", lock_release},
+	{"notifications/initialized", mcp_initialized},
+	{"ping", mcp_ping},
 	{"server.health", server_health},
 	{"server.hello", server_hello},
 	{"server.shutdown", server_shutdown},
 	{"server.stats", server_stats},
+	{"tools/call", mcp_tools_call},
+	{"tools/list", mcp_tools_list},
 	{"watch.subscribe", watch_subscribe},
 	{"watch.unsubscribe", watch_unsubscribe},
 };

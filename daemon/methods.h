@@ -62,4 +62,11 @@ int lock_release(struct call *call);
 int watch_subscribe(struct call *call);
 int watch_unsubscribe(struct call *call);
 
+/* methods_mcp.c: MCP on the same socket. */
+int mcp_initialize(struct call *call);
+int mcp_initialized(struct call *call);
+int mcp_ping(struct call *call);
+int mcp_tools_list(struct call *call);
+int mcp_tools_call(struct call *call);
+
 #endif

@@ -15,9 +15,6 @@
 #include "params.h"
 #include "protocol/errors.h"
 
-#define MESSAGE_MAX	  65536
-#define RESULTS_LIMIT_MAX 10000
-
 /* A git.sync waiting for its commit; the queue may answer at once. */
 struct sync_call {
 	struct gitq_sync w;

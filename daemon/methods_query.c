@@ -18,8 +18,6 @@
 #include "query.h"
 #include "search.h"
 
-#define RESULTS_LIMIT_MAX 10000
-
 /* Answer with a JSON array of records, spliced without re-parsing. */
 static void reply_records(struct call *call, const struct record *const *recs,
 			  size_t n)

@@ -72,9 +72,6 @@ bool param_int(struct call *call, const char *name, int64_t min, int64_t max,
 	return true;
 }
 
-#define TIMEOUT_DEFAULT_MS 5000
-#define TIMEOUT_MAX_MS	   600000
-
 bool param_timeout(struct call *call, uint64_t *out)
 {
 	int64_t timeout = TIMEOUT_DEFAULT_MS;

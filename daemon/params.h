@@ -14,6 +14,13 @@
 #include "protocol/decision.h"
 #include "query.h"
 
+/* The largest "limit" of a list result, and of a commit message. */
+#define RESULTS_LIMIT_MAX 10000
+#define MESSAGE_MAX	  65536
+/* The wait of a request for locks: timeout_ms. */
+#define TIMEOUT_DEFAULT_MS 5000
+#define TIMEOUT_MAX_MS	   600000
+
 /* Refuse members not listed in allowed (NULL-terminated): ValueError. */
 bool param_only(struct call *call, const char *const *allowed);
 

@@ -8,6 +8,7 @@
  */
 #include "vmem.h"
 
+#include "mcp.h"
 #include "service.h"
 
 #include <errno.h>
@@ -112,6 +113,9 @@ static void usage(FILE *f)
 	      "                       run this tree's daemon under the "
 	      "systemd\n"
 	      "                       user manager (socket-activated)\n"
+	      "  mcp                  serve MCP on stdin/stdout for an MCP "
+	      "client\n"
+	      "                       (--agent: the agent id of its writes)\n"
 	      "  help                 this help\n"
 	      "\n"
 	      "X: issue number; Y: stage 1 architect, 2 test, 3 implement,\n"
@@ -1724,6 +1728,26 @@ static void check_args(const char *cmd, const struct cli *cli)
 	}
 }
 
+/* vmem mcp: an agent id only when given (--agent, $VMEM_AGENT_ID). */
+static int cmd_mcp(const struct cli *cli)
+{
+	struct mcp_options o = {0};
+
+	if (cli->npos != 1)
+		die_usage("mcp takes options only, not '%s'", cli->pos[1]);
+	if (cli->json || cli->overwrite || cli->if_version || cli->context ||
+	    cli->range[0] || cli->range[1] || cli->range[2] || cli->limit ||
+	    cli->after || cli->all || cli->message)
+		die_usage("mcp takes --repo, --socket, --agent, --timeout and "
+			  "--no-autostart only");
+	o.repo = cli->repo;
+	o.socket = cli->socket;
+	o.agent_id = cli->agent;
+	o.autostart = cli->no_autostart ? 0 : -1;
+	o.timeout_ms = cli->timeout_ms;
+	return mcp_run(&o);
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli = {0};
@@ -1735,8 +1759,14 @@ int main(int argc, char **argv)
 
 	parse_args(&cli, argc, argv);
 	env = getenv("VMEM_AGENT_ID");
+	if (!cli.agent && env && *env)
+		cli.agent = env;
+	if (cli.npos > 0 && strcmp(cli.pos[0], "mcp") == 0) {
+		status = cmd_mcp(&cli);
+		goto out;
+	}
 	if (!cli.agent)
-		cli.agent = env && *env ? env : "vmem-cli";
+		cli.agent = "vmem-cli";
 	if (cli.npos == 0)
 		die_usage("no command given");
 	cmd = cli.pos[0];

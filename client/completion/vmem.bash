@@ -22,7 +22,7 @@ _vmem()
 {
 	local cur prev cmd sub i w nargs=0
 	local commands='store get exists rm ls before search watch log reload
-		history rollback-point sync status daemon service help'
+		history rollback-point sync status daemon service mcp help'
 	local globals='--repo --socket --json --no-autostart --agent --timeout
 		--help --version'
 	local opts=''
@@ -95,6 +95,7 @@ _vmem()
 	watch) opts='--x --y --z' ;;
 	history | log) opts='--limit' ;;
 	sync) opts='-m --message' ;;
+	mcp) opts='--agent' ;;
 	daemon)
 		if ((nargs == 0)) && [[ $cur != -* ]]; then
 			COMPREPLY=($(compgen -W 'start stop run' -- "$cur"))

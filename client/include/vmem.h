@@ -87,6 +87,16 @@ VMEM_EXPORT const char *vmem_client_socket(const vmem_client *c);
 VMEM_EXPORT const char *vmem_client_repo(const vmem_client *c);
 
 /*
+ * The connected socket of c, for a caller that relays raw NDJSON lines
+ * itself (the `vmem mcp` bridge). Borrowed: c still owns it and closes it
+ * in vmem_client_free(). Take it between calls only, and do not mix raw
+ * I/O with later calls. Returns the fd (non-blocking), -ENOTCONN when not
+ * connected, or -EBUSY when the library holds bytes it has read from the
+ * daemon but not returned (they would be lost to the caller).
+ */
+VMEM_EXPORT int vmem_client_fd(const vmem_client *c);
+
+/*
  * Call a method. params_json is a JSON object as text, or NULL for none.
  * On success *result_json (may be NULL if not wanted) receives the result
  * as compact JSON text. Notifications from the daemon that arrive before

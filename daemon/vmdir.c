@@ -849,6 +849,7 @@ struct xdir {
 	int x;
 	int fd; /* -1: absent (nothing to delete there) */
 	bool dirty;
+	bool removed; /* a file of it was deleted: it may be empty now */
 };
 
 struct apply {
@@ -957,6 +958,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 	xs->x = x;
 	xs->fd = fd;
 	xs->dirty = false;
+	xs->removed = false;
 	return xs;
 }
 
@@ -1045,6 +1047,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 				goto out;
 			}
 			xd->dirty = true;
+			xd->removed = true;
 			continue;
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
@@ -1056,6 +1059,19 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			goto out;
 		}
 		xd->dirty = true;
+	}
+	/* A directory its deletions left empty goes too, as git keeps no
+	 * empty directory (one still holding a file is refused: kept). */
+	for (i = 0; i < a.nx; i++) {
+		char name[24];
+
+		if (!a.xs[i].removed)
+			continue;
+		snprintf(name, sizeof(name), "x-%03d", a.xs[i].x);
+		if (unlinkat(a.vfd, name, AT_REMOVEDIR) == 0) {
+			a.xs[i].dirty = false;
+			a.v_dirty = true;
+		}
 	}
 	if (bulk) {
 		/* One flush of the file system instead of one per file. */

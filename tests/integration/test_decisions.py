@@ -384,8 +384,15 @@ class Files(vt.VmemTestCase):
     def test_delete_removes_the_file(self):
         conn = self.connect(agent_id="f")
         self.assertFileMatches(conn.store(9, 3, 4, "short-lived"))
+        self.assertFileMatches(conn.store(9, 2, 2, "longer-lived"))
         self.assertTrue(conn.delete(9, 3, 4))
         self.assertFileGone(9, 3, 4)
+        xdir = os.path.dirname(self.repo.decision_path(9, 2, 2))
+        self.assertTrue(os.path.isdir(xdir))
+        # The last decision of an issue takes its directory with it.
+        self.assertTrue(conn.delete(9, 2, 2))
+        self.assertTrue(vt.wait_until(lambda: not os.path.exists(xdir)))
+        self.assertFileMatches(conn.store(9, 1, 3, "back again"))
 
     def test_only_decision_files_and_metadata(self):
         conn = self.connect(agent_id="f")

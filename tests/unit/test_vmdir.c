@@ -282,11 +282,15 @@ START_TEST(test_apply_delete)
 	ck_assert(!exists(path_of(".vector-memory/x-007/y-3-z-2.json")));
 	ck_assert(exists(path_of(".vector-memory/x-007/y-3-z-3.json")));
 	ck_assert(!exists(path_of(".vector-memory/x-009")));
-	/* again: absent is fine; the x directory stays even when empty */
+	/* again: absent is fine; the x directory goes once empty */
 	ck_assert_int_eq(vmdir_apply(&vd, ops, 2, true, msg, sizeof(msg)), 0);
-	apply1(7, 3, 3, NULL);
 	ck_assert(exists(path_of(".vector-memory/x-007")));
-	ck_assert_int_eq(count_entries(path_of(".vector-memory/x-007")), 0);
+	apply1(7, 3, 3, NULL);
+	ck_assert(!exists(path_of(".vector-memory/x-007")));
+	ck_assert(exists(path_of(".vector-memory")));
+	/* and comes back with the next decision there */
+	apply1(7, 1, 2, "back");
+	ck_assert(exists(path_of(".vector-memory/x-007/y-1-z-2.json")));
 }
 END_TEST
 

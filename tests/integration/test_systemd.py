@@ -129,7 +129,8 @@ class SocketActivation(vt.VmemTestCase):
              "--foreground", "--repo", self.repo.root] + list(args),
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         self.addCleanup(lambda: p.poll() is None and p.kill())
-        self.assertTrue(vt.wait_until(lambda: os.path.exists(self.sock),
+        # The socket file appears at bind, a moment before listen().
+        self.assertTrue(vt.wait_until(lambda: vt.accepts(self.sock),
                                       timeout=5))
         return p
 
@@ -155,7 +156,6 @@ class SocketActivation(vt.VmemTestCase):
 
     def test_warns_when_clients_would_look_elsewhere(self):
         p = self.activate()
-        vt.Conn(self.sock).close()  # the activator execs on a connection
         self.assertTrue(vt.wait_until(lambda: "clients of this tree look for"
                                       in self.stderr(), timeout=5),
                         self.stderr())
@@ -171,13 +171,11 @@ class SocketActivation(vt.VmemTestCase):
              vt.VMEMD, "--foreground", "--repo", self.repo.root],
             stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         self.addCleanup(lambda: p.poll() is None and p.kill())
-        self.assertTrue(vt.wait_until(lambda: os.path.exists(self.sock),
+        # The activator execs vmemd on the first connection (the socket
+        # file appears at bind, a moment before listen()).
+        self.assertTrue(vt.wait_until(lambda: vt.accepts(self.sock),
                                       timeout=5))
-        # The activator execs vmemd on the first connection.
-        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        c.connect(self.sock)
         self.assertNotEqual(p.wait(timeout=10), 0)
-        c.close()
         self.assertIn("several sockets", self.stderr())
 
 

@@ -344,22 +344,6 @@ class Limits(vt.VmemTestCase):
         conn.send_line(json.dumps([dict(HELLO, id=i) for i in range(5)]))
         self.assertEqual([r["id"] for r in conn.read_json()], list(range(5)))
 
-    def served_connection(self):
-        """A connection the daemon serves (retrying while it has not yet
-        noticed the close of the start-up probe)."""
-        deadline = time.monotonic() + 3.0
-        while True:
-            c = vt.Conn(self.daemon.sock)
-            try:
-                c.call("server.hello")
-                self.addCleanup(c.close)
-                return c
-            except (OSError, EOFError, vt.RpcError):
-                c.close()
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
     def test_fifth_connection_unavailable(self):
         conns = [self.served_connection() for _ in range(4)]
         extra = vt.Conn(self.daemon.sock)

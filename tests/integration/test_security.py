@@ -422,24 +422,8 @@ class AsUser(vt.Daemon):
 class ConnectionLimit(vt.VmemTestCase):
     daemon_args = ("--max-connections", "2")
 
-    def served(self):
-        """A served connection (retrying while the start-up probe's close
-        is not yet noticed)."""
-        deadline = time.monotonic() + 3.0
-        while True:
-            c = vt.Conn(self.daemon.sock)
-            try:
-                c.call("server.hello")
-                self.addCleanup(c.close)
-                return c
-            except (OSError, EOFError, vt.RpcError):
-                c.close()
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
     def test_third_connection_unavailable_then_eof(self):
-        a, b = self.served(), self.served()
+        a, b = self.served_connection(), self.served_connection()
         third = vt.Conn(self.daemon.sock)
         self.addCleanup(third.close)
         resp = third.read_json(timeout=5)

@@ -589,6 +589,22 @@ class VmemTestCase(unittest.TestCase):
         return c
 
     # -- assertions
+    def served_connection(self):
+        """A connection the daemon serves (retrying while it has not yet
+        noticed the close of the start-up probe)."""
+        deadline = time.monotonic() + 3.0
+        while True:
+            c = Conn(self.daemon.sock)
+            try:
+                c.call("server.hello")
+                self.addCleanup(c.close)
+                return c
+            except (OSError, EOFError, RpcError):
+                c.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
     def assertRpcError(self, expected, fn, *args, **kw):
         """fn(*args, **kw) must raise RpcError with (code, data.type)."""
         with self.assertRaises(RpcError) as cm:

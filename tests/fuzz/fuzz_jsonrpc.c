@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-#define MAX_DEPTH 64 /* the daemon's default (daemon/main.c) */
+#define MAX_DEPTH 64 /* the daemon's default (daemon/loop/main.c) */
 
 /* Parse a dumped response line back and check its shape and id. */
 static void check_line(const char *line, size_t len, json_t *id,

@@ -1,6 +1,6 @@
 /*
  * Fuzz harness of the search-term parser and the search index
- * (daemon/search.c over daemon/tokenize.c). Input: a flags byte (bit 0
+ * (daemon/find/search.c over daemon/find/tokenize.c). Input: a flags byte (bit 0
  * match_all, bits 1-3 the limit), then lines. The lines before a line
  * "--" are documents (slot i = line i), the lines after it are terms;
  * without "--" every line is both. Oracle: a naive model that tokenizes

@@ -1,5 +1,5 @@
 /*
- * Unit tests of daemon/config.c: the file format (every key, every kind
+ * Unit tests of daemon/service/config.c: the file format (every key, every kind
  * of error with its line), loading, precedence and change descriptions.
  */
 #include <check.h>

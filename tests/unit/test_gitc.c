@@ -1,5 +1,5 @@
 /*
- * Unit tests of daemon/gitc.c on real temporary repositories, checked with
+ * Unit tests of daemon/git/gitc.c on real temporary repositories, checked with
  * the git program: root commits on an unborn branch, incremental commits,
  * deletions, the user's staged and unstaged changes left alone, a branch
  * tip moved under us (by a user commit between calls and inside the

@@ -1,4 +1,4 @@
-/* Unit tests of daemon/index.c: the coordinate-addressed record table. */
+/* Unit tests of daemon/find/index.c: the coordinate-addressed record table. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* Unit tests of daemon/locks.c: FIFO hand-over, deadlines, sets taken in
+/* Unit tests of daemon/write/locks.c: FIFO hand-over, deadlines, sets taken in
  * order, leases and their owners. */
 #include <check.h>
 #include <errno.h>

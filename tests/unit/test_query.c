@@ -1,4 +1,4 @@
-/* Unit tests of daemon/query.c: range and partial-order walks. */
+/* Unit tests of daemon/find/query.c: range and partial-order walks. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>

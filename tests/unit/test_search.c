@@ -1,5 +1,5 @@
 /*
- * Unit tests of daemon/search.c: the design's examples, query errors, and
+ * Unit tests of daemon/find/search.c: the design's examples, query errors, and
  * a randomized consistency check against a brute-force model. A timing
  * case with 20,000 documents prints figures as TAP diagnostics (never
  * asserts time); VMEM_SEARCH_DOCS and VMEM_SEARCH_SEED override its size

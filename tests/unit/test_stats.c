@@ -1,4 +1,4 @@
-/* Unit tests of daemon/stats.c: counters and log-linear percentiles. */
+/* Unit tests of daemon/service/stats.c: counters and log-linear percentiles. */
 #include <check.h>
 #include <stdlib.h>
 

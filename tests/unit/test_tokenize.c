@@ -1,4 +1,4 @@
-/* Unit tests of daemon/tokenize.c: token boundaries, folding, positions. */
+/* Unit tests of daemon/find/tokenize.c: token boundaries, folding, positions. */
 #include <check.h>
 #include <errno.h>
 #include <stdio.h>

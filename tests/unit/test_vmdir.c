@@ -1,5 +1,5 @@
 /*
- * Unit tests of daemon/vmdir.c: the exact on-disk layout written by
+ * Unit tests of daemon/git/vmdir.c: the exact on-disk layout written by
  * vmdir_apply, loading it back, temp-file clean-up, quarantine of every
  * kind of bad entry (with its original bytes kept), symlink refusal.
  * Every test works in its own temporary directory, removed afterwards.

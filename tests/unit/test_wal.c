@@ -1,5 +1,5 @@
 /*
- * Unit tests of daemon/wal.c: append and replay, torn tails cut at every
+ * Unit tests of daemon/write/wal.c: append and replay, torn tails cut at every
  * byte, corruption in the middle refused, batch numbering across reopen.
  * Every test works in its own temporary directory, removed afterwards.
  */

@@ -457,47 +457,26 @@ static void applied_cb(void *ctx, size_t slot, bool reloaded)
 	const struct record *rec = d->store.index.slots[slot];
 	struct coord c = index_coord(&d->store.index, slot);
 
-	gitq_mark(&d->gitq, slot);
+	gitq_mark_coord(&d->gitq, &c);
 	subs_notify(&d->subs, &c,
 		    reloaded ? SUBS_RELOADED
 			     : (rec ? SUBS_STORED : SUBS_DELETED),
 		    rec);
 }
 
-/* A decision in HEAD that the files no longer hold: a deletion that a
- * crash kept from being committed. */
-static int mark_if_gone_cb(void *ctx, const struct coord *c)
-{
-	struct daemon *d = ctx;
-
-	if (!index_get(&d->store.index, c))
-		gitq_mark(&d->gitq, index_slot(&d->store.index, c));
-	return 0;
-}
-
-/* Hand the store's writes to the commit queue, starting with whatever
- * may differ from HEAD: every decision, every coordinate the log replay
- * changed, and every decision of HEAD the files no longer hold (the
- * commit keeps only real differences). */
+/* Hand the store's writes to the commit queue: what the log replay
+ * changed, and whatever git finds different from HEAD (the queue's
+ * start-up scan, by the index's stat data, off the loop). */
 static void start_commits(struct daemon *d)
 {
 	struct store *s = &d->store;
-	int rc;
 
-	for (size_t i = 0; i < s->index.n_slots; i++)
-		if (s->index.slots[i])
-			gitq_mark(&d->gitq, i);
-	for (size_t i = 0; i < s->n_replayed; i++)
-		gitq_mark(&d->gitq, s->replayed[i]);
-	rc = gitc_head_coords(d->gitq.gitc, d->limits.max_x, mark_if_gone_cb,
-			      d);
-	if (rc < 0)
-		log_warn("cannot list the decisions of HEAD (%s): deletions "
-			 "made before a crash may stay uncommitted",
-			 strerror(-rc));
-	/* What differs is known only once the first job compared: run it
-	 * now, so health's pending soon counts only real differences. */
-	gitq_commit_soon(&d->gitq);
+	for (size_t i = 0; i < s->n_replayed; i++) {
+		struct coord c = index_coord(&s->index, s->replayed[i]);
+
+		gitq_mark_coord(&d->gitq, &c);
+	}
+	gitq_start(&d->gitq);
 	s->on_applied = applied_cb;
 	s->on_applied_ctx = d;
 }

@@ -288,7 +288,7 @@ int decision_history(struct call *call)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
 	slot = index_slot(&q->store->index, &r->coord);
-	r->uncommitted = gitq_uncommitted(q, slot);
+	r->uncommitted = gitq_uncommitted_coord(q, &r->coord);
 	if (r->uncommitted) {
 		const struct record *rec = q->store->index.slots[slot];
 		struct decision d;

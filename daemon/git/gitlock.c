@@ -1,0 +1,372 @@
+/*
+ * Git lock files and the commit marker (see gitlock.h). The marker is a
+ * few lines of text, rewritten whole each time it changes:
+ *
+ *   vmemd-commit 1
+ *   pid 1234
+ *   start 5678901
+ *   lock DEV INO PATH
+ *
+ * It is written before the lock it names can outlive us: a lock is
+ * created, recorded, and only then used; a crash between the create and
+ * the record leaves a lock the marker does not prove ours, which start-up
+ * reports and leaves alone (the safe side).
+ */
+#include "gitlock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MARKER_MAGIC "vmemd-commit 1\n"
+
+unsigned long long gitlock_proc_start(long pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long start = 0;
+	ssize_t r;
+	int fd, field;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	r = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (r <= 0)
+		return 0;
+	buf[r] = '\0';
+	/* The command name may hold spaces and parentheses: fields are
+	 * counted from after its last ')' (that is field 3 on). */
+	p = strrchr(buf, ')');
+	if (!p)
+		return 0;
+	for (field = 2; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	if (field == 22)
+		start = strtoull(p, NULL, 10);
+	return start;
+}
+
+int gitmark_init(struct gitmark *m, const char *statedir)
+{
+	memset(m, 0, sizeof(*m));
+	if ((size_t)snprintf(m->path, sizeof(m->path), "%s/committing",
+			     statedir) >= sizeof(m->path))
+		return -ENAMETOOLONG;
+	m->pid = (long)getpid();
+	m->start = gitlock_proc_start(m->pid);
+	return m->start ? 0 : -EIO;
+}
+
+/* Write the marker's whole content. */
+static int mark_write(struct gitmark *m)
+{
+	char *buf = NULL;
+	size_t len = 0, off = 0;
+	FILE *f = open_memstream(&buf, &len);
+	int fd = -1, rc = 0;
+	ssize_t w;
+
+	if (!f)
+		return -ENOMEM;
+	fprintf(f, MARKER_MAGIC "pid %ld\nstart %llu\n", m->pid, m->start);
+	for (size_t i = 0; i < m->n; i++)
+		fprintf(f, "lock %llu %llu %s\n",
+			(unsigned long long)m->locks[i].dev,
+			(unsigned long long)m->locks[i].ino, m->locks[i].path);
+	if (fclose(f) != 0) {
+		free(buf);
+		return -ENOMEM;
+	}
+	fd = open(m->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+		  0600);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	while (off < len) {
+		w = write(fd, buf + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			rc = w < 0 ? -errno : -EIO;
+			goto out;
+		}
+		off += (size_t)w;
+	}
+	m->on = true;
+out:
+	if (fd >= 0 && close(fd) < 0 && rc == 0)
+		rc = -errno;
+	free(buf);
+	return rc;
+}
+
+int gitmark_begin(struct gitmark *m)
+{
+	m->n = 0;
+	return mark_write(m);
+}
+
+void gitmark_end(struct gitmark *m)
+{
+	if (!m->on)
+		return;
+	unlink(m->path);
+	m->on = false;
+	m->n = 0;
+}
+
+/* Record a lock file's identity (in place of an earlier record of the
+ * same path). */
+static int mark_add(struct gitmark *m, const char *path, const struct stat *st)
+{
+	size_t i;
+
+	for (i = 0; i < m->n; i++)
+		if (strcmp(m->locks[i].path, path) == 0)
+			break;
+	if (i == m->n) {
+		if (m->n == GITMARK_MAX_LOCKS)
+			return -ENOSPC;
+		m->n++;
+	}
+	m->locks[i].dev = (uint64_t)st->st_dev;
+	m->locks[i].ino = (uint64_t)st->st_ino;
+	snprintf(m->locks[i].path, sizeof(m->locks[i].path), "%s", path);
+	return mark_write(m);
+}
+
+int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
+{
+	struct stat st;
+	int rc;
+
+	gitlock_init(l);
+	if ((size_t)snprintf(l->target, sizeof(l->target), "%s", target) >=
+		    sizeof(l->target) ||
+	    (size_t)snprintf(l->path, sizeof(l->path), "%s.lock", target) >=
+		    sizeof(l->path))
+		return -ENAMETOOLONG;
+	l->fd = open(l->path,
+		     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (l->fd < 0)
+		return -errno;
+	if (fstat(l->fd, &st) < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	l->dev = (uint64_t)st.st_dev;
+	l->ino = (uint64_t)st.st_ino;
+	rc = mark_add(m, l->path, &st);
+	if (rc < 0)
+		goto fail;
+	return 0;
+fail:
+	unlink(l->path);
+	close(l->fd);
+	l->fd = -1;
+	return rc;
+}
+
+int gitlock_replace(struct gitlock *l, const char *path, struct gitmark *m)
+{
+	struct stat st;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	/* Both the old and the new inode are recorded until the rename is
+	 * done: a crash in between leaves one of them, provably ours. */
+	if (m->n == GITMARK_MAX_LOCKS) {
+		close(fd);
+		return -ENOSPC;
+	}
+	m->locks[m->n].dev = (uint64_t)st.st_dev;
+	m->locks[m->n].ino = (uint64_t)st.st_ino;
+	snprintf(m->locks[m->n].path, sizeof(m->locks[m->n].path), "%s",
+		 l->path);
+	m->n++;
+	rc = mark_write(m);
+	if (rc == 0 && rename(path, l->path) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		m->n--;
+		close(fd);
+		return rc;
+	}
+	close(l->fd);
+	l->fd = fd;
+	l->dev = (uint64_t)st.st_dev;
+	l->ino = (uint64_t)st.st_ino;
+	return 0;
+}
+
+/* fsync the directory holding path. */
+static int sync_dir_of(const char *path)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	int fd, rc = 0;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash)
+		return 0;
+	*slash = '\0';
+	fd = open(dir[0] ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int gitlock_commit(struct gitlock *l, bool sync)
+{
+	if (l->fd < 0)
+		return -EBADF;
+	if (sync && fsync(l->fd) < 0)
+		return -errno;
+	if (rename(l->path, l->target) < 0)
+		return -errno;
+	close(l->fd);
+	l->fd = -1;
+	return sync ? sync_dir_of(l->target) : 0;
+}
+
+/* Is the file at path the one with this device and inode? */
+static bool same_file(const char *path, uint64_t dev, uint64_t ino)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && (uint64_t)st.st_dev == dev &&
+	       (uint64_t)st.st_ino == ino;
+}
+
+void gitlock_release(struct gitlock *l)
+{
+	if (l->fd < 0)
+		return;
+	if (same_file(l->path, l->dev, l->ino))
+		unlink(l->path);
+	close(l->fd);
+	l->fd = -1;
+}
+
+static void list_add(char *list, size_t n, const char *path)
+{
+	size_t len = strlen(list);
+
+	snprintf(list + len, n - len, "%s%s", len ? ", " : "", path);
+}
+
+/* Parse a marker's text into m's lock list, pid and start time. */
+static int mark_parse(struct gitmark *m, char *text, long *pid,
+		      unsigned long long *start)
+{
+	char *line, *save = NULL;
+
+	if (strncmp(text, MARKER_MAGIC, strlen(MARKER_MAGIC)) != 0)
+		return -EINVAL;
+	m->n = 0;
+	*pid = 0;
+	*start = 0;
+	for (line = strtok_r(text + strlen(MARKER_MAGIC), "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		unsigned long long dev, ino;
+		int off = 0;
+
+		if (sscanf(line, "pid %ld", pid) == 1)
+			continue;
+		if (sscanf(line, "start %llu", start) == 1)
+			continue;
+		if (sscanf(line, "lock %llu %llu %n", &dev, &ino, &off) == 2 &&
+		    off > 0 && m->n < GITMARK_MAX_LOCKS) {
+			m->locks[m->n].dev = dev;
+			m->locks[m->n].ino = ino;
+			snprintf(m->locks[m->n].path,
+				 sizeof(m->locks[m->n].path), "%s", line + off);
+			m->n++;
+		}
+	}
+	return *pid > 0 ? 0 : -EINVAL;
+}
+
+int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
+			struct gitlock_stale *out)
+{
+	char text[GITMARK_MAX_LOCKS * (PATH_MAX + 64) + 128];
+	char dir[PATH_MAX], *slash;
+	unsigned long long start;
+	struct gitmark old;
+	ssize_t r;
+	long pid;
+	int fd, rc;
+
+	memset(out, 0, sizeof(*out));
+	fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	out->marker = true;
+	r = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (r < 0)
+		return -errno;
+	text[r] = '\0';
+	old = *m;
+	rc = mark_parse(&old, text, &pid, &start);
+	if (rc == 0 && gitlock_proc_start(pid) == start &&
+	    !(pid == m->pid && start == m->start)) {
+		/* Its writer still runs: nothing of it is stale. */
+		out->owner_alive = true;
+		return 0;
+	}
+	for (size_t i = 0; rc == 0 && i < old.n; i++) {
+		const char *path = old.locks[i].path;
+		bool seen = false, ours = false;
+		struct stat st;
+
+		/* A path may be recorded twice (gitlock_replace): any of
+		 * its records proves it ours. */
+		for (size_t j = 0; j < i; j++)
+			seen |= strcmp(old.locks[j].path, path) == 0;
+		if (seen || lstat(path, &st) < 0)
+			continue; /* done, or gone (committed or removed) */
+		for (size_t j = i; j < old.n; j++)
+			ours |= strcmp(old.locks[j].path, path) == 0 &&
+				(uint64_t)st.st_dev == old.locks[j].dev &&
+				(uint64_t)st.st_ino == old.locks[j].ino;
+		if (ours && unlink(path) == 0) {
+			list_add(out->removed, sizeof(out->removed), path);
+			out->n_removed++;
+		} else {
+			list_add(out->kept, sizeof(out->kept), path);
+			out->n_kept++;
+		}
+	}
+	snprintf(dir, sizeof(dir), "%s", m->path);
+	slash = strrchr(dir, '/');
+	for (size_t i = 0; slash && extra && extra[i]; i++) {
+		char p[PATH_MAX + 64];
+
+		*slash = '\0';
+		snprintf(p, sizeof(p), "%s/%s", dir, extra[i]);
+		unlink(p);
+	}
+	unlink(m->path);
+	return 0;
+}

@@ -12,6 +12,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <git2.h>
 #include <stdarg.h>
@@ -19,9 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gitc.h"
+#include "gitidx.h"
+#include "gitlock.h"
 #include "run_suite.h"
 
 #define GIT "git -c advice.detachedHead=false "
@@ -140,32 +145,38 @@ static const char *dtext(int x, int y, int z, const char *content, char *buf,
 	return buf;
 }
 
+/* Paths of changes: each put()/del() keeps its own. */
+static char paths[64][64];
+static int n_paths;
+
 /* Write the file in the working tree and describe the change. */
 static struct gitc_change put(int x, int y, int z, const char *content,
 			      char *buf, size_t n)
 {
-	struct gitc_change c = {{x, y, z}, NULL, 0, "agent-1", false};
-	char rel[128], path[64];
+	struct gitc_change c = {NULL, false, false};
+	struct coord at = {x, y, z};
+	char rel[128], *path = paths[n_paths++ % 64];
 
 	dtext(x, y, z, content, buf, n);
-	coord_path(&c.coord, path, sizeof(path));
+	coord_path(&at, path, 64);
 	snprintf(rel, sizeof(rel), ".vector-memory/%s", path);
 	write_file(rel, buf);
 	write_file(".vector-memory/metadata.json", "{\n  \"format\": 1\n}\n");
-	c.text = buf;
-	c.len = strlen(buf);
+	c.path = path;
 	return c;
 }
 
 static struct gitc_change del(int x, int y, int z)
 {
-	struct gitc_change c = {{x, y, z}, NULL, 0, NULL, false};
-	char path[64];
+	struct gitc_change c = {NULL, false, false};
+	struct coord at = {x, y, z};
+	char *path = paths[n_paths++ % 64];
 
-	coord_path(&c.coord, path, sizeof(path));
+	coord_path(&at, path, 64);
 	sh("rm -f .vector-memory/%s && rmdir .vector-memory/x-%03d "
 	   "2>/dev/null; true",
 	   path, x);
+	c.path = path;
 	return c;
 }
 
@@ -191,21 +202,23 @@ static const char *head(void)
 
 START_TEST(test_message)
 {
-	struct gitc_change ch[3] = {
-		{{5, 2, 1}, "a", 1, "alice", false},
-		{{7, 1, 3}, NULL, 0, NULL, false},
-		{{5, 3, 1}, "b", 1, "bob", false},
+	struct gitc_msgline l[4] = {
+		{"x-005/y-2-z-1.json", "alice", false},
+		{"x-007/y-1-z-3.json", NULL, true},
+		{"x-005/y-3-z-1.json", "bob", false},
+		{"experiences/alice/2025-01-06.jsonl", NULL, false},
 	};
 	char *m;
 
-	m = gitc_message(ch, 3);
+	m = gitc_message(l, 4);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_str_eq(m, "vector-memory: 3 decisions (x 5-7, y 1-3, z 1-3)"
 			    "\n\nx-005/y-2-z-1.json by alice\n"
 			    "x-007/y-1-z-3.json deleted\n"
-			    "x-005/y-3-z-1.json by bob\n");
+			    "x-005/y-3-z-1.json by bob\n"
+			    "experiences/alice/2025-01-06.jsonl\n");
 	free(m);
-	m = gitc_message(ch, 1);
+	m = gitc_message(l, 1);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_str_eq(m, "vector-memory: 1 decisions (x 5, y 2, z 1)\n\n"
 			    "x-005/y-2-z-1.json by alice\n");
@@ -218,7 +231,6 @@ START_TEST(test_unborn_root_commit)
 	struct gitc_result res;
 	struct gitc_change c;
 	char buf[512], ct[32];
-	char *m;
 
 	c = put(5, 2, 1, "first", buf, sizeof(buf));
 	commit_ok(&c, 1, NULL, &res);
@@ -237,10 +249,9 @@ START_TEST(test_unborn_root_commit)
 			 "Test User <test@example.com>\n");
 	snprintf(ct, sizeof(ct), "%lld\n", (long long)res.committed_at);
 	ck_assert_str_eq(out("git log -1 --format=%%ct"), ct);
-	m = gitc_message(&c, 1);
-	ck_assert_ptr_nonnull(m);
-	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"), m);
-	free(m);
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
+			 "vector-memory: 1 decisions (x 5, y 2, z 1)\n\n"
+			 "x-005/y-2-z-1.json by unknown\n");
 	/* stat data right: clean without a refresh */
 	ck_assert_str_eq(out("git diff-files --name-only"), "");
 	ck_assert_str_eq(out("git status --porcelain"), "");
@@ -374,19 +385,61 @@ START_TEST(test_user_changes_preserved)
 }
 END_TEST
 
-START_TEST(test_working_file_differs)
+/* What is committed is what the working tree holds, byte for byte: a
+ * hand edit without a final newline, another JSON layout. */
+START_TEST(test_working_file_committed_as_is)
 {
 	struct gitc_result res;
 	struct gitc_change c;
 	char buf[512];
 
-	c = put(5, 2, 1, "committed", buf, sizeof(buf));
-	write_file(".vector-memory/x-005/y-2-z-1.json", "newer bytes\n");
+	c = put(5, 2, 1, "rendered", buf, sizeof(buf));
+	write_file(".vector-memory/x-005/y-2-z-1.json",
+		   "{\"coordinate\":{\"x\":5,\"y\":2,\"z\":1},"
+		   "\"content\":\"hand edit\"}");
 	commit_ok(&c, 1, NULL, &res);
-	ck_assert_str_eq(out("git show :.vector-memory/x-005/y-2-z-1.json"),
-			 buf);
-	ck_assert_str_eq(out("git status --porcelain"),
-			 " M .vector-memory/x-005/y-2-z-1.json\n");
+	ck_assert(c.present && c.changed);
+	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
+			 "{\"coordinate\":{\"x\":5,\"y\":2,\"z\":1},"
+			 "\"content\":\"hand edit\"}");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+/* Paths of any depth under .vector-memory commit through the same path;
+ * an emptied directory goes with its last file. */
+START_TEST(test_nested_paths)
+{
+	struct gitc_result res;
+	struct gitc_change c[2] = {
+		{"experiences/agent-1/2025-01-06.jsonl", false, false},
+		{"experiences/agent-2/deep/er/2025-01-07.jsonl", false, false},
+	};
+
+	write_file(".vector-memory/experiences/agent-1/2025-01-06.jsonl",
+		   "{\"a\":1}\n");
+	write_file(".vector-memory/experiences/agent-2/deep/er/"
+		   "2025-01-07.jsonl",
+		   "{\"b\":2}\n{\"b\":3}\n");
+	commit_ok(c, 2, NULL, &res);
+	ck_assert_str_eq(out("git ls-tree -r --name-only HEAD"),
+			 ".vector-memory/experiences/agent-1/2025-01-06.jsonl\n"
+			 ".vector-memory/experiences/agent-2/deep/er/"
+			 "2025-01-07.jsonl\n");
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
+			 "vector-memory: 0 decisions\n\n"
+			 "experiences/agent-1/2025-01-06.jsonl\n"
+			 "experiences/agent-2/deep/er/2025-01-07.jsonl\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	ck_assert_int_eq(sh("rm -r .vector-memory/experiences/agent-2"), 0);
+	commit_ok(c + 1, 1, NULL, &res);
+	ck_assert(!c[1].present && c[1].changed);
+	ck_assert_str_eq(out("git ls-tree -r -t --name-only HEAD"),
+			 ".vector-memory\n.vector-memory/experiences\n"
+			 ".vector-memory/experiences/agent-1\n"
+			 ".vector-memory/experiences/agent-1/2025-01-06.jsonl\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
 	fsck_clean();
 }
 END_TEST
@@ -418,15 +471,30 @@ END_TEST
 
 static int hook_calls;
 
-/* Move the branch under gitc the first time only. */
-static void move_tip(void *ctx)
+/*
+ * Move the branch under gitc the first time only, as a process that does
+ * not use the index would (the index is locked by the commit): a commit
+ * of user.txt on the tip, by plumbing.
+ */
+static void move_tip(void *ctx, enum gitc_step step)
 {
 	(void)ctx;
+	if (step != GITC_STEP_BEFORE_CAS)
+		return;
 	if (hook_calls++ == 0) {
-		write_file("user.txt", "user\n");
-		ck_assert_int_eq(sh("git add user.txt && "
-				    "git commit -q -m moved"),
-				 0);
+		ck_assert_int_eq(
+			sh("b=$(echo user | git hash-object -w --stdin) && "
+			   "p=$(git rev-parse -q --verify HEAD) ; "
+			   "if [ -n \"$p\" ]; then "
+			   "t=$( (git ls-tree HEAD | grep -v 'user.txt$'; "
+			   "printf '100644 blob %%s\\tuser.txt\\n' $b) | "
+			   "git mktree) && "
+			   "c=$(git commit-tree $t -p $p -m moved) && "
+			   "git update-ref HEAD $c $p; else "
+			   "t=$(printf '100644 blob %%s\\tuser.txt\\n' $b | "
+			   "git mktree) && c=$(git commit-tree $t -m moved) && "
+			   "git update-ref HEAD $c ''; fi"),
+			0);
 	}
 }
 
@@ -448,7 +516,9 @@ START_TEST(test_tip_moved_during_commit)
 	ck_assert_str_eq(out("git show HEAD:user.txt"), "user\n");
 	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
 			 b2);
-	ck_assert_str_eq(out("git status --porcelain"), "");
+	/* The mover never touched the index: user.txt is all that differs
+	 * (a staged deletion of what it committed); ours are in line. */
+	ck_assert_str_eq(out("git status --porcelain"), "D  user.txt\n");
 	fsck_clean();
 }
 END_TEST
@@ -473,28 +543,47 @@ START_TEST(test_tip_moved_unborn)
 }
 END_TEST
 
-static void take_index_lock(void *ctx)
+static int lock_probes;
+
+/* At every step of a commit, git's own lock attempt must fail: the
+ * commit holds index.lock throughout. */
+static void try_index_lock(void *ctx, enum gitc_step step)
 {
+	char path[256];
+	int fd;
+
 	(void)ctx;
-	ck_assert_int_eq(sh("touch .git/index.lock"), 0);
+	snprintf(path, sizeof(path), "%s/.git/index.lock", tmpdir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0666);
+	ck_assert_msg(fd < 0 && errno == EEXIST,
+		      "index.lock could be taken at step %d", (int)step);
+	/* and a git command fails on it as against any git process */
+	ck_assert_int_ne(sh("git update-index --refresh >/dev/null 2>&1"), 0);
+	lock_probes |= 1 << step;
 }
 
-START_TEST(test_index_lock_during_commit)
+START_TEST(test_lock_held_throughout)
 {
 	struct gitc_result res;
 	struct gitc_change c;
 	char buf[512];
-	int rc;
 
-	gitc_set_hook(g, take_index_lock, NULL);
 	c = put(5, 2, 1, "one", buf, sizeof(buf));
-	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
-	ck_assert_int_eq(rc, 0); /* the commit exists, the index is stale */
-	ck_assert_uint_eq(strlen(res.commit), 40);
-	ck_assert_str_eq(head(), res.commit);
-	ck_assert_ptr_nonnull(strstr(errmsg, "index"));
-	ck_assert_int_eq(sh("rm .git/index.lock"), 0);
-	ck_assert_str_eq(out("git ls-files"), "");
+	commit_ok(&c, 1, NULL, &res);
+	lock_probes = 0;
+	gitc_set_hook(g, try_index_lock, NULL);
+	c = put(5, 2, 1, "two", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	gitc_set_hook(g, NULL, NULL);
+	ck_assert_int_eq(lock_probes,
+			 1 << GITC_STEP_LOCKED | 1 << GITC_STEP_INDEX_READY |
+				 1 << GITC_STEP_BEFORE_CAS |
+				 1 << GITC_STEP_MOVED);
+	/* released at the end, and nothing of ours left */
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+	ck_assert_str_eq(out("ls .git/vmem"), "");
+	ck_assert_str_eq(out("ls .git/refs/heads"), "main\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
 	fsck_clean();
 }
 END_TEST
@@ -625,8 +714,7 @@ START_TEST(test_worktree)
 	snprintf(wt, sizeof(wt), "%s/wt", tmpdir);
 	ck_assert_int_eq(gitc_open(&g, wt, errmsg, sizeof(errmsg)), 0);
 	ck_assert_int_eq(sh("touch .git/worktrees/wt/index.lock"), 0);
-	c.text = "wt\n";
-	c.len = 3;
+	write_file("wt/.vector-memory/x-005/y-2-z-1.json", "wt\n");
 	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
 	ck_assert_int_eq(rc, 1);
 	ck_assert_str_eq(res.deferred, "index.lock is held by another process");
@@ -854,7 +942,8 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_noop_commit);
 	tcase_add_test(tc, test_delete);
 	tcase_add_test(tc, test_user_changes_preserved);
-	tcase_add_test(tc, test_working_file_differs);
+	tcase_add_test(tc, test_working_file_committed_as_is);
+	tcase_add_test(tc, test_nested_paths);
 	tcase_add_test(tc, test_user_commit_between);
 	tcase_add_test(tc, test_tip_moved_during_commit);
 	tcase_add_test(tc, test_tip_moved_unborn);
@@ -862,7 +951,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_defer_merge);
 	tcase_add_test(tc, test_defer_cherry_pick_and_rebase);
 	tcase_add_test(tc, test_defer_index_lock);
-	tcase_add_test(tc, test_index_lock_during_commit);
+	tcase_add_test(tc, test_lock_held_throughout);
 	tcase_add_test(tc, test_worktree);
 	tcase_add_test(tc, test_open_errors);
 	suite_add_tcase(s, tc);

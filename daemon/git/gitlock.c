@@ -5,7 +5,7 @@
  *   vmemd-commit 1
  *   pid 1234
  *   start 5678901
- *   lock DEV INO PATH
+ *   lock DEV INO BIRTH-SEC BIRTH-NSEC PATH   (BIRTH-SEC -1: none kept)
  *
  * It is written before the lock it names can outlive us: a lock is
  * created, recorded, and only then used; a crash between the create and
@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #define MARKER_MAGIC "vmemd-commit 1\n"
@@ -77,9 +78,11 @@ static int mark_write(struct gitmark *m)
 		return -ENOMEM;
 	fprintf(f, MARKER_MAGIC "pid %ld\nstart %llu\n", m->pid, m->start);
 	for (size_t i = 0; i < m->n; i++)
-		fprintf(f, "lock %llu %llu %s\n",
+		fprintf(f, "lock %llu %llu %lld %u %s\n",
 			(unsigned long long)m->locks[i].dev,
-			(unsigned long long)m->locks[i].ino, m->locks[i].path);
+			(unsigned long long)m->locks[i].ino,
+			(long long)m->locks[i].btime_sec, m->locks[i].btime_nsec,
+			m->locks[i].path);
 	if (fclose(f) != 0) {
 		free(buf);
 		return -ENOMEM;
@@ -108,6 +111,32 @@ out:
 	return rc;
 }
 
+/* The identity of the file open as fd (or at path when fd < 0). */
+static int identify(int fd, const char *path, struct gitmark_lock *id)
+{
+	struct statx sx;
+
+	if (statx(fd >= 0 ? fd : AT_FDCWD, fd >= 0 ? "" : path,
+		  (fd >= 0 ? AT_EMPTY_PATH : 0) | AT_SYMLINK_NOFOLLOW,
+		  STATX_INO | STATX_BTIME, &sx) < 0)
+		return -errno;
+	id->dev = (uint64_t)makedev(sx.stx_dev_major, sx.stx_dev_minor);
+	id->ino = sx.stx_ino;
+	id->btime_sec = -1;
+	id->btime_nsec = 0;
+	if (sx.stx_mask & STATX_BTIME) {
+		id->btime_sec = sx.stx_btime.tv_sec;
+		id->btime_nsec = sx.stx_btime.tv_nsec;
+	}
+	return 0;
+}
+
+static bool same_id(const struct gitmark_lock *a, const struct gitmark_lock *b)
+{
+	return a->dev == b->dev && a->ino == b->ino &&
+	       a->btime_sec == b->btime_sec && a->btime_nsec == b->btime_nsec;
+}
+
 int gitmark_begin(struct gitmark *m)
 {
 	m->n = 0;
@@ -125,7 +154,8 @@ void gitmark_end(struct gitmark *m)
 
 /* Record a lock file's identity (in place of an earlier record of the
  * same path). */
-static int mark_add(struct gitmark *m, const char *path, const struct stat *st)
+static int mark_add(struct gitmark *m, const char *path,
+		    const struct gitmark_lock *id)
 {
 	size_t i;
 
@@ -137,15 +167,13 @@ static int mark_add(struct gitmark *m, const char *path, const struct stat *st)
 			return -ENOSPC;
 		m->n++;
 	}
-	m->locks[i].dev = (uint64_t)st->st_dev;
-	m->locks[i].ino = (uint64_t)st->st_ino;
+	m->locks[i] = *id;
 	snprintf(m->locks[i].path, sizeof(m->locks[i].path), "%s", path);
 	return mark_write(m);
 }
 
 int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 {
-	struct stat st;
 	int rc;
 
 	gitlock_init(l);
@@ -158,13 +186,10 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 		     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
 	if (l->fd < 0)
 		return -errno;
-	if (fstat(l->fd, &st) < 0) {
-		rc = -errno;
+	rc = identify(l->fd, NULL, &l->id);
+	if (rc < 0)
 		goto fail;
-	}
-	l->dev = (uint64_t)st.st_dev;
-	l->ino = (uint64_t)st.st_ino;
-	rc = mark_add(m, l->path, &st);
+	rc = mark_add(m, l->path, &l->id);
 	if (rc < 0)
 		goto fail;
 	return 0;
@@ -177,25 +202,22 @@ fail:
 
 int gitlock_replace(struct gitlock *l, const char *path, struct gitmark *m)
 {
-	struct stat st;
+	struct gitmark_lock id;
 	int fd, rc;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
+	rc = identify(fd, NULL, &id);
+	/* Both the old and the new file are recorded until the rename is
+	 * done: a crash in between leaves one of them, provably ours. */
+	if (rc == 0 && m->n == GITMARK_MAX_LOCKS)
+		rc = -ENOSPC;
+	if (rc < 0) {
 		close(fd);
 		return rc;
 	}
-	/* Both the old and the new inode are recorded until the rename is
-	 * done: a crash in between leaves one of them, provably ours. */
-	if (m->n == GITMARK_MAX_LOCKS) {
-		close(fd);
-		return -ENOSPC;
-	}
-	m->locks[m->n].dev = (uint64_t)st.st_dev;
-	m->locks[m->n].ino = (uint64_t)st.st_ino;
+	m->locks[m->n] = id;
 	snprintf(m->locks[m->n].path, sizeof(m->locks[m->n].path), "%s",
 		 l->path);
 	m->n++;
@@ -209,8 +231,7 @@ int gitlock_replace(struct gitlock *l, const char *path, struct gitmark *m)
 	}
 	close(l->fd);
 	l->fd = fd;
-	l->dev = (uint64_t)st.st_dev;
-	l->ino = (uint64_t)st.st_ino;
+	l->id = id;
 	return 0;
 }
 
@@ -248,20 +269,19 @@ int gitlock_commit(struct gitlock *l, bool sync)
 	return sync ? sync_dir_of(l->target) : 0;
 }
 
-/* Is the file at path the one with this device and inode? */
-static bool same_file(const char *path, uint64_t dev, uint64_t ino)
+/* Is the file at path the one with this identity? */
+static bool same_file(const char *path, const struct gitmark_lock *id)
 {
-	struct stat st;
+	struct gitmark_lock now;
 
-	return lstat(path, &st) == 0 && (uint64_t)st.st_dev == dev &&
-	       (uint64_t)st.st_ino == ino;
+	return identify(-1, path, &now) == 0 && same_id(&now, id);
 }
 
 void gitlock_release(struct gitlock *l)
 {
 	if (l->fd < 0)
 		return;
-	if (same_file(l->path, l->dev, l->ino))
+	if (same_file(l->path, &l->id))
 		unlink(l->path);
 	close(l->fd);
 	l->fd = -1;
@@ -288,16 +308,21 @@ static int mark_parse(struct gitmark *m, char *text, long *pid,
 	for (line = strtok_r(text + strlen(MARKER_MAGIC), "\n", &save); line;
 	     line = strtok_r(NULL, "\n", &save)) {
 		unsigned long long dev, ino;
+		long long bsec;
+		unsigned bnsec;
 		int off = 0;
 
 		if (sscanf(line, "pid %ld", pid) == 1)
 			continue;
 		if (sscanf(line, "start %llu", start) == 1)
 			continue;
-		if (sscanf(line, "lock %llu %llu %n", &dev, &ino, &off) == 2 &&
+		if (sscanf(line, "lock %llu %llu %lld %u %n", &dev, &ino, &bsec,
+			   &bnsec, &off) == 4 &&
 		    off > 0 && m->n < GITMARK_MAX_LOCKS) {
 			m->locks[m->n].dev = dev;
 			m->locks[m->n].ino = ino;
+			m->locks[m->n].btime_sec = bsec;
+			m->locks[m->n].btime_nsec = bnsec;
 			snprintf(m->locks[m->n].path,
 				 sizeof(m->locks[m->n].path), "%s", line + off);
 			m->n++;
@@ -338,18 +363,17 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 	for (size_t i = 0; rc == 0 && i < old.n; i++) {
 		const char *path = old.locks[i].path;
 		bool seen = false, ours = false;
-		struct stat st;
+		struct gitmark_lock now;
 
 		/* A path may be recorded twice (gitlock_replace): any of
 		 * its records proves it ours. */
 		for (size_t j = 0; j < i; j++)
 			seen |= strcmp(old.locks[j].path, path) == 0;
-		if (seen || lstat(path, &st) < 0)
+		if (seen || identify(-1, path, &now) < 0)
 			continue; /* done, or gone (committed or removed) */
 		for (size_t j = i; j < old.n; j++)
 			ours |= strcmp(old.locks[j].path, path) == 0 &&
-				(uint64_t)st.st_dev == old.locks[j].dev &&
-				(uint64_t)st.st_ino == old.locks[j].ino;
+				same_id(&now, &old.locks[j]);
 		if (ours && unlink(path) == 0) {
 			list_add(out->removed, sizeof(out->removed), path);
 			out->n_removed++;

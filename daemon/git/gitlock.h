@@ -9,10 +9,10 @@
  *
  * The commit marker, <gitdir>/vmem/committing, exists while a commit of
  * ours may hold git locks. It records our pid, our process start time
- * (from /proc/self/stat, so a reused pid is told apart) and the device and
- * inode of every lock file we create, written before the lock could be
+ * (from /proc/self/stat, so a reused pid is told apart) and the device,
+ * inode and birth time of every lock file we create, written before the lock could be
  * left behind by a crash. At start-up a lock is removed only when the
- * marker proves it ours: its device and inode match, and the process that
+ * marker proves it ours: its device, inode and birth time match, and the process that
  * recorded it is gone. Anything else stays and is reported.
  *
  * Blocking; one thread at a time per marker.
@@ -28,8 +28,13 @@
 
 #define GITMARK_MAX_LOCKS 8
 
+/* What identifies one lock file: its device and inode, and its birth
+ * time where the file system keeps one (an inode number is reused as soon
+ * as a file is gone; the birth time of its next file differs). */
 struct gitmark_lock {
 	uint64_t dev, ino;
+	int64_t btime_sec; /* -1: the file system keeps none */
+	uint32_t btime_nsec;
 	char path[PATH_MAX];
 };
 
@@ -48,7 +53,7 @@ struct gitlock {
 	char target[PATH_MAX];
 	char path[PATH_MAX]; /* target + ".lock" */
 	int fd;
-	uint64_t dev, ino;
+	struct gitmark_lock id; /* (path unused) */
 };
 
 /*

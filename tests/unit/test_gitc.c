@@ -588,6 +588,355 @@ START_TEST(test_lock_held_throughout)
 }
 END_TEST
 
+/* The index's version and extension signatures, "2 TREE UNTR". */
+static const char *index_shape(void)
+{
+	static char shape[256];
+	char path[256], exts[200];
+	unsigned v;
+
+	snprintf(path, sizeof(path), "%s/.git/index", tmpdir);
+	ck_assert_int_eq(gitidx_describe(path, &v, exts, sizeof(exts)), 0);
+	snprintf(shape, sizeof(shape), "%u %s", v, exts);
+	return shape;
+}
+
+static void index_stamp(struct stat *st)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/.git/index", tmpdir);
+	ck_assert_int_eq(stat(path, st), 0);
+}
+
+/*
+ * A user's repository in a given index format (setup: git commands run
+ * after a first user commit): our commit must keep the version and every
+ * extension, stage real stat data (git status clean without re-hashing:
+ * for the formats whose status would otherwise not write the index, the
+ * index is left as it is), keep the user's staged change, and use the
+ * expected way.
+ */
+static void format_case(const char *setup, int way, bool status_keeps,
+			const char *status)
+{
+	struct gitc_result res;
+	struct gitc_change c[3];
+	char b[3][512], before[256], cached[1024];
+	struct stat s1, s2;
+
+	write_file("README", "readme\n");
+	write_file("src/a.c", "int a;\n");
+	/* Every file older than any index written here: git's racy-entry
+	 * re-check never applies, so a status that writes the index does so
+	 * because of what we staged. */
+	ck_assert_int_eq(sh("touch -d '-5 seconds' README src/a.c && "
+			    "git add -A && git commit -q -m base"),
+			 0);
+	ck_assert_int_eq(sh("%s", setup), 0);
+	c[0] = put(5, 2, 1, "one", b[0], sizeof(b[0]));
+	c[1] = put(5, 3, 1, "two", b[1], sizeof(b[1]));
+	c[2] = put(6, 1, 2, "three", b[2], sizeof(b[2]));
+	/* Files older than the index we write: no racy-git re-check. */
+	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/*/* "
+			    ".vector-memory/metadata.json"),
+			 0);
+	write_file("README", "readme staged\n");
+	ck_assert_int_eq(sh("touch -c -d '-5 seconds' README new.txt; "
+			    "git add README && git status >/dev/null"),
+			 0);
+	snprintf(cached, sizeof(cached), "%s", out("git diff --cached"));
+	snprintf(before, sizeof(before), "%s", index_shape());
+	ck_assert_int_eq(gitc_commit(g, c, 3, NULL, &res, errmsg,
+				     sizeof(errmsg)),
+			 0);
+	ck_assert_str_eq(errmsg, "");
+	ck_assert_uint_eq(strlen(res.commit), 40);
+	ck_assert_int_eq(res.index_way, way);
+	ck_assert(res.index_written);
+	ck_assert_str_eq(index_shape(), before);
+	ck_assert_str_eq(out("git diff --cached"), cached);
+	ck_assert_str_eq(out("git diff-files --name-only -- .vector-memory"),
+			 "");
+	/* real stat data: size and inode as the file's */
+	ck_assert_str_eq(
+		out("git ls-files --debug .vector-memory/x-005/y-2-z-1.json | "
+		    "sed -n 's/^  dev: [0-9]*\tino: \\([0-9]*\\)$/\\1/p'"),
+		out("stat -c '%%i' .vector-memory/x-005/y-2-z-1.json"));
+	index_stamp(&s1);
+	ck_assert_str_eq(out("git status --porcelain"), status);
+	index_stamp(&s2);
+	if (status_keeps) {
+		ck_assert_int_eq(s1.st_ino, s2.st_ino);
+		ck_assert_int_eq(s1.st_mtim.tv_nsec, s2.st_mtim.tv_nsec);
+	}
+	ck_assert_str_eq(index_shape(), before);
+	/* a second commit on the same index (a deletion, a change) */
+	c[0] = del(5, 2, 1);
+	c[1] = put(5, 3, 1, "two changed", b[1], sizeof(b[1]));
+	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/x-005/*"), 0);
+	ck_assert_int_eq(gitc_commit(g, c, 2, NULL, &res, errmsg,
+				     sizeof(errmsg)),
+			 0);
+	ck_assert_str_eq(errmsg, "");
+	ck_assert_str_eq(index_shape(), before);
+	ck_assert_str_eq(out("git status --porcelain"), status);
+	ck_assert_str_eq(out("git ls-files .vector-memory"),
+			 ".vector-memory/metadata.json\n"
+			 ".vector-memory/x-005/y-3-z-1.json\n"
+			 ".vector-memory/x-006/y-1-z-2.json\n");
+	ck_assert_int_eq(sh("git commit -q -m user && git status --porcelain "
+			    ">/dev/null"),
+			 0);
+	ck_assert_str_eq(out("git show --name-only --format= HEAD"),
+			 "README\n");
+	fsck_clean();
+}
+
+START_TEST(test_index_v2)
+{
+	format_case("true", GITC_INDEX_OWN, true, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_v3)
+{
+	/* an intent-to-add entry makes git write version 3 */
+	format_case("echo later > later.txt && "
+		    "touch -d '-5 seconds' later.txt && git add -N later.txt && "
+		    "test \"$(head -c 8 .git/index | tail -c 1 | od -An -tu1 | "
+		    "tr -d ' ')\" = 3",
+		    GITC_INDEX_OWN, true, "M  README\n A later.txt\n");
+}
+END_TEST
+
+START_TEST(test_index_v4)
+{
+	format_case("git config index.version 4 && "
+		    "git update-index --index-version 4",
+		    GITC_INDEX_OWN, true, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_split)
+{
+	format_case("git config core.splitIndex true && "
+		    "git update-index --split-index",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_untracked_cache)
+{
+	format_case("git config core.untrackedCache true && "
+		    "git update-index --untracked-cache && git status "
+		    ">/dev/null",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_fsmonitor)
+{
+	/* a hook that says everything may have changed (protocol 2) */
+	format_case("printf '#!/bin/sh\\nprintf \"token\\\\0/\\\\0\"\\n' > "
+		    ".git/fsm && chmod +x .git/fsm && "
+		    "git config core.fsmonitor \"$PWD/.git/fsm\" && "
+		    "git config core.fsmonitorHookVersion 2 && "
+		    "git update-index --fsmonitor && git status >/dev/null",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+/* A user's split index with v4 and the untracked cache all at once. */
+START_TEST(test_index_everything)
+{
+	format_case("git config feature.manyFiles true && "
+		    "git config core.splitIndex true && "
+		    "git update-index --index-version 4 --split-index "
+		    "--untracked-cache && git status >/dev/null",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+/* Both ways stage the same entries. */
+START_TEST(test_index_ways_agree)
+{
+	struct gitc_result res;
+	struct gitc_change c[2];
+	char b[2][512], own[4096];
+
+	c[0] = put(5, 2, 1, "one", b[0], sizeof(b[0]));
+	c[1] = put(7, 1, 1, "two", b[1], sizeof(b[1]));
+	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/*/* "
+			    ".vector-memory/metadata.json"),
+			 0);
+	gitc_force_index_way(g, GITC_INDEX_OWN);
+	commit_ok(c, 2, NULL, &res);
+	ck_assert_int_eq(res.index_way, GITC_INDEX_OWN);
+	snprintf(own, sizeof(own), "%s",
+		 out("git ls-files -s --debug | grep -v '^  flags'"));
+	ck_assert_int_eq(sh("git rm -q --cached -r .vector-memory"), 0);
+	gitc_force_index_way(g, GITC_INDEX_GIT);
+	ck_assert_int_eq(gitc_commit(g, c, 2, NULL, &res, errmsg,
+				     sizeof(errmsg)),
+			 0);
+	ck_assert_str_eq(res.commit, ""); /* HEAD has them: only the index */
+	ck_assert(res.index_written);
+	ck_assert_int_eq(res.index_way, GITC_INDEX_GIT);
+	ck_assert_str_eq(out("git ls-files -s --debug | grep -v '^  flags'"),
+			 own);
+	gitc_force_index_way(g, -1);
+	fsck_clean();
+}
+END_TEST
+
+/* A path of ours in a conflict: the commit waits and stages nothing. */
+START_TEST(test_index_conflict_defers)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], h[64];
+	int rc;
+
+	c = put(5, 2, 2, "base", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(sh("git checkout -q -b side && "
+			    "echo side > .vector-memory/x-005/y-2-z-2.json && "
+			    "git commit -q -am side && git checkout -q main && "
+			    "echo main > .vector-memory/x-005/y-2-z-2.json && "
+			    "git commit -q -am main && "
+			    "git merge -q side >/dev/null 2>&1; "
+			    "git merge --abort; "
+			    "git cherry-pick side >/dev/null 2>&1; "
+			    "git cherry-pick --quit && "
+			    "git ls-files -u | wc -l | grep -qx 3"),
+			 0);
+	snprintf(h, sizeof(h), "%s", head());
+	c = put(5, 2, 2, "ours", buf, sizeof(buf));
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_eq(rc, 1);
+	ck_assert_str_eq(res.deferred,
+			 "conflict in .vector-memory/x-005/y-2-z-2.json");
+	ck_assert_str_eq(head(), h);
+	ck_assert_str_eq(out("git ls-files -u | wc -l"), "3\n");
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+}
+END_TEST
+
+/* An index we cannot read: an error that says so, nothing moved. */
+START_TEST(test_index_corrupt)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], h[64];
+	int rc;
+
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	snprintf(h, sizeof(h), "%s", head());
+	ck_assert_int_eq(sh("cp .git/index index.good && "
+			    "printf 'DIRC\\0\\0\\0\\2\\0\\0\\0\\7garbage-garbage-"
+			    "garbage-garbage-garbage' > .git/index"),
+			 0);
+	c = put(5, 2, 1, "two", buf, sizeof(buf));
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_lt(rc, 0);
+	ck_assert(res.index_error);
+	ck_assert_ptr_nonnull(strstr(errmsg, "index"));
+	ck_assert_str_eq(head(), h); /* the branch did not move */
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+	ck_assert_int_eq(sh("mv index.good .git/index"), 0);
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+/* ---- stale locks after a crash ---- */
+
+/* Start a commit's bookkeeping as a crashed run of ours would leave it:
+ * the marker and index.lock, recorded. */
+static void crash_with_lock(void)
+{
+	struct gitmark m;
+	struct gitlock l;
+	char statedir[256], index[256];
+
+	snprintf(statedir, sizeof(statedir), "%s/.git/vmem", tmpdir);
+	snprintf(index, sizeof(index), "%s/.git/index", tmpdir);
+	ck_assert_int_eq(gitmark_init(&m, statedir), 0);
+	ck_assert_int_eq(gitmark_begin(&m), 0);
+	ck_assert_int_eq(gitlock_take(&l, index, &m), 0);
+	close(l.fd); /* "killed": nothing released */
+	ck_assert_int_eq(sh("touch .git/vmem/index.next"), 0);
+}
+
+START_TEST(test_stale_ours_removed)
+{
+	struct gitlock_stale st;
+
+	crash_with_lock();
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert(st.marker);
+	ck_assert_int_eq(st.n_removed, 1);
+	ck_assert_int_eq(st.n_kept, 0);
+	ck_assert_ptr_nonnull(strstr(st.removed, "index.lock"));
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+	ck_assert_str_eq(out("ls .git/vmem"), "");
+}
+END_TEST
+
+START_TEST(test_stale_foreign_kept)
+{
+	struct gitlock_stale st;
+
+	crash_with_lock();
+	/* a git command took the lock after ours went away */
+	ck_assert_int_eq(sh("rm .git/index.lock && echo git > "
+			    ".git/index.lock"),
+			 0);
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert_int_eq(st.n_removed, 0);
+	ck_assert_int_eq(st.n_kept, 1);
+	ck_assert_ptr_nonnull(strstr(st.kept, "index.lock"));
+	ck_assert_str_eq(out("cat .git/index.lock"), "git\n");
+	ck_assert_int_ne(sh("test -e .git/vmem/committing"), 0);
+}
+END_TEST
+
+/* A marker written by a process that still runs is nobody's leftover. */
+START_TEST(test_stale_owner_alive)
+{
+	struct gitlock_stale st;
+	char text[512];
+	FILE *f;
+
+	crash_with_lock();
+	snprintf(text, sizeof(text), "%s/.git/vmem/committing", tmpdir);
+	f = fopen(text, "r+");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq((int)fread(text, 1, sizeof(text) - 1, f) > 0, 1);
+	fclose(f);
+	ck_assert_int_eq(sh("sed -i 's/^pid .*/pid %ld/; s/^start .*/start "
+			    "%llu/' .git/vmem/committing",
+			    (long)getppid(),
+			    gitlock_proc_start((long)getppid())),
+			 0);
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert(st.owner_alive);
+	ck_assert_int_eq(st.n_removed, 0);
+	ck_assert_int_eq(sh("test -e .git/index.lock"), 0);
+	/* a pid reused by another process: its start time differs */
+	ck_assert_int_eq(sh("sed -i 's/^start .*/start 1/' "
+			    ".git/vmem/committing"),
+			 0);
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert(!st.owner_alive);
+	ck_assert_int_eq(st.n_removed, 1);
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+}
+END_TEST
+
 /* gitc_commit must wait with why, writing nothing. */
 static void expect_deferred(const char *why)
 {
@@ -954,6 +1303,19 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_lock_held_throughout);
 	tcase_add_test(tc, test_worktree);
 	tcase_add_test(tc, test_open_errors);
+	tcase_add_test(tc, test_index_v2);
+	tcase_add_test(tc, test_index_v3);
+	tcase_add_test(tc, test_index_v4);
+	tcase_add_test(tc, test_index_split);
+	tcase_add_test(tc, test_index_untracked_cache);
+	tcase_add_test(tc, test_index_fsmonitor);
+	tcase_add_test(tc, test_index_everything);
+	tcase_add_test(tc, test_index_ways_agree);
+	tcase_add_test(tc, test_index_conflict_defers);
+	tcase_add_test(tc, test_index_corrupt);
+	tcase_add_test(tc, test_stale_ours_removed);
+	tcase_add_test(tc, test_stale_foreign_kept);
+	tcase_add_test(tc, test_stale_owner_alive);
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(anon, 60);

@@ -277,7 +277,7 @@ void gitq_mark_coord(struct gitq *q, const struct coord *c)
 {
 	char path[64];
 
-	if (coord_path(c, path, sizeof(path)) == 0)
+	if (coord_path(c, path, sizeof(path)) >= 0)
 		gitq_mark(q, path);
 }
 
@@ -292,7 +292,7 @@ bool gitq_uncommitted_coord(const struct gitq *q, const struct coord *c)
 {
 	char path[64];
 
-	return coord_path(c, path, sizeof(path)) == 0 &&
+	return coord_path(c, path, sizeof(path)) >= 0 &&
 	       gitq_uncommitted(q, path);
 }
 

@@ -740,7 +740,8 @@ static void reflog_append(const char *path, bool create, const char *line)
  * to new, as git does: take the ref's lock, check under it that the
  * branch is still at old (compare-and-swap), write and fsync the lock,
  * append to the branch's and HEAD's reflogs, rename the lock over the
- * ref. -EAGAIN when the branch moved or its lock is held, or -errno.
+ * ref. -EAGAIN when the branch moved, -EBUSY when its lock is held by
+ * another process, or -errno.
  */
 static int move_branch(struct gitc *g, const char *branch, const git_oid *old,
 		       const git_oid *new, const git_signature *sig,
@@ -762,7 +763,7 @@ static int move_branch(struct gitc *g, const char *branch, const git_oid *old,
 		make_parents(path);
 	rc = gitlock_take(&rl, path, &g->mark);
 	if (rc == -EEXIST)
-		return -EAGAIN; /* another process moves it right now */
+		return -EBUSY; /* another process moves it right now */
 	if (rc < 0) {
 		errmsg_set(errmsg, errn, "%s.lock: %s", path, strerror(-rc));
 		return rc;
@@ -976,6 +977,13 @@ static int commit_tries(struct gitc *g, struct item **its, size_t n,
 		hook(g, GITC_STEP_BEFORE_CAS);
 		rc = move_branch(g, branch, unborn ? NULL : &tip_id, cid, sig,
 				 errmsg, errn);
+		if (rc == -EBUSY) {
+			/* Held by someone else: wait, as for index.lock. */
+			errmsg_set(why, whyn,
+				   "%s.lock is held by another process",
+				   branch);
+			rc = 1;
+		}
 	}
 	if (rc == -EAGAIN)
 		errmsg_set(errmsg, errn,

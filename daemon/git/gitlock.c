@@ -7,10 +7,10 @@
  *   start 5678901
  *   lock DEV INO BIRTH-SEC BIRTH-NSEC PATH   (BIRTH-SEC -1: none kept)
  *
- * It is written before the lock it names can outlive us: a lock is
- * created, recorded, and only then used; a crash between the create and
- * the record leaves a lock the marker does not prove ours, which start-up
- * reports and leaves alone (the safe side).
+ * It is written before the lock it names exists: a lock file is made
+ * under a private name, recorded, and only then hard-linked into place,
+ * so whenever a lock of ours exists the marker proves it ours. What the
+ * marker does not prove ours, start-up reports and leaves alone.
  */
 #include "gitlock.h"
 
@@ -172,8 +172,30 @@ static int mark_add(struct gitmark *m, const char *path,
 	return mark_write(m);
 }
 
+/* Forget the record of path (its lock was never made). */
+static void mark_del(struct gitmark *m, const char *path)
+{
+	for (size_t i = 0; i < m->n; i++) {
+		if (strcmp(m->locks[i].path, path) != 0)
+			continue;
+		m->locks[i] = m->locks[--m->n];
+		mark_write(m);
+		return;
+	}
+}
+
+/* The private name a lock file is made under: <statedir>/newlock-K. */
+static void new_name(const struct gitmark *m, size_t k, char *out, size_t n)
+{
+	const char *slash = strrchr(m->path, '/');
+	int dirlen = slash ? (int)(slash - m->path) : 0;
+
+	snprintf(out, n, "%.*s/newlock-%zu", dirlen, m->path, k);
+}
+
 int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 {
+	char tmp[PATH_MAX + 32];
 	int rc;
 
 	gitlock_init(l);
@@ -182,19 +204,52 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 	    (size_t)snprintf(l->path, sizeof(l->path), "%s.lock", target) >=
 		    sizeof(l->path))
 		return -ENAMETOOLONG;
-	l->fd = open(l->path,
-		     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+	if (m->n == GITMARK_MAX_LOCKS)
+		return -ENOSPC;
+	/* The file is made under a private name and recorded before it
+	 * becomes the lock by link(2), which fails if the lock exists, as
+	 * O_EXCL does: no instant exists at which the lock is there and
+	 * the marker does not prove it ours. */
+	new_name(m, m->n, tmp, sizeof(tmp));
+	unlink(tmp);
+	l->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		     0666);
 	if (l->fd < 0)
 		return -errno;
 	rc = identify(l->fd, NULL, &l->id);
+	if (rc == 0)
+		rc = mark_add(m, l->path, &l->id);
 	if (rc < 0)
 		goto fail;
-	rc = mark_add(m, l->path, &l->id);
-	if (rc < 0)
-		goto fail;
+	if (link(tmp, l->path) < 0) {
+		rc = -errno;
+		mark_del(m, l->path);
+		if (rc != -EXDEV && rc != -EPERM)
+			goto fail;
+		/* No hard link across these directories: the lock is made
+		 * in place, and recorded as soon as it exists. */
+		unlink(tmp);
+		close(l->fd);
+		l->fd = open(l->path,
+			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+			     0666);
+		if (l->fd < 0)
+			return -errno;
+		rc = identify(l->fd, NULL, &l->id);
+		if (rc == 0)
+			rc = mark_add(m, l->path, &l->id);
+		if (rc < 0) {
+			unlink(l->path);
+			close(l->fd);
+			l->fd = -1;
+			return rc;
+		}
+		return 0;
+	}
+	unlink(tmp);
 	return 0;
 fail:
-	unlink(l->path);
+	unlink(tmp);
 	close(l->fd);
 	l->fd = -1;
 	return rc;
@@ -381,6 +436,12 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 			list_add(out->kept, sizeof(out->kept), path);
 			out->n_kept++;
 		}
+	}
+	for (size_t k = 0; k < GITMARK_MAX_LOCKS; k++) {
+		char tmp[PATH_MAX + 32];
+
+		new_name(m, k, tmp, sizeof(tmp));
+		unlink(tmp);
 	}
 	snprintf(dir, sizeof(dir), "%s", m->path);
 	slash = strrchr(dir, '/');

@@ -80,10 +80,11 @@ static inline void gitlock_init(struct gitlock *l)
 }
 
 /*
- * Take target's lock: create target.lock (O_CREAT | O_EXCL, mode 0666
- * less the umask, as git does) and record it in the marker m (which must
- * be begun). -EEXIST when someone holds it, other -errno otherwise; the
- * lock file is gone again if it could not be recorded.
+ * Take target's lock: make target.lock exclusively (it must not exist, as
+ * with git's O_CREAT | O_EXCL; mode 0666 less the umask), recorded in the
+ * marker m (which must be begun) before it exists under that name: it is
+ * made under a private name in the state directory and hard-linked into
+ * place. -EEXIST when someone holds it, other -errno otherwise.
  */
 int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m);
 

@@ -18,6 +18,7 @@
  * Every lock we create is recorded in the commit marker (gitlock.h), so
  * that start-up after a crash removes ours and only ours.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <git2.h>
@@ -329,6 +330,83 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 	return buf;
 }
 
+/* Is pid a git process running "commit" in our working tree? */
+static bool git_commit_process(struct gitc *g, const char *pid)
+{
+	char path[320], cmd[512], cwd[PATH_MAX];
+	size_t len = strlen(g->workdir) - 1; /* without its slash */
+	const char *arg, *base;
+	ssize_t n;
+	bool commit = false;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, cmd, sizeof(cmd) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	cmd[n] = '\0';
+	base = strrchr(cmd, '/');
+	base = base ? base + 1 : cmd;
+	if (strcmp(base, "git") != 0)
+		return false;
+	for (arg = cmd + strlen(cmd) + 1; arg < cmd + n;
+	     arg += strlen(arg) + 1)
+		commit |= strcmp(arg, "commit") == 0;
+	if (!commit)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%s/cwd", pid);
+	n = readlink(path, cwd, sizeof(cwd) - 1);
+	if (n <= 0)
+		return false;
+	cwd[n] = '\0';
+	return strncmp(cwd, g->workdir, len) == 0 &&
+	       (cwd[len] == '\0' || cwd[len] == '/');
+}
+
+/*
+ * Is a user's `git commit` in progress here? git takes no lock while its
+ * editor is open (a commit of the index as it is releases index.lock
+ * first), but it moves the branch afterwards with a compare-and-swap
+ * against the tip it started from, which a commit of ours meanwhile would
+ * make fail. It writes COMMIT_EDITMSG before the editor starts: only when
+ * that file is newer than HEAD's last move (its reflog) are processes
+ * looked at. The pid goes to *pid.
+ */
+static bool commit_in_progress(struct gitc *g, long *pid)
+{
+	char path[PATH_MAX];
+	struct stat msg, moved;
+	struct dirent *e;
+	bool found = false;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "%sCOMMIT_EDITMSG", g->gitdir);
+	if (stat(path, &msg) < 0)
+		return false;
+	snprintf(path, sizeof(path), "%slogs/HEAD", g->gitdir);
+	if (stat(path, &moved) == 0 &&
+	    (moved.st_mtim.tv_sec > msg.st_mtim.tv_sec ||
+	     (moved.st_mtim.tv_sec == msg.st_mtim.tv_sec &&
+	      moved.st_mtim.tv_nsec >= msg.st_mtim.tv_nsec)))
+		return false;
+	d = opendir("/proc");
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		found = git_commit_process(g, e->d_name);
+		if (found)
+			*pid = strtol(e->d_name, NULL, 10);
+	}
+	closedir(d);
+	return found;
+}
+
 /* 1 with why when a commit must wait, 0 when it may go, or -errno. */
 static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 		    size_t errn)
@@ -336,6 +414,7 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 	const char *reason = NULL;
 	char lock[PATH_MAX];
 	struct stat st;
+	long pid = 0;
 	int e;
 
 	switch (git_repository_state(g->repo)) {
@@ -381,6 +460,13 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 		snprintf(lock, sizeof(lock), "%sindex.lock", g->gitdir);
 		if (lstat(lock, &st) == 0)
 			reason = "index.lock is held by another process";
+	}
+	if (!reason && commit_in_progress(g, &pid)) {
+		errmsg_set(why, whyn,
+			   "a git commit is in progress (pid %ld: its editor "
+			   "may be open)",
+			   pid);
+		return 1;
 	}
 	if (!reason)
 		return 0;

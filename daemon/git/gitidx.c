@@ -95,6 +95,7 @@ struct idx {
 	unsigned version;
 	uint32_t count;
 	size_t ext_off;
+	int64_t mtime; /* the file's, in seconds; -1 for no file */
 };
 
 /* A decoded entry. */
@@ -349,14 +350,41 @@ static void put_entry(struct out *o, unsigned version, const struct nbuf *prev,
 				  ENTRY_FIXED - namelen);
 }
 
-/* Re-encode the v4 entry e (full name e->name) after the name prev. */
-static void put_reencoded(struct out *o, const struct idx *x,
-			  const struct ent *e, const struct nbuf *prev)
+/*
+ * Is entry e "racily clean" as git says: written no earlier than the
+ * index it is in (at git's one-second granularity)? Its stat data then
+ * proves nothing until its content is checked again. A new index makes it
+ * look older than it is, so, as git's own writer does, it is smudged
+ * (its size set to 0) to keep it checked.
+ */
+static bool racy(const struct idx *x, const struct ent *e)
 {
+	const unsigned char *p = x->p + e->off;
+
+	return x->mtime >= 0 && be32(p + 36) != 0 &&
+	       (int64_t)be32(p + 8) >= x->mtime;
+}
+
+/* Entry e as it is, but smudged if racy and (v4) re-encoded after prev
+ * when reencode. */
+static void put_copy(struct out *o, const struct idx *x, const struct ent *e,
+		     bool smudge, bool reencode, const struct nbuf *prev)
+{
+	static const unsigned char zeros[4];
 	size_t common = 0;
 	unsigned char v[16];
 
-	out_put(o, x->p + e->off, e->name_off - e->off);
+	if (smudge) {
+		out_put(o, x->p + e->off, 36);
+		out_put(o, zeros, 4);
+		out_put(o, x->p + e->off + 40, e->name_off - e->off - 40);
+	} else {
+		out_put(o, x->p + e->off, e->name_off - e->off);
+	}
+	if (!reencode) {
+		out_put(o, x->p + e->name_off, e->end - e->name_off);
+		return;
+	}
 	while (common < prev->len && common < e->namelen &&
 	       prev->s[common] == e->name[common])
 		common++;
@@ -548,12 +576,17 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 				     strlen(u[j].path));
 		if (c < 0) {
 			/* Not ours: copied (v4: re-encoded once after a
-			 * change, its predecessor being another). */
-			if (x->version == 4 && !synced) {
+			 * change, its predecessor being another; smudged if
+			 * racily clean). */
+			bool smudge = racy(x, &e);
+
+			if (smudge || (x->version == 4 && !synced)) {
 				out_put(o, x->p + span, off - span);
-				put_reencoded(o, x, &e, &out_prev);
+				put_copy(o, x, &e, smudge,
+					 x->version == 4 && !synced, &out_prev);
 				span = e.end;
 				synced = true;
+				*changed |= smudge;
 			}
 			if (x->version == 4 &&
 			    nbuf_set(&out_prev, 0, e.name, e.namelen) < 0) {
@@ -707,6 +740,7 @@ static int map_index(const char *path, struct idx *x, void **map,
 	}
 	x->p = *map;
 	x->len = *maplen - 20;
+	x->mtime = (int64_t)st.st_mtim.tv_sec;
 out:
 	close(fd);
 	return rc;
@@ -727,6 +761,7 @@ static int own_sync(const struct gitidx_ctx *c, const struct idx *x,
 		return -ENOMEM;
 	if (!x->p) {
 		empty.version = c->new_version;
+		empty.mtime = -1;
 		x = &empty;
 	}
 	o->fd = lock->fd;

@@ -2,8 +2,12 @@
  * Commit batching. Invariants: a path is pending from its mark until a
  * commit job that took it succeeds (a deferred or failed job puts its
  * paths back); one job runs at a time (the start-up scan counts as one);
- * a git.sync is answered by the first job that started after it was
- * called, so that job's paths hold every write acknowledged before the
+ * a job takes only paths whose file the file writer has written since the
+ * mark (the pass after the mark has finished), so it commits the newest
+ * bytes and never loses a write to a file not written yet, and commits go
+ * on while writers keep the file writer busy; a git.sync is answered by
+ * the first job that started after it was called, and that job waits for
+ * the file writer's pass that holds every write acknowledged before the
  * call.
  */
 #include "gitq.h"
@@ -19,6 +23,7 @@
 
 #define RETRY_FIRST_MS 250
 #define RETRY_MAX_MS   5000
+#define RETRY_LOCK_MAX_MS 1000
 #define FILES_WAIT_MS  5
 #define TABLE_MIN      64
 
@@ -28,6 +33,7 @@
 /* A path not committed yet. */
 struct gitq_path {
 	uint64_t hash;
+	uint64_t need_pass; /* the file writer's pass that writes its file */
 	uint8_t flags;
 	char path[];
 };
@@ -157,6 +163,7 @@ static struct gitq_path *get(struct gitq *q, const char *path)
 	if (!e)
 		return NULL;
 	e->hash = h;
+	e->need_pass = 0;
 	e->flags = 0;
 	strcpy(e->path, path);
 	if (!q->table[slot])
@@ -269,6 +276,9 @@ void gitq_mark(struct gitq *q, const char *path)
 			path);
 		return;
 	}
+	/* Its write reaches the file in the writer's next pass (or is there
+	 * already: a reload, the start-up scan). */
+	e->need_pass = q->store->writer_seq + 1;
 	set_pending(q, e);
 	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
 }
@@ -421,12 +431,12 @@ static void settle_items(struct gitq *q, const struct gitq_job *j, bool again)
 	}
 }
 
-/* The retry delay after a deferral or a failure, doubling. */
-static unsigned backoff(struct gitq *q)
+/* The retry delay after a deferral or a failure, doubling up to max. */
+static unsigned backoff(struct gitq *q, unsigned max)
 {
 	q->retry_ms = q->retry_ms ? q->retry_ms * 2 : RETRY_FIRST_MS;
-	if (q->retry_ms > RETRY_MAX_MS)
-		q->retry_ms = RETRY_MAX_MS;
+	if (q->retry_ms > max)
+		q->retry_ms = max;
 	return q->retry_ms;
 }
 
@@ -494,7 +504,12 @@ static void job_after_cb(uv_work_t *req, int status)
 			free(j->message);
 		j->message = NULL;
 		idle = q->idle_cb;
-		kick(q, backoff(q));
+		/* A lock is held for moments (a git command): look again
+		 * soon; anything else may take a while. */
+		kick(q, backoff(q, rc == 1 && strstr(j->res.deferred,
+						      ".lock is held")
+					   ? RETRY_LOCK_MAX_MS
+					   : RETRY_MAX_MS));
 	} else {
 		struct coord *coords = calloc(j->n ? j->n : 1, sizeof(*coords));
 		struct gitq_batch b;
@@ -528,7 +543,7 @@ static void job_after_cb(uv_work_t *req, int status)
 		}
 		free(coords);
 		if (j->res.index_error) {
-			kick(q, backoff(q));
+			kick(q, backoff(q, RETRY_MAX_MS));
 		} else {
 			if (q->n_pending == 0)
 				idle = q->idle_cb;
@@ -544,15 +559,26 @@ static void job_after_cb(uv_work_t *req, int status)
 	}
 }
 
+/* Is the file of e written as of its last mark? */
+static bool ready(const struct gitq *q, const struct gitq_path *e, bool all)
+{
+	return all || e->need_pass <= q->store->writer_done_seq;
+}
+
 static void job_start(struct gitq *q)
 {
+	bool all = store_files_written(q->store), blocked = false;
 	struct gitq_job *j;
+	size_t n = 0, k = 0;
 
 	if (q->busy || q->closed || q->n_pending == 0)
 		return;
-	/* Commit what the files hold, so the working tree matches HEAD
-	 * (git status stays clean) once the commit is made. */
-	if (!store_files_written(q->store)) {
+	/* A git.sync waits for the writer's pass that holds its writes. */
+	for (struct gitq_sync *w = q->waiters; w && !all; w = w->next)
+		blocked |= w->need_pass > q->store->writer_done_seq;
+	for (size_t i = 0; i < q->n_pending && !blocked; i++)
+		n += ready(q, q->pending_list[i], all);
+	if (blocked || n == 0) {
 		/* Files that cannot be written now are no reason to keep a
 		 * git.sync waiting: it is told, and the commit retried. */
 		if (store_failing(q->store)) {
@@ -571,21 +597,30 @@ static void job_start(struct gitq *q)
 	}
 	j = calloc(1, sizeof(*j));
 	if (j)
-		j->items = calloc(q->n_pending, sizeof(*j->items));
+		j->items = calloc(n, sizeof(*j->items));
 	if (!j || !j->items)
 		goto fail;
 	for (size_t i = 0; i < q->n_pending; i++) {
-		j->items[i].path = strdup(q->pending_list[i]->path);
-		if (!j->items[i].path) {
-			j->n = i;
+		struct gitq_path *e = q->pending_list[i];
+
+		if (!ready(q, e, all))
+			continue;
+		j->items[j->n].path = strdup(e->path);
+		if (!j->items[j->n].path)
 			goto fail;
-		}
+		j->n++;
 	}
-	j->n = q->n_pending;
-	for (size_t i = 0; i < q->n_pending; i++)
-		q->pending_list[i]->flags =
-			(q->pending_list[i]->flags & ~P_PENDING) | P_COMMITTING;
-	q->n_pending = 0;
+	/* Taken paths leave the pending list; the others keep their
+	 * order. */
+	for (size_t i = 0; i < q->n_pending; i++) {
+		struct gitq_path *e = q->pending_list[i];
+
+		if (ready(q, e, all))
+			e->flags = (e->flags & ~P_PENDING) | P_COMMITTING;
+		else
+			q->pending_list[k++] = e;
+	}
+	q->n_pending = k;
 	j->q = q;
 	j->req.data = j;
 	j->message = q->message;
@@ -643,8 +678,10 @@ void gitq_sync(struct gitq *q, struct gitq_sync *w, const char *message)
 		return;
 	}
 	/* The running job holds what was written before it started; what
-	 * is pending now goes into the next one. */
+	 * is pending now goes into the next one, once the file writer's
+	 * pass after this call has written it. */
 	w->need_seq = q->n_pending ? q->seq + 1 : q->seq;
+	w->need_pass = q->store->writer_seq + 1;
 	w->next = q->waiters;
 	q->waiters = w;
 	if (message && !q->message)

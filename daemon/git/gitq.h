@@ -49,6 +49,7 @@ struct gitq_sync {
 	void *data;
 	/* private */
 	uint64_t need_seq;
+	uint64_t need_pass; /* the file writer's pass holding its writes */
 	struct gitq_sync *next;
 };
 

@@ -758,6 +758,42 @@ START_TEST(test_index_everything)
 }
 END_TEST
 
+/*
+ * A user's entry that is racily clean in the index we read (written in
+ * the second of the index) would look clean in the index we write a
+ * second later, and a same-second edit of the same size would be missed
+ * by git: as git's own writer does, it is smudged (size 0) so git checks
+ * its content again; entries that are not racy are copied as they are.
+ */
+START_TEST(test_racy_user_entry_smudged)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	write_file("user.txt", "aaaa\n");
+	write_file("old.txt", "old\n");
+	ck_assert_int_eq(sh("touch -d @1700000000 old.txt && "
+			    "touch -d @1700000100 user.txt && "
+			    "git add user.txt old.txt && "
+			    "touch -d @1700000100 .git/index"),
+			 0);
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(res.index_way, GITC_INDEX_OWN);
+	ck_assert_str_eq(out("git ls-files --debug user.txt | "
+			     "sed -n 's/.*size: \\([0-9]*\\).*/\\1/p'"),
+			 "0\n");
+	ck_assert_str_eq(out("git ls-files --debug old.txt | "
+			     "sed -n 's/.*size: \\([0-9]*\\).*/\\1/p'"),
+			 "4\n");
+	/* git sees through it: nothing differs */
+	ck_assert_str_eq(out("git status --porcelain"),
+			 "A  old.txt\nA  user.txt\n");
+	fsck_clean();
+}
+END_TEST
+
 /* Both ways stage the same entries. */
 START_TEST(test_index_ways_agree)
 {
@@ -1311,6 +1347,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_index_fsmonitor);
 	tcase_add_test(tc, test_index_everything);
 	tcase_add_test(tc, test_index_ways_agree);
+	tcase_add_test(tc, test_racy_user_entry_smudged);
 	tcase_add_test(tc, test_index_conflict_defers);
 	tcase_add_test(tc, test_index_corrupt);
 	tcase_add_test(tc, test_stale_ours_removed);

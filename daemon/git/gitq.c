@@ -573,7 +573,15 @@ static void job_start(struct gitq *q)
 
 	if (q->busy || q->closed || q->n_pending == 0)
 		return;
-	/* A git.sync waits for the writer's pass that holds its writes. */
+	/* A job waits for the writer's pass that holds what was pending when
+	 * it was first due (and a git.sync for the pass holding its writes);
+	 * what was marked since may wait for the next job, so commits go on
+	 * while writers keep the file writer busy. */
+	if (!all && !q->wait_pass)
+		for (size_t i = 0; i < q->n_pending; i++)
+			if (q->pending_list[i]->need_pass > q->wait_pass)
+				q->wait_pass = q->pending_list[i]->need_pass;
+	blocked = !all && q->wait_pass > q->store->writer_done_seq;
 	for (struct gitq_sync *w = q->waiters; w && !all; w = w->next)
 		blocked |= w->need_pass > q->store->writer_done_seq;
 	for (size_t i = 0; i < q->n_pending && !blocked; i++)
@@ -595,6 +603,7 @@ static void job_start(struct gitq *q)
 		uv_timer_start(&q->timer, timer_cb, FILES_WAIT_MS, 0);
 		return;
 	}
+	q->wait_pass = 0;
 	j = calloc(1, sizeof(*j));
 	if (j)
 		j->items = calloc(n, sizeof(*j->items));

@@ -66,6 +66,7 @@ struct gitq {
 	struct gitq_path **pending_list;
 	size_t n_pending, pending_cap;
 	unsigned delay_ms, max_batch, retry_ms;
+	uint64_t wait_pass; /* the file writer's pass the next job waits for */
 	uv_timer_t timer;
 	bool busy;
 	bool scanning;	  /* the start-up scan runs */

@@ -145,8 +145,10 @@ int gitc_open(struct gitc **out, const char *workdir, char *errmsg, size_t errn)
 	if (e < 0)
 		return git_fail(e, "libgit2 init", errmsg, errn);
 	/* Durability is ours: objects are flushed with one syncfs() before
-	 * a branch may point to them, refs and the index are fsynced when
-	 * their locks are committed. */
+	 * a branch may point to them (never a ref to a missing object); the
+	 * ref and the index are renamed into place unsynced, as git does by
+	 * default: after a power loss they may be older, never broken, and
+	 * the start-up scan finds what HEAD lacks. */
 	git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, 0);
 	g = calloc(1, sizeof(*g));
 	if (!g) {
@@ -824,7 +826,7 @@ static void reflog_append(const char *path, bool create, const char *line)
 /*
  * Move branch (e.g. "refs/heads/main") from old (NULL: it must not exist)
  * to new, as git does: take the ref's lock, check under it that the
- * branch is still at old (compare-and-swap), write and fsync the lock,
+ * branch is still at old (compare-and-swap), write the lock,
  * append to the branch's and HEAD's reflogs, rename the lock over the
  * ref. -EAGAIN when the branch moved, -EBUSY when its lock is held by
  * another process, or -errno.
@@ -882,7 +884,7 @@ static int move_branch(struct gitc *g, const char *branch, const git_oid *old,
 	reflog_append(path, create, line);
 	snprintf(path, sizeof(path), "%slogs/HEAD", g->gitdir);
 	reflog_append(path, create, line);
-	rc = gitlock_commit(&rl, true);
+	rc = gitlock_commit(&rl, false);
 	if (rc < 0)
 		errmsg_set(errmsg, errn, "%s: %s", branch, strerror(-rc));
 out:
@@ -1241,7 +1243,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		hook(g, GITC_STEP_MOVED);
 	}
 	if (ir.changed) {
-		rc = gitlock_commit(&il, true);
+		rc = gitlock_commit(&il, false);
 		if (rc < 0) {
 			/* The branch moved; the index could not follow. The
 			 * caller syncs it again (its paths stay ours). */

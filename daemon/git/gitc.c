@@ -40,6 +40,7 @@
 #include "gitc.h"
 #include "gitidx.h"
 #include "gitlock.h"
+#include "gitpack.h"
 #include "gitproc.h"
 
 #define VM_DIR	       ".vector-memory"
@@ -57,6 +58,8 @@
  * commit are SHA-1 ids that hardly compress, and gc packs them anyway. */
 #define LOOSE_LEVEL    1 /* Z_BEST_SPEED */
 #define LOOSE_PRIORITY 3 /* above libgit2's own loose (1) and pack (2) */
+/* From this many new files on, a batch's blobs go into one pack. */
+#define PACK_MIN       256
 
 struct gitc {
 	git_repository *repo;
@@ -81,10 +84,12 @@ struct item {
 	char *full;	/* ".vector-memory/" + path (owned) */
 	struct gitc_change *ch; /* NULL for metadata.json added by us */
 	bool present;
-	char *bytes; /* owned */
+	char *bytes; /* owned, until its blob is written */
 	size_t len;
+	char *agent; /* a decision's agent_id, for the message (owned) */
 	struct stat st;
 	git_oid id;
+	bool packed; /* its blob goes into the batch's pack */
 	bool changed;
 };
 
@@ -930,13 +935,10 @@ static char *message_of(struct item **its, size_t n)
 			continue;
 		l[k].path = its[i]->full + strlen(VM_PREFIX);
 		l[k].deleted = !its[i]->present;
-		if (its[i]->present && path_coord(l[k].path, &(struct coord){0}))
-			l[k].agent = agent_of(its[i]);
+		l[k].agent = its[i]->agent; /* borrowed */
 		k++;
 	}
 	m = gitc_message(l, k);
-	for (size_t i = 0; i < k; i++)
-		free(l[i].agent);
 	free(l);
 	return m;
 }
@@ -1093,8 +1095,100 @@ static void items_free(struct item *its, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		free(its[i].full);
 		free(its[i].bytes);
+		free(its[i].agent);
 	}
 	free(its);
+}
+
+static int oid_cmp(const void *a, const void *b)
+{
+	return git_oid_cmp(&(*(struct item *const *)a)->id,
+			   &(*(struct item *const *)b)->id);
+}
+
+/*
+ * The blobs of the present items: loose objects, or for a big batch one
+ * pack of those the repository lacks (each content once). The files'
+ * bytes are released once written; a decision's agent is kept for the
+ * message. 0 or -errno (errmsg).
+ */
+static int write_blobs(struct gitc *g, struct item **its, size_t n,
+		       char *errmsg, size_t errn)
+{
+	struct gitpack *pack = NULL;
+	git_odb *odb = NULL;
+	char packdir[PATH_MAX];
+	size_t present = 0, count = 0;
+	int rc = 0, e;
+
+	for (size_t i = 0; i < n; i++) {
+		struct item *it = its[i];
+
+		if (!it->present)
+			continue;
+		present++;
+		if (it->ch && path_coord(it->full + strlen(VM_PREFIX),
+					 &(struct coord){0}))
+			it->agent = agent_of(it);
+	}
+	if (present < PACK_MIN) {
+		for (size_t i = 0; i < n; i++) {
+			if (!its[i]->present)
+				continue;
+			e = git_blob_create_from_buffer(&its[i]->id, g->repo,
+							its[i]->bytes,
+							its[i]->len);
+			if (e < 0)
+				return git_fail(e, "writing a blob", errmsg,
+						errn);
+			free(its[i]->bytes);
+			its[i]->bytes = NULL;
+		}
+		return 0;
+	}
+	e = git_repository_odb(&odb, g->repo);
+	if (e < 0)
+		return git_fail(e, "the object database", errmsg, errn);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (!its[i]->present)
+			continue;
+		e = git_odb_hash(&its[i]->id, its[i]->bytes, its[i]->len,
+				 GIT_OBJECT_BLOB);
+		if (e < 0)
+			rc = git_fail(e, "hashing a blob", errmsg, errn);
+		else
+			its[i]->packed = !git_odb_exists(odb, &its[i]->id);
+	}
+	/* Each content once: the same bytes at two paths are one object. */
+	qsort(its, n, sizeof(*its), oid_cmp);
+	for (size_t i = 0, last = SIZE_MAX; i < n && rc == 0; i++) {
+		if (!its[i]->packed)
+			continue;
+		if (last != SIZE_MAX &&
+		    git_oid_equal(&its[last]->id, &its[i]->id))
+			its[i]->packed = false;
+		else
+			last = i;
+		count += its[i]->packed;
+	}
+	snprintf(packdir, sizeof(packdir), "%sobjects/pack", g->commondir);
+	if (rc == 0 && count)
+		rc = gitpack_begin(&pack, odb, packdir, count, errmsg, errn);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (its[i]->packed)
+			rc = gitpack_add(pack, GIT_OBJECT_BLOB, its[i]->bytes,
+					 its[i]->len, errmsg, errn);
+		free(its[i]->bytes);
+		its[i]->bytes = NULL;
+	}
+	if (rc == 0 && pack)
+		rc = gitpack_commit(pack, errmsg, errn);
+	if (rc == 0 && pack && git_odb_refresh(odb) < 0)
+		rc = git_fail(GIT_ERROR, "the new pack", errmsg, errn);
+	gitpack_free(pack);
+	git_odb_free(odb);
+	qsort(its, n, sizeof(*its), item_cmp);
+	return rc;
 }
 
 int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
@@ -1153,16 +1247,6 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 			its[ni].full = NULL;
 			break;
 		}
-		if (its[ni].present) {
-			e = git_blob_create_from_buffer(&its[ni].id, g->repo,
-							its[ni].bytes,
-							its[ni].len);
-			if (e < 0) {
-				rc = git_fail(e, "writing a blob", errmsg,
-					      errn);
-				goto out;
-			}
-		}
 		sorted[ni] = &its[ni];
 		ni++;
 	}
@@ -1174,6 +1258,9 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 				   sorted[i]->full);
 			goto out;
 		}
+	rc = write_blobs(g, sorted, ni, errmsg, errn);
+	if (rc < 0)
+		goto out;
 	e = signature(&sig, g->repo, who);
 	if (e < 0) {
 		rc = git_fail(e, "signature", errmsg, errn);

@@ -794,6 +794,41 @@ START_TEST(test_racy_user_entry_smudged)
 }
 END_TEST
 
+/* A batch of many new files goes into one pack (each content once). */
+START_TEST(test_big_batch_packed)
+{
+	static char bpaths[400][32];
+	struct gitc_change c[400];
+	struct gitc_result res;
+	char buf[512];
+
+	for (int i = 0; i < 400; i++) {
+		struct coord at = {i / 20 + 1, (i % 20) / 4 + 1, i % 4 + 1};
+		char rel[80];
+
+		coord_path(&at, bpaths[i], sizeof(bpaths[i]));
+		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", bpaths[i]);
+		/* every tenth file holds the same bytes as the one before */
+		dtext(at.x, at.y, at.z, "many", buf, sizeof(buf));
+		if (i % 10 == 9)
+			snprintf(buf, sizeof(buf), "same\n");
+		if (i % 10 == 8)
+			snprintf(buf, sizeof(buf), "same\n");
+		write_file(rel, buf);
+		c[i] = (struct gitc_change){bpaths[i], false, false};
+	}
+	commit_ok(c, 400, NULL, &res);
+	ck_assert_str_eq(out("git count-objects -v | sed -n 's/^packs: //p'"),
+			 "1\n");
+	ck_assert_str_eq(out("git ls-tree -r HEAD | wc -l"), "400\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	ck_assert_str_eq(out("git cat-file -p HEAD:.vector-memory/x-001/"
+			     "y-3-z-2.json"),
+			 "same\n");
+	fsck_clean();
+}
+END_TEST
+
 /* Both ways stage the same entries. */
 START_TEST(test_index_ways_agree)
 {
@@ -1347,6 +1382,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_index_fsmonitor);
 	tcase_add_test(tc, test_index_everything);
 	tcase_add_test(tc, test_index_ways_agree);
+	tcase_add_test(tc, test_big_batch_packed);
 	tcase_add_test(tc, test_racy_user_entry_smudged);
 	tcase_add_test(tc, test_index_conflict_defers);
 	tcase_add_test(tc, test_index_corrupt);

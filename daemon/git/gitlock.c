@@ -68,6 +68,7 @@ int gitmark_init(struct gitmark *m, const char *statedir)
 /* Write the marker's whole content. */
 static int mark_write(struct gitmark *m)
 {
+	char tmp[PATH_MAX + 8];
 	char *buf = NULL;
 	size_t len = 0, off = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -87,7 +88,10 @@ static int mark_write(struct gitmark *m)
 		free(buf);
 		return -ENOMEM;
 	}
-	fd = open(m->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+	/* Replaced whole by a rename: a kill in the middle leaves the old
+	 * marker or the new one, never a part that forgets a lock. */
+	snprintf(tmp, sizeof(tmp), "%s.new", m->path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
 		  0600);
 	if (fd < 0) {
 		rc = -errno;
@@ -103,10 +107,13 @@ static int mark_write(struct gitmark *m)
 		}
 		off += (size_t)w;
 	}
-	m->on = true;
 out:
 	if (fd >= 0 && close(fd) < 0 && rc == 0)
 		rc = -errno;
+	if (fd >= 0 && rc == 0 && rename(tmp, m->path) < 0)
+		rc = -errno;
+	if (rc == 0)
+		m->on = true;
 	free(buf);
 	return rc;
 }
@@ -451,6 +458,12 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 		*slash = '\0';
 		snprintf(p, sizeof(p), "%s/%s", dir, extra[i]);
 		unlink(p);
+	}
+	{
+		char tmp[PATH_MAX + 8];
+
+		snprintf(tmp, sizeof(tmp), "%s.new", m->path);
+		unlink(tmp);
 	}
 	unlink(m->path);
 	return 0;

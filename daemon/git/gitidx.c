@@ -541,7 +541,7 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 		     size_t n, struct out *o, bool *changed,
 		     struct gitidx_result *res)
 {
-	struct nbuf in_prev = {0}, out_prev = {0};
+	struct nbuf in_prev = {0}, out_prev = {0}, in_last = {0};
 	unsigned char hdr[12];
 	size_t off = 12, span = 12, j = 0;
 	uint32_t i = 0, written = 0;
@@ -589,7 +589,8 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 				*changed |= smudge;
 			}
 			if (x->version == 4 &&
-			    nbuf_set(&out_prev, 0, e.name, e.namelen) < 0) {
+			    (nbuf_set(&out_prev, 0, e.name, e.namelen) < 0 ||
+			     nbuf_set(&in_last, 0, e.name, e.namelen) < 0)) {
 				rc = -ENOMEM;
 				goto out;
 			}
@@ -637,9 +638,17 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 			}
 			written++;
 		}
-		/* The next input entry is encoded against u[j]'s name if
-		 * u[j] had entries, else against the entry before. */
-		synced = had == u[j].present;
+		/* v4: the next input entry is encoded against the last name
+		 * read (u[j]'s if it had entries); it can be copied as it is
+		 * only if that is also the last name written. */
+		if (x->version == 4 && had &&
+		    nbuf_set(&in_last, 0, u[j].path, strlen(u[j].path)) < 0) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		synced = out_prev.len == in_last.len &&
+			 (!in_last.len ||
+			  memcmp(out_prev.s, in_last.s, in_last.len) == 0);
 		span = off;
 		j++;
 	}
@@ -676,6 +685,7 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 out:
 	free(in_prev.s);
 	free(out_prev.s);
+	free(in_last.s);
 	return rc;
 }
 

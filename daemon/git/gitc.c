@@ -60,6 +60,8 @@
 #define LOOSE_PRIORITY 3 /* above libgit2's own loose (1) and pack (2) */
 /* From this many new files on, a batch's blobs go into one pack. */
 #define PACK_MIN       256
+/* Files read (and their bytes held) at a time: one pack each. */
+#define READ_SLICE     65536
 
 struct gitc {
 	git_repository *repo;
@@ -1237,16 +1239,6 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 			goto out;
 		}
 		its[ni].ch = i < n ? &ch[i] : NULL;
-		rc = read_item(g, &its[ni], errmsg, errn);
-		if (rc < 0)
-			goto out;
-		if (i == n && !its[ni].present) {
-			/* metadata.json is added when there, never removed
-			 * by us */
-			free(its[ni].full);
-			its[ni].full = NULL;
-			break;
-		}
 		sorted[ni] = &its[ni];
 		ni++;
 	}
@@ -1258,9 +1250,29 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 				   sorted[i]->full);
 			goto out;
 		}
-	rc = write_blobs(g, sorted, ni, errmsg, errn);
-	if (rc < 0)
-		goto out;
+	/* Read and written in slices, so a first commit of the whole
+	 * memory holds one slice of file bytes at a time (one pack each). */
+	for (size_t start = 0; start < ni; start += READ_SLICE) {
+		size_t end = start + READ_SLICE < ni ? start + READ_SLICE : ni;
+
+		for (size_t i = start; i < end; i++) {
+			rc = read_item(g, sorted[i], errmsg, errn);
+			if (rc < 0)
+				goto out;
+		}
+		rc = write_blobs(g, sorted + start, end - start, errmsg, errn);
+		if (rc < 0)
+			goto out;
+	}
+	/* metadata.json is added when there, never removed by us */
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < ni; i++)
+			if (sorted[i]->ch || sorted[i]->present)
+				sorted[k++] = sorted[i];
+		ni = k;
+	}
 	e = signature(&sig, g->repo, who);
 	if (e < 0) {
 		rc = git_fail(e, "signature", errmsg, errn);

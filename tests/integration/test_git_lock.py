@@ -170,8 +170,12 @@ class LockProtocol(GitCase):
                                       "user %d" % r)
                     self.assertEqual(p.returncode, 0, p.stderr)
                     commits += 1
+                    # (HEAD may already be a commit of the daemon's)
+                    mine = self.git("log", "-1", "--format=%H",
+                                    "--author=" + vt.USER[0],
+                                    "--grep=^user %d$" % r).strip()
                     changed = self.git("show", "--name-status",
-                                       "--format=", "HEAD")
+                                       "--format=", mine)
                     if changed.strip() != "M\tuser.txt" and \
                             changed.strip() != "A\tuser.txt":
                         problems.append("user commit %d changed:\n%s" %
@@ -219,13 +223,20 @@ class LockProtocol(GitCase):
         recs = [conn.store(2, 1, 1, "during the editor")]
         err = self.assertRpcError(E_STORAGE, self.sync, conn)
         self.assertIn("git commit is in progress", err.message)
+        before = self.head()
         out, errs = user.communicate(timeout=vt.DEFAULT_TIMEOUT)
         self.assertEqual(user.returncode, 0, errs)
-        self.assertEqual(self.subject("HEAD"), "user message")
-        self.assertEqual(self.git("show", "--name-only", "--format=",
-                                  "HEAD"), "user.txt\n")
-        history = self.commits()
-        self.assertCommitResumes(conn, history, recs, timeout=10 * SCALE)
+        mine = self.git("log", "-1", "--format=%H",
+                        "--grep=^user message$").strip()
+        self.assertEqual(self.parents(mine), [before])
+        self.assertEqual(self.git("show", "--name-only", "--format=", mine),
+                         "user.txt\n")
+        # Then the daemon's commit, on top of the user's.
+        self.assertTrue(wait_until(
+            lambda: self.head() != mine and self.health(conn)["pending"] == 0,
+            10 * SCALE, 0.05), self.health(conn))
+        self.assertEqual(self.parents("HEAD"), [mine])
+        self.assertCommitted("HEAD", recs)
         self.assertStatus([])
 
 

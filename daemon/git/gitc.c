@@ -35,7 +35,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "errmsg.h"
 #include "gitc.h"
 #include "gitidx.h"
@@ -59,17 +58,17 @@
 #define LOOSE_LEVEL    1 /* Z_BEST_SPEED */
 #define LOOSE_PRIORITY 3 /* above libgit2's own loose (1) and pack (2) */
 /* From this many new files on, a batch's blobs go into one pack. */
-#define PACK_MIN       256
+#define PACK_MIN 256
 /* Files read (and their bytes held) at a time: one pack each. */
-#define READ_SLICE     65536
+#define READ_SLICE 65536
 
 struct gitc {
 	git_repository *repo;
-	char *gitdir;	/* with a trailing slash, as libgit2 gives it */
-	char *workdir;	/* likewise */
+	char *gitdir;	 /* with a trailing slash, as libgit2 gives it */
+	char *workdir;	 /* likewise */
 	char *commondir; /* likewise */
-	char *statedir; /* <gitdir>vmem, no trailing slash */
-	int workfd;	/* the working tree, for openat2 */
+	char *statedir;	 /* <gitdir>vmem, no trailing slash */
+	int workfd;	 /* the working tree, for openat2 */
 	struct gitmark mark;
 	void (*hook)(void *ctx, enum gitc_step step);
 	void *hook_ctx;
@@ -83,7 +82,7 @@ struct gitc {
 
 /* One path of a commit, as read from the working tree. */
 struct item {
-	char *full;	/* ".vector-memory/" + path (owned) */
+	char *full;		/* ".vector-memory/" + path (owned) */
 	struct gitc_change *ch; /* NULL for metadata.json added by us */
 	bool present;
 	char *bytes; /* owned, until its blob is written */
@@ -188,7 +187,8 @@ int gitc_open(struct gitc **out, const char *workdir, char *errmsg, size_t errn)
 	}
 	if (mkdir(g->statedir, 0700) < 0 && errno != EEXIST) {
 		ret = -errno;
-		errmsg_set(errmsg, errn, "%s: %s", g->statedir, strerror(errno));
+		errmsg_set(errmsg, errn, "%s: %s", g->statedir,
+			   strerror(errno));
 		goto out;
 	}
 	ret = gitmark_init(&g->mark, g->statedir);
@@ -362,8 +362,7 @@ static bool git_commit_process(struct gitc *g, const char *pid)
 	base = base ? base + 1 : cmd;
 	if (strcmp(base, "git") != 0)
 		return false;
-	for (arg = cmd + strlen(cmd) + 1; arg < cmd + n;
-	     arg += strlen(arg) + 1)
+	for (arg = cmd + strlen(cmd) + 1; arg < cmd + n; arg += strlen(arg) + 1)
 		commit |= strcmp(arg, "commit") == 0;
 	if (!commit)
 		return false;
@@ -511,8 +510,7 @@ static bool same_stat(const struct stat *a, const struct stat *b)
  * The bytes of the working file of it (or its absence), with the stat of
  * exactly those bytes: read again if the file changed while being read.
  */
-static int read_item(struct gitc *g, struct item *it, char *errmsg,
-		     size_t errn)
+static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 {
 	struct stat after;
 	int fd = -1, rc = 0;
@@ -570,7 +568,8 @@ static int read_item(struct gitc *g, struct item *it, char *errmsg,
 		}
 		close(fd);
 		fd = -1;
-		if (got == (size_t)it->st.st_size && same_stat(&it->st, &after)) {
+		if (got == (size_t)it->st.st_size &&
+		    same_stat(&it->st, &after)) {
 			it->len = got;
 			it->present = true;
 			return 0;
@@ -663,7 +662,7 @@ static int edit(git_repository *repo, git_treebuilder *b, struct item **its,
 
 			rc = builder_of(repo,
 					e && git_tree_entry_type(e) ==
-							GIT_OBJECT_TREE
+								GIT_OBJECT_TREE
 						? git_tree_entry_id(e)
 						: NULL,
 					&sub);
@@ -702,8 +701,8 @@ static int edit(git_repository *repo, git_treebuilder *b, struct item **its,
 static int build_tree(struct gitc *g, const git_tree *root, struct item **its,
 		      size_t n, git_oid *out, bool *any)
 {
-	const git_tree_entry *ve = root ? git_tree_entry_byname(root, VM_DIR)
-				       : NULL;
+	const git_tree_entry *ve =
+		root ? git_tree_entry_byname(root, VM_DIR) : NULL;
 	const git_oid *vm_id = ve && git_tree_entry_type(ve) == GIT_OBJECT_TREE
 				       ? git_tree_entry_id(ve)
 				       : NULL;
@@ -819,8 +818,9 @@ static void reflog_append(const char *path, bool create, const char *line)
 
 	if (create)
 		make_parents(path);
-	fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
-				(create ? O_CREAT : 0),
+	fd = open(path,
+		  O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
+			  (create ? O_CREAT : 0),
 		  0666);
 	if (fd < 0)
 		return; /* a log we may not keep is no reason to fail */
@@ -1281,8 +1281,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	/* git's lock, held from reading the index to writing it. */
 	rc = gitmark_begin(&g->mark);
 	if (rc < 0) {
-		errmsg_set(errmsg, errn, "%s: %s", g->mark.path,
-			   strerror(-rc));
+		errmsg_set(errmsg, errn, "%s: %s", g->mark.path, strerror(-rc));
 		goto out;
 	}
 	snprintf(index, sizeof(index), "%sindex", g->gitdir);
@@ -1751,10 +1750,15 @@ static const char *record_path(const char *rec, int fields)
 int gitc_scan(struct gitc *g, gitc_path_fn cb, void *ctx, char *errmsg,
 	      size_t errn)
 {
-	static const char *const args[] = {
-		"status", "--porcelain=v2", "-z", "--no-renames",
-		"--untracked-files=all", "--ignore-submodules=all", "--",
-		VM_DIR, NULL};
+	static const char *const args[] = {"status",
+					   "--porcelain=v2",
+					   "-z",
+					   "--no-renames",
+					   "--untracked-files=all",
+					   "--ignore-submodules=all",
+					   "--",
+					   VM_DIR,
+					   NULL};
 	struct gitproc gp = {"git", g->gitdir, g->workdir, NULL, true};
 	char *out = NULL;
 	size_t len = 0, off = 0;

@@ -34,8 +34,7 @@
 #define WORK_NAME   "index.next"
 #define OUT_BUF	    (1 << 16)
 
-const char *const gitidx_private_files[] = {WORK_NAME, WORK_NAME ".lock",
-					    NULL};
+const char *const gitidx_private_files[] = {WORK_NAME, WORK_NAME ".lock", NULL};
 
 static uint32_t be32(const unsigned char *p)
 {
@@ -100,10 +99,10 @@ struct idx {
 
 /* A decoded entry. */
 struct ent {
-	size_t off, end;    /* its bytes */
-	size_t name_off;    /* v4: where the varint starts; else the name */
+	size_t off, end; /* its bytes */
+	size_t name_off; /* v4: where the varint starts; else the name */
 	uint16_t flags;
-	const char *name;   /* full name (v4: in the caller's buffer) */
+	const char *name; /* full name (v4: in the caller's buffer) */
 	size_t namelen;
 };
 
@@ -346,8 +345,9 @@ static void put_entry(struct out *o, unsigned version, const struct nbuf *prev,
 		return;
 	}
 	out_put(o, u->path, namelen);
-	out_put(o, zeros, ((ENTRY_FIXED + namelen + 8) & ~(size_t)7) -
-				  ENTRY_FIXED - namelen);
+	out_put(o, zeros,
+		((ENTRY_FIXED + namelen + 8) & ~(size_t)7) - ENTRY_FIXED -
+			namelen);
 }
 
 /*
@@ -458,7 +458,8 @@ static int tree_rewrite(const unsigned char *data, size_t len,
 	while (off < len) {
 		const char *name = (const char *)data + off;
 		size_t nlen = strnlen(name, len - off);
-		const char *p = name + nlen + 1, *end = (const char *)data + len;
+		const char *p = name + nlen + 1,
+			   *end = (const char *)data + len;
 		long entries, subtrees;
 		char *e;
 
@@ -824,10 +825,10 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 		    struct gitmark *m, const struct gitidx_update *u, size_t n,
 		    struct gitidx_result *res, char *errmsg, size_t errn)
 {
-	static const char *const update[] = {"update-index", "--add",
-					     "--remove", "-z", "--stdin", NULL};
-	static const char *const info[] = {"update-index", "-z",
-					   "--index-info", NULL};
+	static const char *const update[] = {
+		"update-index", "--add", "--remove", "-z", "--stdin", NULL};
+	static const char *const info[] = {"update-index", "-z", "--index-info",
+					   NULL};
 	char work[PATH_MAX], index[PATH_MAX];
 	struct gitproc gp = {c->git, c->gitdir, c->workdir, work, false};
 	struct stat before, after;

@@ -57,9 +57,9 @@ struct gitidx_ctx {
 
 struct gitidx_result {
 	enum gitidx_way way;
-	char why[64];	 /* why git was used ("split index", ...) */
-	bool changed;	 /* the lock holds a new index to commit */
-	bool conflict;	 /* one of our paths has unmerged entries */
+	char why[64];  /* why git was used ("split index", ...) */
+	bool changed;  /* the lock holds a new index to commit */
+	bool conflict; /* one of our paths has unmerged entries */
 	char conflict_path[256];
 };
 

@@ -82,8 +82,8 @@ static int mark_write(struct gitmark *m)
 		fprintf(f, "lock %llu %llu %lld %u %s\n",
 			(unsigned long long)m->locks[i].dev,
 			(unsigned long long)m->locks[i].ino,
-			(long long)m->locks[i].btime_sec, m->locks[i].btime_nsec,
-			m->locks[i].path);
+			(long long)m->locks[i].btime_sec,
+			m->locks[i].btime_nsec, m->locks[i].path);
 	if (fclose(f) != 0) {
 		free(buf);
 		return -ENOMEM;

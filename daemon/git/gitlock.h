@@ -10,10 +10,10 @@
  * The commit marker, <gitdir>/vmem/committing, exists while a commit of
  * ours may hold git locks. It records our pid, our process start time
  * (from /proc/self/stat, so a reused pid is told apart) and the device,
- * inode and birth time of every lock file we create, written before the lock could be
- * left behind by a crash. At start-up a lock is removed only when the
- * marker proves it ours: its device, inode and birth time match, and the process that
- * recorded it is gone. Anything else stays and is reported.
+ * inode and birth time of every lock file we create, written before the lock
+ * could be left behind by a crash. At start-up a lock is removed only when the
+ * marker proves it ours: its device, inode and birth time match, and the
+ * process that recorded it is gone. Anything else stays and is reported.
  *
  * Blocking; one thread at a time per marker.
  */

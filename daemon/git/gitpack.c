@@ -23,7 +23,7 @@ struct gitpack {
 	EVP_MD_CTX *sha;
 	unsigned char *buf;
 	size_t n;
-	size_t left; /* objects still to add */
+	size_t left;	  /* objects still to add */
 	unsigned char *z; /* deflate output (grown as needed) */
 	size_t zcap;
 };
@@ -82,7 +82,8 @@ int gitpack_begin(struct gitpack **out, git_odb *odb, const char *packdir,
 		goto oom;
 	p->buf = malloc(CHUNK);
 	p->sha = EVP_MD_CTX_new();
-	if (!p->buf || !p->sha || EVP_DigestInit_ex(p->sha, EVP_sha1(), NULL) != 1)
+	if (!p->buf || !p->sha ||
+	    EVP_DigestInit_ex(p->sha, EVP_sha1(), NULL) != 1)
 		goto oom;
 	git_indexer_options_init(&opts, GIT_INDEXER_OPTIONS_VERSION);
 	if (git_indexer_new(&p->ix, packdir, 0, odb, &opts) < 0) {

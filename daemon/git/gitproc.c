@@ -29,11 +29,18 @@ extern char **environ;
  * variables we add come after *first (theirs are borrowed). */
 static char **child_env(const struct gitproc *p, size_t *first)
 {
-	static const char *const drop[] = {
-		"GIT_DIR=", "GIT_WORK_TREE=", "GIT_INDEX_FILE=",
-		"GIT_OBJECT_DIRECTORY=", "GIT_ALTERNATE_OBJECT_DIRECTORIES=",
-		"GIT_COMMON_DIR=", "GIT_NAMESPACE=", "GIT_PREFIX=",
-		"GIT_INDEX_VERSION=", "GIT_OPTIONAL_LOCKS=", "LC_ALL=", NULL};
+	static const char *const drop[] = {"GIT_DIR=",
+					   "GIT_WORK_TREE=",
+					   "GIT_INDEX_FILE=",
+					   "GIT_OBJECT_DIRECTORY=",
+					   "GIT_ALTERNATE_OBJECT_DIRECTORIES=",
+					   "GIT_COMMON_DIR=",
+					   "GIT_NAMESPACE=",
+					   "GIT_PREFIX=",
+					   "GIT_INDEX_VERSION=",
+					   "GIT_OPTIONAL_LOCKS=",
+					   "LC_ALL=",
+					   NULL};
 	size_t n = 0, k = 0;
 	char **env;
 	int bad = 0;
@@ -47,8 +54,8 @@ static char **child_env(const struct gitproc *p, size_t *first)
 		bool skip = false;
 
 		for (size_t d = 0; drop[d]; d++)
-			skip |= strncmp(environ[i], drop[d],
-					strlen(drop[d])) == 0;
+			skip |= strncmp(environ[i], drop[d], strlen(drop[d])) ==
+				0;
 		if (!skip)
 			env[k++] = environ[i];
 	}

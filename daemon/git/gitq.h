@@ -86,7 +86,7 @@ struct gitq {
 	char last_error[400];
 	char foreign_locks[2048]; /* git locks found at start-up that are not
 				     provably ours (left alone) */
-	struct gitc_ident ident; /* of the next job's commit ("": default) */
+	struct gitc_ident ident;  /* of the next job's commit ("": default) */
 	bool closed;
 };
 

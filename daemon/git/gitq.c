@@ -24,7 +24,7 @@
 #define RETRY_FIRST_MS 250
 #define RETRY_MAX_MS   5000
 #define RETRY_LOCK_MAX_MS 1000
-#define FILES_WAIT_MS  5
+#define FILES_WAIT_MS  1
 #define TABLE_MIN      64
 
 #define P_PENDING    1

@@ -211,17 +211,20 @@ static void daemonize(void)
 		fail_startup(1, "setsid: %s", strerror(errno));
 }
 
-/* Point stdin/stdout at /dev/null and stderr at path (daemon mode). */
-static void redirect_stdio(const char *log_path)
+/* Point stdin/stdout at /dev/null and stderr at vmemd.log in the state
+ * directory (daemon mode). */
+static void redirect_stdio(const struct statedir *state)
 {
+	char errmsg[1024];
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	int log = open(log_path,
-		       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-		       0600);
+	int log =
+		statedir_open(state, "vmemd.log", O_WRONLY | O_CREAT | O_APPEND,
+			      0600, errmsg, sizeof(errmsg));
 
-	if (null < 0 || log < 0)
-		fail_startup(1, "cannot open %s: %s", log_path,
-			     strerror(errno));
+	if (null < 0)
+		fail_startup(1, "cannot open /dev/null: %s", strerror(errno));
+	if (log < 0)
+		fail_startup(1, "%s", errmsg);
 	dup2(null, STDIN_FILENO);
 	dup2(null, STDOUT_FILENO);
 	dup2(log, STDERR_FILENO);
@@ -595,9 +598,8 @@ int main(int argc, char **argv)
 {
 	struct options o = {0};
 	struct daemon *d = &the_daemon;
-	char errmsg[1024];
+	char errmsg[1024], note[1024];
 	char sock[SOCKPATH_MAX + 1];
-	char *log_path = NULL;
 	int rc;
 
 	keep_std_fds();
@@ -627,15 +629,15 @@ int main(int argc, char **argv)
 	if (!o.foreground)
 		daemonize();
 	sdnotify_init();
-	rc = repo_lock(&d->repo, errmsg, sizeof(errmsg));
+	rc = repo_lock(&d->repo, note, sizeof(note), errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(rc == -EBUSY ? EXIT_RUNNING : 1, "%s", errmsg);
-	if (!o.foreground) {
-		if (asprintf(&log_path, "%s/vmemd.log", d->repo.statedir) < 0)
-			fail_startup(1, "out of memory");
-		redirect_stdio(log_path);
-		free(log_path);
-	}
+	if (!o.foreground)
+		redirect_stdio(&d->repo.state);
+	if (note[0])
+		log_notice("made private what others could read in the state "
+			   "directory: %s",
+			   note);
 
 	d->loop = uv_default_loop();
 	if (stats_init(&d->stats, method_count()) < 0)
@@ -650,8 +652,8 @@ int main(int argc, char **argv)
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
 	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
-		       d->limits.commit_delay_ms, d->limits.commit_max_batch,
-		       errmsg, sizeof(errmsg));
+		       &d->repo.state, d->limits.commit_delay_ms,
+		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
 			     errmsg);

@@ -335,7 +335,7 @@ static void wal_work_cb(struct lane_job *job)
 	if (j->head)
 		j->rc = wal_append(&j->s->wal, j->iov, j->n);
 	else
-		j->rc = wal_cut_head(&j->s->wal, j->s->wal_path, j->cut);
+		j->rc = wal_cut_head(&j->s->wal, j->cut);
 }
 
 /* A group is over: unlock (as for a single write, see finish), then
@@ -1244,6 +1244,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	       int max_x, struct vmdir_load_report *rep, char *errmsg,
 	       size_t errn)
 {
+	const struct wal_replay replay = {.record = replay_cb, .ctx = s};
 	struct wal_report wrep = {0};
 	struct writer_item *items = NULL;
 	size_t n = 0;
@@ -1257,16 +1258,13 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (rc == 0)
 		rc = locks_init(&s->locks, loop, s->index.n_slots);
 	if (rc == 0)
-		rc = vmdir_init(&s->dir, r->root, r->quarantine, max_x);
+		rc = vmdir_init(&s->dir, r->root, &r->state, max_x);
+	s->dir.file_mode = r->file_mode;
+	s->dir.dir_mode = r->dir_mode;
 	s->dirty = calloc(s->index.n_slots, 1);
 	s->stamps = calloc(s->index.n_slots, sizeof(*s->stamps));
 	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
 	if (rc < 0 || !s->dirty || !s->dirty_list || !s->stamps) {
-		snprintf(errmsg, errn, "out of memory");
-		return -ENOMEM;
-	}
-	s->wal_path = strdup(r->wal_path);
-	if (!s->wal_path) {
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
@@ -1284,7 +1282,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	/* The log first: its writes are newer than any file, and a file it
 	 * covers may be incomplete after a crash (vmdir.h), so they are
 	 * materialised before the files are loaded and judged. */
-	rc = wal_open(&s->wal, r->wal_path, replay_cb, s, &wrep, errmsg, errn);
+	rc = wal_open(&s->wal, &r->state, "wal", &replay, &wrep, errmsg, errn);
 	if (rc < 0)
 		return rc;
 	if (wrep.torn_bytes)
@@ -1329,8 +1327,6 @@ void store_close(struct store *s)
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
-	free(s->wal_path);
-	s->wal_path = NULL;
 	free(s->replayed);
 	s->replayed = NULL;
 	wal_close(&s->wal);

@@ -283,12 +283,23 @@ int config_load(struct config *c, const char *path, struct config_error *err)
 	char *text = NULL;
 	size_t got = 0;
 	ssize_t n;
-	int fd, rc;
+	int fd = -1, rc;
 
 	config_init(c);
 	err->line = 0;
 	err->msg[0] = '\0';
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/*
+	 * Only a regular file is read. A fifo, a device or a directory is
+	 * refused before it is opened (opening a fifo would wait for a
+	 * writer, a device may act on open); O_NONBLOCK covers a swap in
+	 * between. Symlinks are followed: dotfiles often are.
+	 */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		snprintf(err->msg, sizeof(err->msg), "not a regular file");
+		goto out;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(err->msg, sizeof(err->msg), "cannot open: %s",

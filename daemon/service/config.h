@@ -93,9 +93,12 @@ int config_parse(struct config *c, const char *text, size_t len,
 		 struct config_error *err);
 
 /*
- * config_init then config_parse of the file at path. 0; -ENOENT when it
- * does not exist; another -errno when it cannot be read; -EINVAL when it
- * does not parse. err->msg says why in every case (without the path).
+ * config_init then config_parse of the file at path (a symlink to a
+ * regular file is followed). 0; -ENOENT when it does not exist; -EISDIR
+ * or -EINVAL ("not a regular file") for a directory, a fifo, a device or
+ * a socket, refused without blocking; another -errno when it cannot be
+ * read; -EINVAL when it does not parse. err->msg says why in every case
+ * (without the path).
  */
 int config_load(struct config *c, const char *path, struct config_error *err);
 

@@ -789,6 +789,9 @@ static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		ret = load_top_entry(&l, vfd, list[i], &dirty);
 		if (ret < 0)
 			goto out;
+		if (d->progress)
+			d->progress(d->progress_ctx, (uint64_t)i + 1,
+				    (uint64_t)n, rep->loaded);
 	}
 	if (dirty && fsync(vfd) < 0) {
 		ret = -errno;
@@ -988,6 +991,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		a.v_dirty = true;
 	}
 	for (i = 0; i < n; i++) {
+		if (d->progress && i && i % VMDIR_PROGRESS_FILES == 0)
+			d->progress(d->progress_ctx, i, n, i);
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
 		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
 			ret = -EINVAL;

@@ -32,7 +32,18 @@ struct vmdir {
 	/* Modes of the files and directories written (repo_tree_modes);
 	 * 0: as the umask makes them. */
 	mode_t file_mode, dir_mode;
+	/* Start-up progress, NULL otherwise (it runs on the caller's thread,
+	 * so it is cleared before writes go to the thread pool): after each
+	 * entry of .vector-memory a load handles (done and total entries,
+	 * and the decision files loaded so far), and every
+	 * VMDIR_PROGRESS_FILES files an apply writes (done and total files,
+	 * files = done). */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total,
+			 uint64_t files);
+	void *progress_ctx;
 };
+
+#define VMDIR_PROGRESS_FILES 1024
 
 /* One quarantined file, reported by vmdir_load. */
 struct vmdir_quarantined {

@@ -28,6 +28,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "methods.h"
+#include "progress.h"
 #include "protocol/decision.h"
 #include "sdnotify.h"
 #include "protocol/sockpath.h"
@@ -81,7 +82,7 @@ static void usage(FILE *f)
 		"             [--max-x N] [--max-line BYTES] [--max-batch N]\n"
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
-		"             [--line-deadline-ms MS]\n"
+		"             [--line-deadline-ms MS] [--idle-exit-s S]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
 		"(--config FILE, else $XDG_CONFIG_HOME/vmem/config or\n"
@@ -113,6 +114,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_COMMIT_MAX_BATCH},
 		{"line-deadline-ms", required_argument, NULL,
 		 O_KEY + CONFIG_LINE_DEADLINE_MS},
+		{"idle-exit-s", required_argument, NULL,
+		 O_KEY + CONFIG_IDLE_EXIT_S},
 		{"log-level", required_argument, NULL,
 		 O_KEY + CONFIG_LOG_LEVEL},
 		{"help", no_argument, NULL, 'h'},
@@ -274,14 +277,21 @@ static struct {
 	char path[PATH_MAX]; /* the file read, or looked for ("": none) */
 	bool explicit;	     /* path came from --config */
 	bool found;	     /* path was read */
+	bool autostarted;    /* in the background, not by systemd */
 } cfg;
 
-/* Built-in defaults < the file < the command line. */
+/*
+ * Built-in defaults < the file < the command line. idle_exit_s defaults
+ * to 900 only for a daemon a client started in the background: one that
+ * systemd runs, or someone with --foreground, stays unless told.
+ */
 static void effective(struct config *out, const struct config *file)
 {
 	config_init(out);
 	config_merge(out, file);
 	config_merge(out, &cfg.cli);
+	if (!cfg.autostarted && !(out->set & (1u << CONFIG_IDLE_EXIT_S)))
+		out->num[CONFIG_IDLE_EXIT_S] = 0;
 }
 
 static void __attribute__((noreturn))
@@ -356,6 +366,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	l->line_deadline_ms = (unsigned)c->num[CONFIG_LINE_DEADLINE_MS];
 	l->commit_delay_ms = (unsigned)c->num[CONFIG_COMMIT_DELAY_MS];
 	l->commit_max_batch = (unsigned)c->num[CONFIG_COMMIT_MAX_BATCH];
+	l->idle_exit_s = (unsigned)c->num[CONFIG_IDLE_EXIT_S];
 	if (at_start) {
 		l->max_depth = 64;
 		l->max_x = (int)c->num[CONFIG_MAX_X];
@@ -363,6 +374,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	}
 	gitq_set_timing(&d->gitq, l->commit_delay_ms, l->commit_max_batch);
 	gitq_set_ident(&d->gitq, c->commit_name, c->commit_email);
+	life_set_idle_exit(&d->life, l->idle_exit_s);
 }
 
 /* SIGHUP: read the file again; put it in force only if all of it is
@@ -442,6 +454,8 @@ static void repo_changed_cb(void *ctx)
 {
 	struct daemon *d = ctx;
 
+	if (life_check(&d->life))
+		return;
 	log_debug("the repository changed; checking the decision files");
 	store_check_files(&d->store);
 }
@@ -487,6 +501,9 @@ static void start_commits(struct daemon *d)
 	struct store *s = &d->store;
 	int rc;
 
+	if (progress_due())
+		progress_say("comparing %zu decisions with HEAD's",
+			     s->index.count);
 	for (size_t i = 0; i < s->index.n_slots; i++)
 		if (s->index.slots[i])
 			gitq_mark(&d->gitq, i);
@@ -517,6 +534,17 @@ static void stop_timer_cb(uv_timer_t *t)
 	uint64_t now = uv_now(d->loop);
 	bool late = now - d->stop_started_ms > DRAIN_DEADLINE_MS;
 
+	if (d->leaving) {
+		if (store_jobs_running(&d->store) || d->gitq.busy)
+			return;
+		uv_timer_stop(t);
+		uv_stop(d->loop);
+		return;
+	}
+	/* A flush into a tree that went away would only fail until it gives
+	 * up: leave instead (life_check turns the stop into daemon_leave). */
+	if (life_check(&d->life))
+		return;
 	if (d->flush_started_ms) {
 		if (now - d->flush_started_ms < FLUSH_GIVE_UP_MS ||
 		    d->store.n_errors == d->flush_errors ||
@@ -547,7 +575,7 @@ static void stop_timer_cb(uv_timer_t *t)
 
 void daemon_stop(struct daemon *d)
 {
-	if (d->stopping)
+	if (d->stopping || life_check(&d->life))
 		return;
 	d->stopping = true;
 	d->stop_started_ms = uv_now(d->loop);
@@ -556,6 +584,23 @@ void daemon_stop(struct daemon *d)
 		 "then writing and committing");
 	server_stop(&d->server);
 	uv_timer_start(&stop_timer, stop_timer_cb, 0, 10);
+}
+
+void daemon_leave(struct daemon *d)
+{
+	if (d->leaving)
+		return;
+	d->leaving = true;
+	if (!d->stopping) {
+		d->stopping = true;
+		d->stop_started_ms = uv_now(d->loop);
+		sdnotify("STOPPING=1\nSTATUS=stopping: the working tree is "
+			 "gone");
+		server_stop(&d->server);
+	}
+	for (struct conn *c = d->server.conns; c; c = c->next)
+		conn_close(c);
+	uv_timer_start(&stop_timer, stop_timer_cb, 0, 100);
 }
 
 static void signal_cb(uv_signal_t *h, int signum)
@@ -603,8 +648,12 @@ int main(int argc, char **argv)
 	int rc;
 
 	keep_std_fds();
+	progress_init();
 	parse_args(argc, argv, &o);
 	cfg.cli = o.cli;
+	/* Before sdnotify_init unsets them. */
+	cfg.autostarted = !o.foreground && !getenv("LISTEN_FDS") &&
+			  !getenv("NOTIFY_SOCKET");
 	load_config(o.config);
 	signal(SIGPIPE, SIG_IGN);
 	git_libgit2_init();
@@ -667,6 +716,10 @@ int main(int argc, char **argv)
 			 d->repo.gitdir, uv_strerror(rc));
 	d->gitq.committed = committed_cb;
 	d->gitq.committed_ctx = &d->watch;
+	rc = life_start(&d->life, d, d->limits.idle_exit_s);
+	if (rc < 0)
+		fail_startup(1, "cannot look at %s: %s", d->repo.root,
+			     strerror(-rc));
 	/* Signals are caught before the socket exists: a client that sees
 	 * the socket may stop us at once, and that must be a graceful stop
 	 * (the handlers run only once the loop does). */
@@ -688,10 +741,15 @@ int main(int argc, char **argv)
 	log_config(&cfg.cur);
 	log_info("serving %s on %s (%zu decisions)", d->repo.root,
 		 d->server.path, d->store.index.count);
+	if (d->limits.idle_exit_s)
+		log_info("exiting after %u s without a connection or anything "
+			 "to write or commit (idle_exit_s)",
+			 d->limits.idle_exit_s);
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	watch_stop(&d->watch);
+	life_stop(&d->life);
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
 	store_close(&d->store);

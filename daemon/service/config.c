@@ -37,6 +37,7 @@ static const struct keydef keys[CONFIG_NKEYS] = {
 	[CONFIG_COMMIT_DELAY_MS] = {"commit_delay_ms", K_NUM, 0, 3600000, 1000},
 	[CONFIG_COMMIT_MAX_BATCH] = {"commit_max_batch", K_NUM, 1, 1000000,
 				     512},
+	[CONFIG_IDLE_EXIT_S] = {"idle_exit_s", K_NUM, 0, 31536000, 900},
 	[CONFIG_LOG_LEVEL] = {"log_level", K_LEVEL, LOGL_ERR, LOGL_DEBUG,
 			      LOGL_INFO},
 	[CONFIG_COMMIT_NAME] = {"commit_name", K_STR, 1, CONFIG_STR_MAX, 0},

@@ -17,6 +17,8 @@
  *   line_deadline_ms  100..3600000
  *   commit_delay_ms   0..3600000
  *   commit_max_batch  1..1000000
+ *   idle_exit_s       0..31536000 (0: never; see life.h and main.c for
+ *                     the default, which depends on how vmemd started)
  *   log_level         err | warning | notice | info | debug
  *   commit_name       1..200 bytes, no control characters, no '<' '>'
  *   commit_email      the same, and it contains '@'
@@ -44,6 +46,7 @@ enum config_key {
 	CONFIG_LINE_DEADLINE_MS,
 	CONFIG_COMMIT_DELAY_MS,
 	CONFIG_COMMIT_MAX_BATCH,
+	CONFIG_IDLE_EXIT_S,
 	CONFIG_LOG_LEVEL, /* the value is an enum log_level (log.h) */
 	CONFIG_COMMIT_NAME,
 	CONFIG_COMMIT_EMAIL,

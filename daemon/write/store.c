@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "progress.h"
 #include "protocol/errors.h"
 
 /* Delay that lets bursts of writes coalesce before files are written. */
@@ -903,6 +904,44 @@ static int replay_cb(void *ctx, const char *payload, size_t len)
 	return 0;
 }
 
+/* ---- start-up progress (progress.h) ---- */
+
+static void replay_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			       uint64_t records)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("replaying the write-ahead log: %.1f of %.1f MiB, "
+			     "%llu records",
+			     (double)done / (1 << 20),
+			     (double)total / (1 << 20),
+			     (unsigned long long)records);
+}
+
+static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			      uint64_t files)
+{
+	(void)ctx;
+	(void)files;
+	if (progress_due())
+		progress_say("writing the replayed decisions to their files: "
+			     "%llu of %llu",
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			     uint64_t files)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("loading the decision files: %llu loaded, %llu of "
+			     "%llu entries of " VMDIR_DIRNAME,
+			     (unsigned long long)files,
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
 /* Start-up load: each decision into the index, with its file's stamp. */
 static int load_cb(void *ctx, struct decision *d,
 		   const struct vmdir_stamp *stamp)
@@ -1244,7 +1283,11 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	       int max_x, struct vmdir_load_report *rep, char *errmsg,
 	       size_t errn)
 {
-	const struct wal_replay replay = {.record = replay_cb, .ctx = s};
+	const struct wal_replay replay = {
+		.record = replay_cb,
+		.progress = replay_progress_cb,
+		.ctx = s,
+	};
 	struct wal_report wrep = {0};
 	struct writer_item *items = NULL;
 	size_t n = 0;
@@ -1300,8 +1343,11 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		       s->n_dirty * sizeof(*s->replayed));
 		s->n_replayed = s->n_dirty;
 		rc = writer_snapshot(s, &items, &n);
+		s->dir.progress = apply_progress_cb;
+		s->dir.progress_ctx = s;
 		if (rc == 0)
 			rc = writer_run(&s->dir, items, n, true, errmsg, errn);
+		s->dir.progress = NULL;
 		writer_items_free(items, n);
 		if (rc < 0)
 			return rc;
@@ -1315,7 +1361,10 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			return rc;
 		}
 	}
-	return vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+	s->dir.progress = load_progress_cb;
+	rc = vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+	s->dir.progress = NULL;
+	return rc;
 }
 
 void store_close(struct store *s)

@@ -254,8 +254,7 @@ static int replay_batch(const unsigned char *buf, size_t from, size_t to,
 			if (ret < 0)
 				return ret;
 		}
-		if (rep)
-			rep->records++;
+		rep->records++;
 		from += rl;
 	}
 	return 0;
@@ -266,6 +265,7 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 	     char *errmsg, size_t errn)
 {
 	wal_progress_fn progress = replay ? replay->progress : NULL;
+	struct wal_report local;
 	unsigned char *buf = NULL;
 	size_t size = 0, off = 0, rl, batch_start = 0, reported = 0;
 	uint64_t b, last = 0;
@@ -274,8 +274,9 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 	int fd = -1, ret;
 
 	wal_init(w);
-	if (rep)
-		memset(rep, 0, sizeof(*rep));
+	if (!rep)
+		rep = &local;
+	memset(rep, 0, sizeof(*rep));
 	if (strlen(name) >= sizeof(w->name)) {
 		errmsg_set(errmsg, errn, "%s: log name too long", name);
 		return -ENAMETOOLONG;
@@ -325,7 +326,7 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 		goto out;
 	}
 	if (progress && size)
-		progress(replay->ctx, 0, size);
+		progress(replay->ctx, 0, size, 0);
 	/* A batch is replayed once its last record is seen, so a batch cut
 	 * short by a crash (never acknowledged) is dropped whole. */
 	while (off < size) {
@@ -348,7 +349,7 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 		last = b;
 		have_last = true;
 		if (progress && off - reported >= WAL_PROGRESS_BYTES) {
-			progress(replay->ctx, off, size);
+			progress(replay->ctx, off, size, rep->records);
 			reported = off;
 		}
 	}
@@ -384,8 +385,7 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 				   dir->path, name, strerror(-ret));
 			goto out;
 		}
-		if (rep)
-			rep->torn_bytes = size - batch_start;
+		rep->torn_bytes = size - batch_start;
 		cut = true;
 	}
 	w->fd = fd;

@@ -47,9 +47,11 @@ struct wal_report {
 /* Called for each valid record in log order; a negative return aborts. */
 typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len);
 
-/* Called before the replay and then after every WAL_PROGRESS_BYTES or so
- * of it: bytes replayed so far out of the file's size. */
-typedef void (*wal_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+/* Called before the replay of a non-empty log and then after every
+ * WAL_PROGRESS_BYTES or so of it: bytes replayed so far out of the file's
+ * size, and the records replayed so far. */
+typedef void (*wal_progress_fn)(void *ctx, uint64_t done, uint64_t total,
+				uint64_t records);
 
 #define WAL_PROGRESS_BYTES (1u << 20)
 

@@ -47,6 +47,7 @@ START_TEST(defaults)
 	ck_assert_uint_eq(c.num[CONFIG_LINE_DEADLINE_MS], 30000);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_DELAY_MS], 1000);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_MAX_BATCH], 512);
+	ck_assert_uint_eq(c.num[CONFIG_IDLE_EXIT_S], 900);
 	ck_assert_uint_eq(c.num[CONFIG_LOG_LEVEL], LOGL_INFO);
 	ck_assert_str_eq(c.commit_name, "");
 	ck_assert_str_eq(c.commit_email, "");
@@ -63,6 +64,7 @@ START_TEST(every_key)
 				   "line_deadline_ms = 150\n"
 				   "commit_delay_ms = 0\n"
 				   "commit_max_batch = 3\n"
+				   "idle_exit_s = 0\n"
 				   "log_level = debug\n"
 				   "commit_name = Ada Lovelace\n"
 				   "commit_email = ada@example.com\n";
@@ -79,6 +81,7 @@ START_TEST(every_key)
 	ck_assert_uint_eq(c.num[CONFIG_LINE_DEADLINE_MS], 150);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_DELAY_MS], 0);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_MAX_BATCH], 3);
+	ck_assert_uint_eq(c.num[CONFIG_IDLE_EXIT_S], 0);
 	ck_assert_uint_eq(c.num[CONFIG_LOG_LEVEL], LOGL_DEBUG);
 	ck_assert_str_eq(c.commit_name, "Ada Lovelace");
 	ck_assert_str_eq(c.commit_email, "ada@example.com");
@@ -100,6 +103,7 @@ START_TEST(numeric_ranges)
 		{"line_deadline_ms", "100", "3600000", "99", "3600001"},
 		{"commit_delay_ms", "0", "3600000", NULL, "3600001"},
 		{"commit_max_batch", "1", "1000000", "0", "1000001"},
+		{"idle_exit_s", "0", "31536000", NULL, "31536001"},
 	};
 	char text[256], range[64];
 	struct config c;

@@ -788,19 +788,21 @@ END_TEST
 
 struct progress_seen {
 	unsigned calls;
-	uint64_t last_done, total;
+	uint64_t last_done, total, records;
 	bool monotonic;
 };
 
-static void progress_cb(void *ctx, uint64_t done, uint64_t total)
+static void progress_cb(void *ctx, uint64_t done, uint64_t total,
+			uint64_t records)
 {
 	struct progress_seen *p = ctx;
 
-	if (p->calls && done < p->last_done)
+	if (p->calls && (done < p->last_done || records < p->records))
 		p->monotonic = false;
 	p->calls++;
 	p->last_done = done;
 	p->total = total;
+	p->records = records;
 }
 
 /* Replay reports its progress: once at the start, then every
@@ -825,6 +827,9 @@ START_TEST(test_replay_progress)
 	/* 3 MiB of records: the start, then at least two steps */
 	ck_assert_uint_ge(p.calls, 3);
 	ck_assert_uint_le(p.last_done, p.total);
+	/* each report counts whole records of 256 KiB + header */
+	ck_assert_uint_eq(p.last_done, p.records * (sizeof(big) + 20));
+	ck_assert_uint_ge(p.records, 8);
 	wal_close(&w);
 }
 END_TEST

@@ -276,6 +276,19 @@ static int in_sync(json_t *props, int max_x)
 
 /* ---- output schemas ---- */
 
+/* schema (stolen) or null; anyOf rather than a type array, which the
+ * single-type dialects of some model providers refuse. */
+static json_t *o_nullable(json_t *schema)
+{
+	return json_pack("{s:[o,{s:s}]}", "anyOf", schema, "type", "null");
+}
+
+/* A nullable scalar: {"anyOf": [{"type": type}, {"type": "null"}]}. */
+static json_t *o_maybe(const char *type)
+{
+	return o_nullable(json_pack("{s:s}", "type", type));
+}
+
 static json_t *o_coord(int max_x)
 {
 	return json_pack("{s:s,s:{s:{s:s,s:i,s:i},s:{s:s,s:i,s:i},s:{s:s,s:i,"
@@ -291,14 +304,16 @@ static json_t *o_coord(int max_x)
 static json_t *o_decision(int max_x, bool listed)
 {
 	json_t *o = json_pack(
-		"{s:s,s:{s:o,s:{s:s},s:{s:s},s:{s:s},s:{s:[s,s],s:{s:s}},"
-		"s:{s:s,s:i}},s:[s,s,s,s,s,s]}",
+		"{s:s,s:{s:o,s:{s:s},s:{s:s},s:{s:s},s:o,s:{s:s,s:i}},"
+		"s:[s,s,s,s,s,s]}",
 		"type", "object", "properties", "coordinate", o_coord(max_x),
 		"content", "type", "string", "timestamp", "type", "string",
-		"agent_id", "type", "string", "issue_context", "type", "object",
-		"null", "additionalProperties", "type", "string", "version",
-		"type", "integer", "minimum", 1, "required", "coordinate",
-		"content", "timestamp", "agent_id", "issue_context", "version");
+		"agent_id", "type", "string", "issue_context",
+		o_nullable(json_pack("{s:s,s:{s:s}}", "type", "object",
+				     "additionalProperties", "type", "string")),
+		"version", "type", "integer", "minimum", 1, "required",
+		"coordinate", "content", "timestamp", "agent_id",
+		"issue_context", "version");
 	json_t *props = json_object_get(o, "properties");
 
 	if (o && listed &&
@@ -336,16 +351,10 @@ static json_t *o_store(int max_x)
 
 static json_t *o_get(int max_x)
 {
-	json_t *d = o_decision(max_x, false);
-
-	if (d && json_object_set_new(d, "type", json_pack("[s,s]", "object",
-							   "null")) < 0) {
-		json_decref(d);
-		d = NULL;
-	}
 	return json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object",
 			 "properties", "found", "type", "boolean", "decision",
-			 d, "required", "found", "decision");
+			 o_nullable(o_decision(max_x, false)), "required",
+			 "found", "decision");
 }
 
 static json_t *o_delete(int max_x)
@@ -356,28 +365,16 @@ static json_t *o_delete(int max_x)
 			 "deleted");
 }
 
-static json_t *o_cursor_coord(int max_x)
-{
-	json_t *c = o_coord(max_x);
-
-	if (c && json_object_set_new(c, "type",
-				     json_pack("[s,s]", "object", "null")) < 0) {
-		json_decref(c);
-		c = NULL;
-	}
-	return c;
-}
-
 static json_t *o_list(int max_x)
 {
 	return o_page("decisions", o_decision(max_x, true),
-		      o_cursor_coord(max_x));
+		      o_nullable(o_coord(max_x)));
 }
 
 static json_t *o_search(int max_x)
 {
 	json_t *d = o_decision(max_x, true);
-	json_t *cur = o_cursor_coord(max_x);
+	json_t *cur = o_coord(max_x);
 	json_t *props = json_object_get(d, "properties");
 	int rc = 0;
 
@@ -397,7 +394,7 @@ static json_t *o_search(int max_x)
 		json_decref(cur);
 		return NULL;
 	}
-	return o_page("decisions", d, cur);
+	return o_page("decisions", d, o_nullable(cur));
 }
 
 static json_t *o_history(int max_x)
@@ -405,32 +402,29 @@ static json_t *o_history(int max_x)
 	(void)max_x;
 	return o_page(
 		"versions",
-		json_pack("{s:s,s:{s:{s:[s,s]},s:{s:[s,s]},s:{s:[s,s]},s:{s:[s,"
-			  "s]},s:{s:s},s:{s:[s,s]},s:{s:[s,s]},s:{s:s},s:{s:s}"
-			  "},s:[s,s,s,s,s,s,s]}",
-			  "type", "object", "properties", "content", "type",
-			  "string", "null", "agent_id", "type", "string",
-			  "null", "timestamp", "type", "string", "null",
-			  "version", "type", "integer", "null", "deleted",
-			  "type", "boolean", "commit", "type", "string", "null",
-			  "committed_at", "type", "string", "null",
-			  "content_truncated", "type", "boolean",
-			  "content_bytes", "type", "integer", "required",
-			  "content", "agent_id", "timestamp", "version",
-			  "deleted", "commit", "committed_at"),
-		json_pack("{s:[s,s]}", "type", "string", "null"));
+		json_pack("{s:s,s:{s:o,s:o,s:o,s:o,s:{s:s},s:o,s:o,s:{s:s},"
+			  "s:{s:s}},s:[s,s,s,s,s,s,s]}",
+			  "type", "object", "properties", "content",
+			  o_maybe("string"), "agent_id", o_maybe("string"),
+			  "timestamp", o_maybe("string"), "version",
+			  o_maybe("integer"), "deleted", "type", "boolean",
+			  "commit", o_maybe("string"), "committed_at",
+			  o_maybe("string"), "content_truncated", "type",
+			  "boolean", "content_bytes", "type", "integer",
+			  "required", "content", "agent_id", "timestamp",
+			  "version", "deleted", "commit", "committed_at"),
+		o_maybe("string"));
 }
 
 static json_t *o_sync(int max_x)
 {
 	(void)max_x;
-	return json_pack("{s:s,s:{s:{s:[s,s]},s:{s:s,s:i},s:{s:s},s:{s:[s,s]}"
-			 "},s:[s,s,s]}",
-			 "type", "object", "properties", "commit", "type",
-			 "string", "null", "decisions", "type", "integer",
+	return json_pack("{s:s,s:{s:o,s:{s:s,s:i},s:{s:s},s:o},s:[s,s,s]}",
+			 "type", "object", "properties", "commit",
+			 o_maybe("string"), "decisions", "type", "integer",
 			 "minimum", 0, "coordinates", "type", "array", "ranges",
-			 "type", "object", "null", "required", "commit",
-			 "decisions", "coordinates");
+			 o_maybe("object"), "required", "commit", "decisions",
+			 "coordinates");
 }
 
 /* ---- argument mapping and cursors ---- */

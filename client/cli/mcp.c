@@ -370,12 +370,34 @@ static int send_queue(struct bridge *b)
 
 /* ---- the session's state ---------------------------------------------- */
 
+/* The client cancelled a request: it will not look at an answer, so none
+ * is owed, not even "outcome unknown" if the daemon goes away. */
+static void forget(struct bridge *b, json_t *id)
+{
+	struct pending *p = pending_take(b, id);
+
+	if (p)
+		pending_free(p);
+	for (struct chunk *c = b->q_head; c; c = c->next)
+		for (size_t i = 0; i < json_array_size(c->reqs); i++)
+			if (json_equal(json_array_get(json_array_get(c->reqs,
+								     i),
+						      0),
+				       id))
+				json_array_remove(c->reqs, i--);
+}
+
 /* Follow what a client message changes in the session, for a replay. */
 static void track(struct bridge *b, const char *method, json_t *params)
 {
 	json_t *uri = json_object_get(params, "uri");
 
-	if (!strcmp(method, "initialize") && json_is_object(params)) {
+	if (!strcmp(method, "notifications/cancelled")) {
+		json_t *id = json_object_get(params, "requestId");
+
+		if (id)
+			forget(b, id);
+	} else if (!strcmp(method, "initialize") && json_is_object(params)) {
 		json_decref(b->init_params);
 		b->init_params = json_deep_copy(params);
 	} else if (!strcmp(method, "notifications/initialized")) {

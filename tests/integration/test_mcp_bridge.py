@@ -437,6 +437,11 @@ class Lifecycle(BridgeCase):
         self.assertEqual(b.read_json()["id"], 2)
         b.send(tool_call(3, "store_decision", x=4, y=4, z=4, content="lost",
                          timeout_ms=600000))
+        # A second one, cancelled by the client: no answer is owed.
+        b.send(tool_call(6, "store_decision", x=4, y=4, z=4,
+                         content="cancelled", timeout_ms=600000))
+        b.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 6}})
         b.send(rpc(4, "ping"))
         self.assertEqual(b.read_json()["id"], 4)
         self.daemon.kill()

@@ -538,7 +538,19 @@ static void take_input(struct bridge *b)
 			continue;
 		}
 		if (lf) {
-			take_line(b, b->ibuf + start, end - start);
+			size_t len = end - start;
+
+			if (len > 0 && b->ibuf[end - 1] == '\r')
+				len--;
+			if (len <= b->max_line) {
+				take_line(b, b->ibuf + start, end - start);
+			} else {
+				/* Whole but too long for the daemon. */
+				idscan_init(&b->scan);
+				idscan_feed(&b->scan, b->ibuf + start, len);
+				b->skipped = len;
+				refuse_long_line(b);
+			}
 			start = end + 1;
 			continue;
 		}

@@ -322,6 +322,37 @@ class Relay(BridgeCase):
         self.assertEqual((status, lines), (0, []), err)
 
 
+class LineLimit(BridgeCase):
+    daemon_args = ("--max-line", "65536")
+
+    def padded(self, rid, size):
+        """A ping request line of exactly size bytes (LF excluded)."""
+        head = b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"p":"' % rid
+        tail = b'"}}'
+        return head + b"x" * (size - len(head) - len(tail)) + tail
+
+    def test_the_daemons_limit_to_the_byte(self):
+        # The limit is the daemon's (learned from server.hello): a line of
+        # max_line bytes reaches it, one byte more is refused by the
+        # bridge, and the connection to the daemon is never lost.
+        b = self.bridge()
+        b.write(self.padded(1, 65536) + b"\n")
+        self.assertEqual(b.read_json(), {"jsonrpc": "2.0", "id": 1,
+                                         "result": {}})
+        b.write(self.padded(2, 65536) + b"\r\n")
+        self.assertEqual(b.read_json()["id"], 2)
+        b.write(self.padded(3, 65537) + b"\n")
+        refused = b.read_json()
+        self.assertEqual(refused["id"], 3)
+        self.assertEqual(refused["error"]["code"], vt.INVALID_REQUEST)
+        self.assertIn("65536", refused["error"]["message"])
+        b.send(rpc(4, "ping"))
+        self.assertEqual(b.read_json()["id"], 4)
+        status, lines, err = b.finish()
+        self.assertEqual((status, lines), (0, []), err)
+        self.assertNotIn("lost the connection", err)
+
+
 class Agent(BridgeCase):
     def stored_agent(self, b, x):
         b.send(initialize(1, name="client-name"))

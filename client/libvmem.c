@@ -411,13 +411,14 @@ static int spawn_daemon(const char *root, const char *sock,
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
 	if (rc == ENOENT && !strchr(prog, '/'))
-		return err_local(err, -rc,
-				 "cannot start the daemon: vmemd is not next to "
-				 "this program, not at %s and not on PATH; "
-				 "install vmem (meson install), or set "
-				 "VMEMD=/path/to/vmemd (or use --no-autostart "
-				 "with a daemon started otherwise)",
-				 VMEMD_PATH);
+		return err_local(
+			err, -rc,
+			"cannot start the daemon: vmemd is not next to "
+			"this program, not at %s and not on PATH; "
+			"install vmem (meson install), or set "
+			"VMEMD=/path/to/vmemd (or use --no-autostart "
+			"with a daemon started otherwise)",
+			VMEMD_PATH);
 	if (rc)
 		return err_local(err, -rc, "cannot start %s: %s", prog,
 				 vmem_strerror(rc));

@@ -33,7 +33,8 @@ struct idscan {
 	bool reading_key; /* that string is being read */
 	char key[8];	  /* the key, if short enough to be ours */
 	size_t key_len;
-	int pending; /* the value of this member comes next: 0, 1 id, 2 method */
+	int pending;   /* the value of this member comes next: 0, 1 id, 2 method
+			*/
 	int capturing; /* a value being kept: 0, 1 id, 2 method */
 	bool capture_string;
 	struct idscan_value id, method;

@@ -42,15 +42,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define READ_CHUNK	((size_t)64 * 1024)
-#define QUEUE_MAX	((size_t)256 * 1024) /* unsent bytes before we stop reading */
-#define OUT_MAX		((size_t)1024 * 1024) /* unwritten bytes likewise */
-#define DOWN_LINE_MAX	((size_t)64 * 1024 * 1024)
+#define READ_CHUNK	 ((size_t)64 * 1024)
+#define QUEUE_MAX	 ((size_t)256 * 1024)  /* unsent: stop reading stdin */
+#define OUT_MAX		 ((size_t)1024 * 1024) /* unwritten bytes likewise */
+#define DOWN_LINE_MAX	 ((size_t)64 * 1024 * 1024)
 #define MAX_LINE_DEFAULT ((size_t)1024 * 1024)
-#define DRAIN_MS	10000 /* wait for answers after stdin EOF (default) */
-#define RETRY_FIRST_MS	100
-#define RETRY_MAX_MS	5000
-#define REPLAY_ID	"vmem-mcp-replay-"
+#define DRAIN_MS	 10000 /* wait for answers after stdin EOF (default) */
+#define RETRY_FIRST_MS	 100
+#define RETRY_MAX_MS	 5000
+#define REPLAY_ID	 "vmem-mcp-replay-"
 
 enum { MCP_OK = 0, MCP_FAILED = 1, MCP_NO_DAEMON = 2 };
 
@@ -68,10 +68,10 @@ struct chunk {
 /* A request sent to the daemon and not answered yet. */
 struct pending {
 	struct pending *next;
-	json_t *id;	   /* owned */
-	char *tool;	   /* tools/call's tool name (owned), else NULL */
-	bool ours;	   /* a replayed request: its answer is dropped */
-	char method[40];   /* for messages */
+	json_t *id;	 /* owned */
+	char *tool;	 /* tools/call's tool name (owned), else NULL */
+	bool ours;	 /* a replayed request: its answer is dropped */
+	char method[40]; /* for messages */
 };
 
 struct bridge {
@@ -276,8 +276,7 @@ static bool client_pending(const struct bridge *b)
 }
 
 /* The connection was lost with p in flight: its outcome is unknown. */
-static void answer_unknown(struct bridge *b, struct pending *p,
-			   const char *why)
+static void answer_unknown(struct bridge *b, struct pending *p, const char *why)
 {
 	char text[512];
 
@@ -380,9 +379,8 @@ static void forget(struct bridge *b, json_t *id)
 		pending_free(p);
 	for (struct chunk *c = b->q_head; c; c = c->next)
 		for (size_t i = 0; i < json_array_size(c->reqs); i++)
-			if (json_equal(json_array_get(json_array_get(c->reqs,
-								     i),
-						      0),
+			if (json_equal(json_array_get(
+					       json_array_get(c->reqs, i), 0),
 				       id))
 				json_array_remove(c->reqs, i--);
 }
@@ -408,14 +406,12 @@ static void track(struct bridge *b, const char *method, json_t *params)
 	} else if (json_is_string(uri) &&
 		   (!strcmp(method, "resources/subscribe") ||
 		    !strcmp(method, "resources/unsubscribe"))) {
-		size_t i;
-		json_t *v;
-
-		json_array_foreach(b->subscriptions, i, v) if (json_equal(v, uri))
-		{
-			json_array_remove(b->subscriptions, i);
-			break;
-		}
+		for (size_t i = 0; i < json_array_size(b->subscriptions); i++)
+			if (json_equal(json_array_get(b->subscriptions, i),
+				       uri)) {
+				json_array_remove(b->subscriptions, i);
+				break;
+			}
 		if (!strcmp(method, "resources/subscribe"))
 			json_array_append(b->subscriptions, uri);
 	}
@@ -458,10 +454,9 @@ static void take_line(struct bridge *b, const char *line, size_t len)
 	if (json_is_object(msg)) {
 		note_message(b, msg, reqs);
 	} else if (json_is_array(msg)) {
-		json_t *v;
-
-		json_array_foreach(msg, i, v) if (json_is_object(v))
-			note_message(b, v, reqs);
+		for (i = 0; i < json_array_size(msg); i++)
+			if (json_is_object(json_array_get(msg, i)))
+				note_message(b, json_array_get(msg, i), reqs);
 	}
 	json_decref(msg);
 	/* Not JSON: the daemon answers the parse error itself. */
@@ -476,12 +471,12 @@ static void refuse_long_line(struct bridge *b)
 	size_t id_len, m_len;
 	const char *id_text = idscan_id(&b->scan, &id_len);
 	const char *m_text = idscan_method(&b->scan, &m_len);
-	json_t *id = id_text ? json_loadb(id_text, id_len, JSON_DECODE_ANY,
-					  NULL)
-			     : NULL;
-	json_t *method = m_text ? json_loadb(m_text, m_len, JSON_DECODE_ANY,
-					     NULL)
-				: NULL;
+	json_t *id =
+		id_text ? json_loadb(id_text, id_len, JSON_DECODE_ANY, NULL)
+			: NULL;
+	json_t *method =
+		m_text ? json_loadb(m_text, m_len, JSON_DECODE_ANY, NULL)
+		       : NULL;
 	char text[512];
 
 	if (!id || !(json_is_string(id) || json_is_number(id))) {
@@ -498,8 +493,9 @@ static void refuse_long_line(struct bridge *b)
 			 "(a decision's content is at most 102400 bytes)",
 			 b->skipped, b->max_line);
 		answer_tool_error(b, id, text);
-		fprintf(stderr, "vmem mcp: refused a tool call of %zu bytes "
-				"(over max_line)\n",
+		fprintf(stderr,
+			"vmem mcp: refused a tool call of %zu bytes "
+			"(over max_line)\n",
 			b->skipped);
 	} else {
 		snprintf(text, sizeof(text),
@@ -507,8 +503,9 @@ static void refuse_long_line(struct bridge *b)
 			 "per line; nothing was done",
 			 b->skipped, b->max_line);
 		answer_error(b, id, -32600, "ValueError", text);
-		fprintf(stderr, "vmem mcp: refused a request of %zu bytes "
-				"(over max_line)\n",
+		fprintf(stderr,
+			"vmem mcp: refused a request of %zu bytes "
+			"(over max_line)\n",
 			b->skipped);
 	}
 	json_decref(id);
@@ -613,11 +610,10 @@ static void daemon_line(struct bridge *b, const char *line, size_t len)
 
 			relay = false;
 			if (e)
-				fprintf(stderr,
-					"vmem mcp: replaying %s: %s\n",
+				fprintf(stderr, "vmem mcp: replaying %s: %s\n",
 					p->method,
-					json_string_value(json_object_get(
-						e, "message")));
+					json_string_value(
+						json_object_get(e, "message")));
 		}
 		if (p)
 			pending_free(p);
@@ -670,16 +666,16 @@ static int read_daemon(struct bridge *b)
  * daemon must see it before the client's next requests. */
 static void replay(struct bridge *b)
 {
-	json_t *msgs = json_array(), *v;
+	json_t *msgs = json_array();
 	size_t i, n = 0;
 
 	if (!msgs)
 		return;
 	if (b->init_params)
-		json_array_append_new(
-			msgs, json_pack("{s:s,s:s,s:O}", "jsonrpc", "2.0",
-					"method", "initialize", "params",
-					b->init_params));
+		json_array_append_new(msgs,
+				      json_pack("{s:s,s:s,s:O}", "jsonrpc",
+						"2.0", "method", "initialize",
+						"params", b->init_params));
 	if (b->initialized)
 		json_array_append_new(msgs, json_pack("{s:s,s:s}", "jsonrpc",
 						      "2.0", "method",
@@ -690,11 +686,12 @@ static void replay(struct bridge *b)
 			msgs, json_pack("{s:s,s:s,s:O}", "jsonrpc", "2.0",
 					"method", "logging/setLevel", "params",
 					b->level_params));
-	json_array_foreach(b->subscriptions, i, v)
-		json_array_append_new(msgs, json_pack("{s:s,s:s,s:{s:O}}",
-						      "jsonrpc", "2.0", "method",
-						      "resources/subscribe",
-						      "params", "uri", v));
+	for (i = 0; i < json_array_size(b->subscriptions); i++)
+		json_array_append_new(
+			msgs,
+			json_pack("{s:s,s:s,s:{s:O}}", "jsonrpc", "2.0",
+				  "method", "resources/subscribe", "params",
+				  "uri", json_array_get(b->subscriptions, i)));
 	/* Front of the queue, so in reverse. */
 	for (i = json_array_size(msgs); i-- > 0;) {
 		json_t *m = json_array_get(msgs, i);
@@ -708,8 +705,8 @@ static void replay(struct bridge *b)
 			snprintf(id, sizeof(id), REPLAY_ID "%u",
 				 ++b->replay_seq);
 			json_object_set_new(m, "id", json_string(id));
-			json_array_append_new(reqs, json_pack("[s,s,n]", id,
-							      method));
+			json_array_append_new(reqs,
+					      json_pack("[s,s,n]", id, method));
 		}
 		text = json_dumps(m, JSON_COMPACT);
 		if (text && queue_line(b, text, strlen(text), reqs, true))
@@ -720,8 +717,9 @@ static void replay(struct bridge *b)
 	}
 	json_decref(msgs);
 	if (n)
-		fprintf(stderr, "vmem mcp: replayed the session (%zu messages: "
-				"initialize, level, subscriptions)\n",
+		fprintf(stderr,
+			"vmem mcp: replayed the session (%zu messages: "
+			"initialize, level, subscriptions)\n",
 			n);
 }
 
@@ -872,8 +870,8 @@ static void reconnect(struct bridge *b)
 		fail_queue(b, err.message[0] ? err.message : "no daemon");
 	}
 	b->retry_at = now_ms() + b->retry_ms;
-	b->retry_ms = b->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS
-						     : b->retry_ms * 2;
+	b->retry_ms =
+		b->retry_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : b->retry_ms * 2;
 }
 
 /* ---- the loop --------------------------------------------------------- */

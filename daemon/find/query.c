@@ -80,9 +80,9 @@ int query_before(const struct index *ix, int x_threshold, int y_threshold,
 				 0, out, n);
 }
 
-int query_before_page(const struct index *ix, int x_threshold,
-		      int y_threshold, int z_filter, const struct coord *after,
-		      size_t limit, const struct record ***out, size_t *n)
+int query_before_page(const struct index *ix, int x_threshold, int y_threshold,
+		      int z_filter, const struct coord *after, size_t limit,
+		      const struct record ***out, size_t *n)
 {
 	struct results r = {0};
 	int xmax = x_threshold > ix->max_x ? ix->max_x : x_threshold;

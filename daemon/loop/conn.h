@@ -6,10 +6,11 @@
  * (after initialize) may have up to CONN_MCP_INFLIGHT requests waiting at
  * once and is answered as each finishes, out of order (JSON-RPC matches
  * answers by id), so a write waiting for a lease holds up neither pings
- * nor reads, and notifications/cancelled reaches the request it names. Responses are
- * buffered and written once per pass; when the unsent output passes the backlog
- * limit the connection stops reading and dispatching until the client catches
- * up, so a client that does not read cannot grow the daemon's memory.
+ * nor reads, and notifications/cancelled reaches the request it names.
+ * Responses are buffered and written once per pass; when the unsent output
+ * passes the backlog limit the connection stops reading and dispatching until
+ * the client catches up, so a client that does not read cannot grow the
+ * daemon's memory.
  *
  * Lifetime: owned by the server's list; references (one for being open,
  * one per request in flight) keep the struct alive after close until the
@@ -43,14 +44,14 @@ struct conn {
 	size_t discarded; /* input bytes dropped while lingering */
 	unsigned refs;
 	bool reading;
-	bool busy;	      /* inflight reached max_inflight */
-	unsigned inflight;    /* requests (lines) waiting */
+	bool busy;	       /* inflight reached max_inflight */
+	unsigned inflight;     /* requests (lines) waiting */
 	unsigned max_inflight; /* 1: answered in order; more: MCP */
-	struct job *waiting;  /* the waiting lines (dispatch.c's list) */
-	bool processing;      /* inside conn_process (re-entrancy guard) */
-	bool input_exhausted; /* no complete line is buffered */
-	bool eof;	      /* the client closed its side */
-	bool draining;	      /* no more input: answer what is buffered */
+	struct job *waiting;   /* the waiting lines (dispatch.c's list) */
+	bool processing;       /* inside conn_process (re-entrancy guard) */
+	bool input_exhausted;  /* no complete line is buffered */
+	bool eof;	       /* the client closed its side */
+	bool draining;	       /* no more input: answer what is buffered */
 	bool close_when_flushed;
 	bool lingering; /* refused: output shut down, input discarded */
 	bool closing;
@@ -65,8 +66,8 @@ struct conn {
 	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
 	/* MCP state of the connection (methods_mcp.c). */
-	int mcp_log_level;   /* notifications/message at or above; -1 none */
-	bool mcp_list_watch; /* wants notifications/resources/list_changed */
+	int mcp_log_level;    /* notifications/message at or above; -1 none */
+	bool mcp_list_watch;  /* wants notifications/resources/list_changed */
 	bool mcp_list_queued; /* one is queued in this loop iteration */
 };
 

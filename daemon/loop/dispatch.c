@@ -309,7 +309,7 @@ static bool forward_cancel(struct call *call)
 }
 
 int call_forward(struct call *call, int (*handler)(struct call *),
-		    json_t *params, call_answer_fn transform, void *ctx)
+		 json_t *params, call_answer_fn transform, void *ctx)
 {
 	struct forward *f = NULL;
 	int rc;

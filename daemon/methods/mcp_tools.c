@@ -266,9 +266,8 @@ static int in_sync(json_t *props, int max_x)
 	int rc = 0;
 
 	(void)max_x;
-	SET("message",
-	    p_str("Commit message replacing the generated one.", 1,
-		  MESSAGE_MAX));
+	SET("message", p_str("Commit message replacing the generated one.", 1,
+			     MESSAGE_MAX));
 	return rc ? -1 : 0;
 }
 
@@ -294,10 +293,10 @@ static json_t *o_coord(int max_x)
 	return json_pack("{s:s,s:{s:{s:s,s:i,s:i},s:{s:s,s:i,s:i},s:{s:s,s:i,"
 			 "s:i}},s:[s,s,s]}",
 			 "type", "object", "properties", "x", "type", "integer",
-			 "minimum", 1, "maximum", max_x, "y", "type",
-			 "integer", "minimum", 1, "maximum", VMEM_MAX_Y, "z",
-			 "type", "integer", "minimum", 1, "maximum",
-			 VMEM_MAX_Z, "required", "x", "y", "z");
+			 "minimum", 1, "maximum", max_x, "y", "type", "integer",
+			 "minimum", 1, "maximum", VMEM_MAX_Y, "z", "type",
+			 "integer", "minimum", 1, "maximum", VMEM_MAX_Z,
+			 "required", "x", "y", "z");
 }
 
 /* A decision; in a listing its content may be a preview. */
@@ -378,13 +377,12 @@ static json_t *o_search(int max_x)
 	json_t *props = json_object_get(d, "properties");
 	int rc = 0;
 
-	rc |= json_object_set_new(props, "score",
-				  json_pack("{s:s,s:i}", "type", "integer",
-					    "minimum", 1));
 	rc |= json_object_set_new(
-		props, "matched_terms",
-		json_pack("{s:s,s:{s:s}}", "type", "array", "items", "type",
-			  "string"));
+		props, "score",
+		json_pack("{s:s,s:i}", "type", "integer", "minimum", 1));
+	rc |= json_object_set_new(props, "matched_terms",
+				  json_pack("{s:s,s:{s:s}}", "type", "array",
+					    "items", "type", "string"));
 	rc |= json_object_set_new(json_object_get(cur, "properties"), "score",
 				  json_pack("{s:s}", "type", "integer"));
 	rc |= json_array_append_new(json_object_get(d, "required"),
@@ -440,8 +438,9 @@ static int prep_search(json_t *args, json_t *params, char *msg, size_t n)
 		return 0;
 	if (!json_is_object(after) ||
 	    !json_is_integer(score = json_object_get(after, "score"))) {
-		snprintf(msg, n, "ValueError: after must be an object {x, y, "
-				 "z, score} (next_after of a page)");
+		snprintf(msg, n,
+			 "ValueError: after must be an object {x, y, "
+			 "z, score} (next_after of a page)");
 		return -1;
 	}
 	coord = json_deep_copy(after);
@@ -461,8 +460,8 @@ static json_t *cur_search(json_t *item)
 {
 	json_t *c = cur_coord(item);
 
-	if (c && json_object_set(c, "score", json_object_get(item, "score")) <
-			 0) {
+	if (c &&
+	    json_object_set(c, "score", json_object_get(item, "score")) < 0) {
 		json_decref(c);
 		c = NULL;
 	}
@@ -486,8 +485,8 @@ static const char *const store_args[] = {
 static const char *const store_required[] = {"content", NULL};
 static const char *const range_args[] = {"x_range", "y_range", "z_range",
 					 "limit",   "after",   NULL};
-static const char *const before_args[] = {"x_threshold", "y_threshold",
-					  "z_filter", "limit", "after", NULL};
+static const char *const before_args[] = {
+	"x_threshold", "y_threshold", "z_filter", "limit", "after", NULL};
 static const char *const before_required[] = {"x_threshold", "y_threshold",
 					      NULL};
 static const char *const search_args[] = {"terms", "match_all", "limit",

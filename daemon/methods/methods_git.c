@@ -298,8 +298,8 @@ int decision_history(struct call *call)
 		goto done;
 	/* Paging: "uncommitted" (the first entry) or a commit id. */
 	if (after && !json_is_null(after)) {
-		const char *a = json_is_string(after) ? json_string_value(after)
-						       : "";
+		const char *a =
+			json_is_string(after) ? json_string_value(after) : "";
 		size_t len = strlen(a);
 
 		if (strcmp(a, "uncommitted") != 0 &&

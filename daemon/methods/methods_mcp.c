@@ -42,10 +42,10 @@ static const char *const mcp_versions[] = {"2025-11-25", "2025-06-18",
 #define N_VERSIONS (sizeof(mcp_versions) / sizeof(mcp_versions[0]))
 
 static const char *const level_names[] = {
-	[MCP_DEBUG] = "debug",	   [MCP_INFO] = "info",
-	[MCP_NOTICE] = "notice",   [MCP_WARNING] = "warning",
-	[MCP_ERROR] = "error",	   [MCP_CRITICAL] = "critical",
-	[MCP_ALERT] = "alert",	   [MCP_EMERGENCY] = "emergency",
+	[MCP_DEBUG] = "debug",	 [MCP_INFO] = "info",
+	[MCP_NOTICE] = "notice", [MCP_WARNING] = "warning",
+	[MCP_ERROR] = "error",	 [MCP_CRITICAL] = "critical",
+	[MCP_ALERT] = "alert",	 [MCP_EMERGENCY] = "emergency",
 };
 
 #define N_LEVELS (sizeof(level_names) / sizeof(level_names[0]))
@@ -63,8 +63,8 @@ void mcp_log(struct conn *c, enum mcp_level level, json_t *data)
 		json_decref(data);
 		return;
 	}
-	msg = json_pack("{s:s,s:s,s:{s:s,s:s,s:o}}", "jsonrpc", "2.0",
-			"method", "notifications/message", "params", "level",
+	msg = json_pack("{s:s,s:s,s:{s:s,s:s,s:o}}", "jsonrpc", "2.0", "method",
+			"notifications/message", "params", "level",
 			level_names[level], "logger", "vmemd", "data", data);
 	line = msg ? json_dumps(msg, JSON_COMPACT) : NULL;
 	json_decref(msg);
@@ -213,15 +213,15 @@ int mcp_discover(struct call *call)
 			json_decref(versions);
 			versions = NULL;
 		}
-	call_reply(call, versions ? json_pack("{s:s,s:o,s:o,s:o,s:o}",
-					      "resultType", "complete",
-					      "supportedVersions", versions,
-					      "capabilities", capabilities(),
-					      "serverInfo", server_info(),
-					      "instructions",
-					      instructions(call,
-							   call->conn->agent_id))
-				  : NULL);
+	call_reply(call,
+		   versions
+			   ? json_pack("{s:s,s:o,s:o,s:o,s:o}", "resultType",
+				       "complete", "supportedVersions",
+				       versions, "capabilities", capabilities(),
+				       "serverInfo", server_info(),
+				       "instructions",
+				       instructions(call, call->conn->agent_id))
+			   : NULL);
 	return CALL_DONE;
 }
 
@@ -289,9 +289,9 @@ static void reply_result(struct call *call, json_t *structured,
 	else
 		json_decref(structured);
 	if (r && hint[0] &&
-	    json_array_append_new(json_object_get(r, "content"),
-				  json_pack("{s:s,s:s}", "type", "text", "text",
-					    hint)) < 0) {
+	    json_array_append_new(
+		    json_object_get(r, "content"),
+		    json_pack("{s:s,s:s}", "type", "text", "text", hint)) < 0) {
 		json_decref(r);
 		r = NULL;
 	}
@@ -343,8 +343,7 @@ static void tool_answer(struct call *call, const struct call_answer *ans)
 		json_t *s = mcp_tool_result(tc->tool, tc->args, ans->result,
 					    hint, sizeof(hint));
 
-		if (call_cancelled(call) &&
-		    !(tc->tool->flags & TOOL_READ_ONLY))
+		if (call_cancelled(call) && !(tc->tool->flags & TOOL_READ_ONLY))
 			report_late(call, tc, s);
 		if (s)
 			reply_result(call, s, hint);

@@ -37,7 +37,7 @@
 
 static const char *const layer_names[] = {"", "Architecture", "Interfaces",
 					  "Implementation", "Ephemeral"};
-static const char *const stage_names[] = {"",	      "architect", "test",
+static const char *const stage_names[] = {"",	       "architect", "test",
 					  "implement", "review",    "merge"};
 
 /* A strictly written integer 1..max at *p ending at end_char; advances. */
@@ -252,8 +252,7 @@ int mcp_resources_templates(struct call *call)
 	call_reply(call,
 		   json_pack("{s:[{s:s,s:s,s:s,s:s,s:s}]}", "resourceTemplates",
 			     "uriTemplate", URI_TEMPLATE, "name", "decision",
-			     "title", "A decision",
-			     "description",
+			     "title", "A decision", "description",
 			     "The decision at coordinate (x, y, z): x the "
 			     "issue number, y the cycle stage (1 architect, "
 			     "2 test, 3 implement, 4 review, 5 merge), z the "
@@ -282,10 +281,9 @@ int mcp_resources_read(struct call *call)
 			   c.x, c.y, c.z);
 		return CALL_DONE;
 	}
-	call_reply(call,
-		   json_pack("{s:[{s:s,s:s,s:s%}]}", "contents", "uri", uri,
-			     "mimeType", "application/json", "text", r->json,
-			     r->json_len));
+	call_reply(call, json_pack("{s:[{s:s,s:s,s:s%}]}", "contents", "uri",
+				   uri, "mimeType", "application/json", "text",
+				   r->json, r->json_len));
 	return CALL_DONE;
 }
 
@@ -418,9 +416,9 @@ static bool context_line(struct buf *b, const struct record *r)
 		keep = p ? json_string_length(p) : 0;
 		json_decref(p);
 	}
-	snprintf(head, sizeof(head), "- (%d, %d, %d) v%" PRId64 " by %s: ",
-		 r->coord.x, r->coord.y, r->coord.z, r->version,
-		 agent ? agent : "?");
+	snprintf(head, sizeof(head),
+		 "- (%d, %d, %d) v%" PRId64 " by %s: ", r->coord.x, r->coord.y,
+		 r->coord.z, r->version, agent ? agent : "?");
 	ok = buf_puts(b, head) &&
 	     buf_append(b, json_string_value(content), keep) &&
 	     (!cut || buf_puts(b, " [cut: get_decision shows it whole]")) &&

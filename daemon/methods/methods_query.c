@@ -43,7 +43,8 @@ static bool param_after(struct call *call, struct coord *after, bool *has)
 	char msg[VMEM_ERRMSG_LEN];
 
 	*has = v && !json_is_null(v);
-	if (*has && coord_from_json(v, call->d->limits.max_x, after, msg) != 0) {
+	if (*has &&
+	    coord_from_json(v, call->d->limits.max_x, after, msg) != 0) {
 		call_error(call, RPC_COORDINATE_VALIDATION, NULL, "after: %s",
 			   msg);
 		return false;
@@ -87,8 +88,9 @@ int decision_query_range(struct call *call)
 
 int decision_query_partial_order(struct call *call)
 {
-	static const char *const allowed[] = {
-		"x_threshold", "y_threshold", "z_filter", "limit", "after", NULL};
+	static const char *const allowed[] = {"x_threshold", "y_threshold",
+					      "z_filter",    "limit",
+					      "after",	     NULL};
 	int max_x = call->d->limits.max_x;
 	int xt, yt, zf;
 	const struct record **recs;
@@ -139,9 +141,8 @@ static bool append_hit(struct buf *b, const struct record *r,
 
 int decision_search(struct call *call)
 {
-	static const char *const allowed[] = {"terms",	"match_all",
-					      "limit",	"after",
-					      "after_score", NULL};
+	static const char *const allowed[] = {"terms", "match_all",   "limit",
+					      "after", "after_score", NULL};
 	struct index *ix = &call->d->store.index;
 	json_t *terms = json_object_get(call->params, "terms");
 	const char *texts[SEARCH_TERMS_MAX];
@@ -208,10 +209,9 @@ int decision_search(struct call *call)
 		size_t slot = index_slot(ix, &after);
 
 		/* Ranked by score descending, then slot ascending. */
-		while (skip < n_hits &&
-		       (hits[skip].score > after_score ||
-			(hits[skip].score == after_score &&
-			 hits[skip].slot <= slot)))
+		while (skip < n_hits && (hits[skip].score > after_score ||
+					 (hits[skip].score == after_score &&
+					  hits[skip].slot <= slot)))
 			skip++;
 		if (limit && n_hits - skip > (size_t)limit)
 			n_hits = skip + (size_t)limit;

@@ -84,9 +84,8 @@ static const char *before_page(int xt, int yt, int zf,
 	size_t n;
 	const char *s;
 
-	ck_assert_int_eq(query_before_page(&ix, xt, yt, zf, after, limit,
-					   &recs, &n),
-			 0);
+	ck_assert_int_eq(
+		query_before_page(&ix, xt, yt, zf, after, limit, &recs, &n), 0);
 	s = coords(recs, n);
 	free(recs);
 	return s;

@@ -1005,6 +1005,30 @@ class Sessions(McpMixin, vt.VmemTestCase):
         methods = c.call("server.stats")["methods"]
         self.assertEqual(methods["tools/call"]["count"], 1)
 
+    def test_cancel_too_late_is_reported(self):
+        # The cancellation comes in the same read as the write: the write
+        # has its lock and is in the log batch already, so it completes;
+        # no answer is sent, a log message says it landed.
+        c = self.mcp()
+        held = {}
+        store = {"jsonrpc": "2.0", "id": "late", "method": "tools/call",
+                 "params": {"name": "store_decision",
+                            "arguments": {"x": 9, "y": 9 % 5 + 1, "z": 3,
+                                          "content": "landed anyway"}}}
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": "late"}}
+        c.send_raw((json.dumps(store) + "\n" + json.dumps(cancel) +
+                    "\n").encode())
+        msg = notes_of(c, held, "notifications/message")
+        self.assertEqual(msg["level"], "warning")
+        self.assertEqual(msg["data"]["requestId"], "late")
+        self.assertEqual(msg["data"]["tool"], "store_decision")
+        self.assertEqual(msg["data"]["result"]["content"], "landed anyway")
+        self.assertEqual(c.get(9, 5, 3)["content"], "landed anyway")
+        self.assertTrue(c.silent_for(0.3))
+        self.assertNotIn("late", held)
+        self.assertFalse(held.get(None))
+
     def test_cancelled_after_the_answer_is_ignored(self):
         c = self.mcp()
         rec = self.tool_ok(c, "store_decision",

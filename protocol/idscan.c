@@ -53,19 +53,73 @@ static void start_value(struct idscan *s, char c, bool string)
 	s->pending = 0;
 }
 
-static void feed_string(struct idscan *s, char c)
+static void key_char(struct idscan *s, unsigned c)
 {
-	if (s->capturing)
-		keep(target(s, s->capturing), c);
-	if (s->reading_key && !s->escape && c != '"') {
-		if (s->key_len < sizeof(s->key) - 1)
-			s->key[s->key_len] = c;
-		s->key_len++;
+	if (s->key_len < sizeof(s->key) - 1)
+		s->key[s->key_len] = c < 0x80 ? (char)c : '\x7f';
+	s->key_len++;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* A byte of a key: escapes are decoded ("i\u0064" is "id", as the JSON
+ * parser reads it). */
+static void feed_key(struct idscan *s, char c)
+{
+	if (s->hex_left) {
+		int v = hexval(c);
+
+		s->hex = s->hex * 16 + (unsigned)(v < 0 ? 0xFFFF : v);
+		if (--s->hex_left == 0)
+			key_char(s, s->hex);
+		return;
 	}
 	if (s->escape) {
 		s->escape = false;
-		if (s->reading_key)
-			s->key_len = sizeof(s->key); /* escaped: not ours */
+		if (c == 'u') {
+			s->hex_left = 4;
+			s->hex = 0;
+		} else {
+			key_char(s, (unsigned char)c);
+		}
+		return;
+	}
+	if (c == '\\') {
+		s->escape = true;
+		return;
+	}
+	if (c != '"') {
+		key_char(s, (unsigned char)c);
+		return;
+	}
+	s->in_string = false;
+	s->reading_key = false;
+	s->key[s->key_len < sizeof(s->key) ? s->key_len : 0] = '\0';
+	s->pending = !strcmp(s->key, "id")	 ? 1
+		     : !strcmp(s->key, "method") ? 2
+						 : 0;
+	s->pending = -s->pending; /* armed once the ':' comes */
+}
+
+static void feed_string(struct idscan *s, char c)
+{
+	if (s->reading_key) {
+		feed_key(s, c);
+		return;
+	}
+	if (s->capturing)
+		keep(target(s, s->capturing), c);
+	if (s->escape) {
+		s->escape = false;
 		return;
 	}
 	if (c == '\\') {
@@ -75,16 +129,8 @@ static void feed_string(struct idscan *s, char c)
 	if (c != '"')
 		return;
 	s->in_string = false;
-	if (s->reading_key) {
-		s->reading_key = false;
-		s->key[s->key_len < sizeof(s->key) ? s->key_len : 0] = '\0';
-		s->pending = !strcmp(s->key, "id")	 ? 1
-			     : !strcmp(s->key, "method") ? 2
-							 : 0;
-		s->pending = -s->pending; /* armed once the ':' comes */
-	} else if (s->capturing) {
+	if (s->capturing)
 		end_capture(s);
-	}
 }
 
 void idscan_feed(struct idscan *s, const char *p, size_t n)
@@ -112,6 +158,7 @@ void idscan_feed(struct idscan *s, const char *p, size_t n)
 				s->expect_key = false;
 				s->reading_key = true;
 				s->key_len = 0;
+				s->hex_left = 0;
 			} else {
 				start_value(s, c, true);
 			}

@@ -31,8 +31,9 @@ struct idscan {
 	bool started;
 	bool expect_key;  /* at depth 1, the next string is a key */
 	bool reading_key; /* that string is being read */
-	char key[8];	  /* the key, if short enough to be ours */
+	char key[8];	  /* the key, unescaped, if short enough to be ours */
 	size_t key_len;
+	unsigned hex_left, hex; /* a \uXXXX escape inside the key */
 	int pending;   /* the value of this member comes next: 0, 1 id, 2 method
 			*/
 	int capturing; /* a value being kept: 0, 1 id, 2 method */

@@ -1,11 +1,12 @@
 /*
  * Fuzz harness of protocol/idscan.c. The first input byte picks the size
  * of the pieces the rest is fed in (the bridge feeds what each read
- * gives). Oracles: the scan never fails whatever the bytes; the id and
- * method it returns are a JSON string, number or null (the method a
- * string); and when the input is a JSON object (parsed strictly, no
- * duplicate keys), an id or method found equals the object's member, and
- * a scalar id or string method whose text is short must be found.
+ * gives). Oracles: the scan never fails whatever the bytes (what it
+ * keeps from malformed input may not parse: the bridge then treats the
+ * request as one without an id); and when the input is a JSON object
+ * (parsed strictly, no duplicate keys), an id or method found is a JSON
+ * string, number or null (the method a string) equal to the object's
+ * member, and a scalar id or string method whose text is short is found.
  */
 #include "fuzz.h"
 
@@ -30,15 +31,15 @@ static void check_member(const char *text, size_t len, json_t *obj,
 	json_t *member = obj ? json_object_get(obj, name) : NULL;
 	char *dump;
 
+	if (!obj) {
+		json_decref(found);
+		return;
+	}
 	/* What the scan keeps is a JSON value of the allowed kinds. */
 	if (text)
 		FUZZ_CHECK(found && (json_is_string(found) ||
 				     (!string_only && (json_is_number(found) ||
 						       json_is_null(found)))));
-	if (!obj) {
-		json_decref(found);
-		return;
-	}
 	if (found)
 		FUZZ_CHECK(member && json_equal(found, member));
 	if (member && (json_is_string(member) ||

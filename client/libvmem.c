@@ -262,7 +262,8 @@ static bool on_path(char *buf, size_t n)
 
 VMEM_EXPORT const char *vmem_daemon_program(void)
 {
-	static char buf[PATH_MAX];
+	/* Per thread: clients may be opened from several threads. */
+	static _Thread_local char buf[PATH_MAX];
 	const char *env = getenv("VMEMD");
 	char exe[PATH_MAX];
 	ssize_t n;

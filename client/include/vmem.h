@@ -165,8 +165,8 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
  * running program (an installed pair, or the build tree it was built in);
  * else the vmemd of the install prefix; else vmemd found on PATH; else
  * "vmemd" (starting it then fails with a message saying what to do).
- * Borrowed (from the environment or static storage, overwritten by the
- * next call).
+ * Borrowed (from the environment or thread-local storage, overwritten by
+ * the next call in the same thread).
  */
 VMEM_EXPORT const char *vmem_daemon_program(void);
 

@@ -240,8 +240,8 @@ static void record_path(struct server *srv)
 	if (rc < 0) {
 		log_warn("cannot record the socket path in %s/%s: %s (clients "
 			 "with another environment will not find %s)",
-			 sd->path, SOCKPATH_RECORD, why[0] ? why : strerror(-rc),
-			 srv->path);
+			 sd->path, SOCKPATH_RECORD,
+			 why[0] ? why : strerror(-rc), srv->path);
 		if (fd >= 0)
 			(void)statedir_unlink(sd, tmp);
 	}

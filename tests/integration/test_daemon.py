@@ -504,8 +504,11 @@ class IdleExit(vt.VmemTestCase):
         self.assertIn("exiting after 900 s without a connection",
                       self.daemon_log())
         self.vmem(env, "daemon", "stop")
-        # with --foreground (or under systemd): never, unless told
+        # with --foreground (or under systemd): never, unless told (the
+        # configuration is logged right after the socket listens)
         d = self.start_vmemd("--log-level", "debug", env=env)
+        self.assertTrue(vt.wait_until(lambda: "serving " in d.stderr()),
+                        d.stderr())
         self.assertIn("config: idle_exit_s = 0 (default)", d.stderr())
         self.assertNotIn("exiting after", d.stderr())
         d.stop()
@@ -517,6 +520,9 @@ class IdleExit(vt.VmemTestCase):
                              env=dict(env,
                                       NOTIFY_SOCKET=self.repo.path(
                                           "notify.sock")))
+        self.assertTrue(vt.wait_until(
+            lambda: "exiting after 5 s without a connection" in d.stderr()),
+            d.stderr())
         self.assertIn("config: idle_exit_s = 5\n", d.stderr())
         d.stop()
 

@@ -41,6 +41,8 @@ static int refuse(const char *path, const struct stat *st, const char *why,
 {
 	char owner[320], me[320];
 
+	if (!errmsg || !errn)
+		return err; /* no names to look up (NSS may be slow) */
 	owner_str(st->st_uid, owner, sizeof(owner));
 	owner_str(geteuid(), me, sizeof(me));
 	errmsg_set(errmsg, errn,

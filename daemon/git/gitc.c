@@ -67,7 +67,8 @@ struct gitc {
 	char *gitdir;	 /* with a trailing slash, as libgit2 gives it */
 	char *workdir;	 /* likewise */
 	char *commondir; /* likewise */
-	char *statedir;	 /* <gitdir>vmem, no trailing slash */
+	const struct statedir *state; /* ours: the marker, the lock files
+					 made there, the index copy (borrowed) */
 	int workfd;	 /* the working tree, for openat2 */
 	struct gitmark mark;
 	void (*hook)(void *ctx, enum gitc_step step);
@@ -137,7 +138,8 @@ static void hook(struct gitc *g, enum gitc_step step)
 		g->hook(g->hook_ctx, step);
 }
 
-int gitc_open(struct gitc **out, const char *workdir, char *errmsg, size_t errn)
+int gitc_open(struct gitc **out, const char *workdir,
+	      const struct statedir *state, char *errmsg, size_t errn)
 {
 	struct gitc *g = NULL;
 	git_odb *odb = NULL;
@@ -178,20 +180,13 @@ int gitc_open(struct gitc **out, const char *workdir, char *errmsg, size_t errn)
 	g->workdir = strdup(p);
 	g->gitdir = strdup(git_repository_path(g->repo));
 	g->commondir = strdup(git_repository_commondir(g->repo));
-	if (!g->workdir || !g->gitdir || !g->commondir ||
-	    asprintf(&g->statedir, "%svmem", g->gitdir) < 0) {
-		g->statedir = NULL;
+	g->state = state;
+	if (!g->workdir || !g->gitdir || !g->commondir) {
 		ret = -ENOMEM;
 		errmsg_set(errmsg, errn, "out of memory");
 		goto out;
 	}
-	if (mkdir(g->statedir, 0700) < 0 && errno != EEXIST) {
-		ret = -errno;
-		errmsg_set(errmsg, errn, "%s: %s", g->statedir,
-			   strerror(errno));
-		goto out;
-	}
-	ret = gitmark_init(&g->mark, g->statedir);
+	ret = gitmark_init(&g->mark, state);
 	if (ret < 0) {
 		errmsg_set(errmsg, errn, "our own process start time: %s",
 			   strerror(-ret));
@@ -241,7 +236,6 @@ void gitc_free(struct gitc *g)
 	free(g->gitdir);
 	free(g->workdir);
 	free(g->commondir);
-	free(g->statedir);
 	free(g);
 	git_libgit2_shutdown();
 }
@@ -1281,7 +1275,8 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	/* git's lock, held from reading the index to writing it. */
 	rc = gitmark_begin(&g->mark);
 	if (rc < 0) {
-		errmsg_set(errmsg, errn, "%s: %s", g->mark.path, strerror(-rc));
+		errmsg_set(errmsg, errn, "%s/committing: %s", g->state->path,
+			   strerror(-rc));
 		goto out;
 	}
 	snprintf(index, sizeof(index), "%sindex", g->gitdir);
@@ -1312,7 +1307,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	}
 	ic.gitdir = g->gitdir;
 	ic.workdir = g->workdir;
-	ic.statedir = g->statedir;
+	ic.state = g->state;
 	ic.git = "git";
 	ic.new_version = new_index_version(g->repo, &ic.force_git);
 	ic.forced = g->way_forced;

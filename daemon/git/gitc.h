@@ -23,6 +23,7 @@
 
 #include "gitlock.h"
 #include "protocol/decision.h"
+#include "statedir.h"
 
 struct gitc;
 
@@ -50,11 +51,13 @@ struct gitc_result {
 };
 
 /*
- * Open the repository of a working tree (its root; no search upwards),
- * creating <gitdir>/vmem if needed. 0 or -errno (errmsg).
+ * Open the repository of a working tree (its root; no search upwards).
+ * state (borrowed, outlives the handle) holds the commit marker and the
+ * files a commit keeps there for a moment (gitlock.h, gitidx.h).
+ * 0 or -errno (errmsg).
  */
-int gitc_open(struct gitc **out, const char *workdir, char *errmsg,
-	      size_t errn);
+int gitc_open(struct gitc **out, const char *workdir,
+	      const struct statedir *state, char *errmsg, size_t errn);
 void gitc_free(struct gitc *g);
 
 /* One line of a generated message: a path relative to .vector-memory. */

@@ -838,42 +838,39 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 	FILE *f = NULL;
 	int rc;
 
-	snprintf(work, sizeof(work), "%s/" WORK_NAME, c->statedir);
+	/* (git is handed the copy by path: the state directory's, checked
+	 * at start-up; our own calls go through its descriptor) */
+	snprintf(work, sizeof(work), "%s/" WORK_NAME, c->state->path);
 	snprintf(index, sizeof(index), "%sindex", c->gitdir);
-	unlink(work);
-	/* The copy is made now, under the lock: a hard link (git replaces
-	 * an index by rename, never in place), or a copy across devices. */
+	(void)statedir_unlink(c->state, WORK_NAME);
+	(void)statedir_unlink(c->state, WORK_NAME ".lock");
+	/* The copy is made now, under the lock, as a file of our own (a
+	 * hard link would share the index's inode, and so its mode, with a
+	 * file in our private directory). copy_file_range stays in the
+	 * kernel; for a split index the file is the small split part. */
 	had_index = lstat(index, &before) == 0;
-	if (had_index && link(index, work) < 0) {
-		int src = -1, dst = -1;
+	if (had_index) {
+		int src = open(index, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		int dst = statedir_open(c->state, WORK_NAME,
+					O_WRONLY | O_CREAT | O_EXCL, 0600, NULL,
+					0);
 
-		rc = -errno;
-		if (rc == -EXDEV || rc == -EPERM) {
-			src = open(index, O_RDONLY | O_CLOEXEC);
-			dst = open(work,
-				   O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-				   0600);
-			rc = 0;
-			while (src >= 0 && dst >= 0) {
-				ssize_t k = copy_file_range(src, NULL, dst,
-							    NULL, 1 << 30, 0);
+		rc = src < 0 ? -errno : dst < 0 ? dst : 0;
+		while (rc == 0) {
+			ssize_t k = copy_file_range(src, NULL, dst, NULL,
+						    1 << 30, 0);
 
-				if (k < 0) {
-					rc = -errno;
-					break;
-				}
-				if (k == 0)
-					break;
-			}
-			if (src < 0 || dst < 0)
+			if (k < 0)
 				rc = -errno;
-			if (src >= 0)
-				close(src);
-			if (dst >= 0)
-				close(dst);
-			if (rc == 0)
-				stat(work, &before);
+			if (k <= 0)
+				break;
 		}
+		if (src >= 0)
+			close(src);
+		if (dst >= 0)
+			close(dst);
+		if (rc == 0)
+			rc = statedir_stat(c->state, WORK_NAME, &before);
 		if (rc < 0) {
 			errmsg_set(errmsg, errn, "copying the index: %s",
 				   strerror(-rc));
@@ -928,20 +925,21 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 		if (rc < 0)
 			goto out;
 	}
-	if (lstat(work, &after) < 0) {
-		rc = -errno;
+	rc = statedir_stat(c->state, WORK_NAME, &after);
+	if (rc < 0) {
 		errmsg_set(errmsg, errn, "git update-index left no index");
 		goto out;
 	}
+	/* git writes a new file (by rename) only when something changed */
 	res->changed = !had_index || after.st_ino != before.st_ino;
 	if (res->changed) {
-		rc = gitlock_replace(lock, work, m);
+		rc = gitlock_replace(lock, WORK_NAME, m);
 		if (rc < 0)
 			errmsg_set(errmsg, errn, "installing the index: %s",
 				   strerror(-rc));
 	}
 out:
-	unlink(work);
+	(void)statedir_unlink(c->state, WORK_NAME);
 	free(in);
 	free(fix);
 	return rc;

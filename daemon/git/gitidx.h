@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 
 #include "gitlock.h"
+#include "statedir.h"
 
 /* One path of ours, as it must be in the index. */
 struct gitidx_update {
@@ -46,7 +47,7 @@ enum gitidx_way {
 struct gitidx_ctx {
 	const char *gitdir;   /* the tree's git directory, trailing slash */
 	const char *workdir;  /* the working tree, trailing slash */
-	const char *statedir; /* <gitdir>vmem, for the private copy */
+	const struct statedir *state; /* for the private copy (borrowed) */
 	const char *git;      /* the git program ("git": from PATH) */
 	unsigned new_version; /* index version for a new index (2..4) */
 	bool force_git;	      /* the repository wants what git writes

@@ -24,6 +24,8 @@
 #include <unistd.h>
 
 #define MARKER_MAGIC "vmemd-commit 1\n"
+#define MARKER	     "committing"
+#define MARKER_NEW   "committing.new"
 
 unsigned long long gitlock_proc_start(long pid)
 {
@@ -54,12 +56,10 @@ unsigned long long gitlock_proc_start(long pid)
 	return start;
 }
 
-int gitmark_init(struct gitmark *m, const char *statedir)
+int gitmark_init(struct gitmark *m, const struct statedir *sd)
 {
 	memset(m, 0, sizeof(*m));
-	if ((size_t)snprintf(m->path, sizeof(m->path), "%s/committing",
-			     statedir) >= sizeof(m->path))
-		return -ENAMETOOLONG;
+	m->sd = sd;
 	m->pid = (long)getpid();
 	m->start = gitlock_proc_start(m->pid);
 	return m->start ? 0 : -EIO;
@@ -68,7 +68,6 @@ int gitmark_init(struct gitmark *m, const char *statedir)
 /* Write the marker's whole content. */
 static int mark_write(struct gitmark *m)
 {
-	char tmp[PATH_MAX + 8];
 	char *buf = NULL;
 	size_t len = 0, off = 0;
 	FILE *f = open_memstream(&buf, &len);
@@ -90,11 +89,10 @@ static int mark_write(struct gitmark *m)
 	}
 	/* Replaced whole by a rename: a kill in the middle leaves the old
 	 * marker or the new one, never a part that forgets a lock. */
-	snprintf(tmp, sizeof(tmp), "%s.new", m->path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0600);
+	fd = statedir_open(m->sd, MARKER_NEW, O_WRONLY | O_CREAT | O_TRUNC,
+			   0600, NULL, 0);
 	if (fd < 0) {
-		rc = -errno;
+		rc = fd;
 		goto out;
 	}
 	while (off < len) {
@@ -110,8 +108,8 @@ static int mark_write(struct gitmark *m)
 out:
 	if (fd >= 0 && close(fd) < 0 && rc == 0)
 		rc = -errno;
-	if (fd >= 0 && rc == 0 && rename(tmp, m->path) < 0)
-		rc = -errno;
+	if (fd >= 0 && rc == 0)
+		rc = statedir_rename(m->sd, MARKER_NEW, MARKER);
 	if (rc == 0)
 		m->on = true;
 	free(buf);
@@ -154,7 +152,7 @@ void gitmark_end(struct gitmark *m)
 {
 	if (!m->on)
 		return;
-	unlink(m->path);
+	(void)statedir_unlink(m->sd, MARKER);
 	m->on = false;
 	m->n = 0;
 }
@@ -191,18 +189,15 @@ static void mark_del(struct gitmark *m, const char *path)
 	}
 }
 
-/* The private name a lock file is made under: <statedir>/newlock-K. */
-static void new_name(const struct gitmark *m, size_t k, char *out, size_t n)
+/* The private name a lock file is made under, in the state directory. */
+static void new_name(size_t k, char *out, size_t n)
 {
-	const char *slash = strrchr(m->path, '/');
-	int dirlen = slash ? (int)(slash - m->path) : 0;
-
-	snprintf(out, n, "%.*s/newlock-%zu", dirlen, m->path, k);
+	snprintf(out, n, "newlock-%zu", k);
 }
 
 int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 {
-	char tmp[PATH_MAX + 32];
+	char tmp[32];
 	int rc;
 
 	gitlock_init(l);
@@ -217,10 +212,12 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 	 * becomes the lock by link(2), which fails if the lock exists, as
 	 * O_EXCL does: no instant exists at which the lock is there and
 	 * the marker does not prove it ours. */
-	new_name(m, m->n, tmp, sizeof(tmp));
-	unlink(tmp);
-	l->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-		     0666);
+	new_name(m->n, tmp, sizeof(tmp));
+	(void)statedir_unlink(m->sd, tmp);
+	/* (mode 0666 less the umask, as git makes its locks: this file
+	 * becomes the index or the ref) */
+	l->fd = openat(m->sd->fd, tmp,
+		       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
 	if (l->fd < 0)
 		return -errno;
 	rc = identify(l->fd, NULL, &l->id);
@@ -228,14 +225,14 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 		rc = mark_add(m, l->path, &l->id);
 	if (rc < 0)
 		goto fail;
-	if (link(tmp, l->path) < 0) {
+	if (linkat(m->sd->fd, tmp, AT_FDCWD, l->path, 0) < 0) {
 		rc = -errno;
 		mark_del(m, l->path);
 		if (rc != -EXDEV && rc != -EPERM)
 			goto fail;
 		/* No hard link across these directories: the lock is made
 		 * in place, and recorded as soon as it exists. */
-		unlink(tmp);
+		(void)statedir_unlink(m->sd, tmp);
 		close(l->fd);
 		l->fd = open(l->path,
 			     O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
@@ -253,21 +250,21 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 		}
 		return 0;
 	}
-	unlink(tmp);
+	(void)statedir_unlink(m->sd, tmp);
 	return 0;
 fail:
-	unlink(tmp);
+	(void)statedir_unlink(m->sd, tmp);
 	close(l->fd);
 	l->fd = -1;
 	return rc;
 }
 
-int gitlock_replace(struct gitlock *l, const char *path, struct gitmark *m)
+int gitlock_replace(struct gitlock *l, const char *name, struct gitmark *m)
 {
 	struct gitmark_lock id;
 	int fd, rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = openat(m->sd->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	rc = identify(fd, NULL, &id);
@@ -284,7 +281,7 @@ int gitlock_replace(struct gitlock *l, const char *path, struct gitmark *m)
 		 l->path);
 	m->n++;
 	rc = mark_write(m);
-	if (rc == 0 && rename(path, l->path) < 0)
+	if (rc == 0 && renameat(m->sd->fd, name, AT_FDCWD, l->path) < 0)
 		rc = -errno;
 	if (rc < 0) {
 		m->n--;
@@ -397,7 +394,6 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 			struct gitlock_stale *out)
 {
 	char text[GITMARK_MAX_LOCKS * (PATH_MAX + 64) + 128];
-	char dir[PATH_MAX], *slash;
 	unsigned long long start;
 	struct gitmark old;
 	ssize_t r;
@@ -405,9 +401,9 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 	int fd, rc;
 
 	memset(out, 0, sizeof(*out));
-	fd = open(m->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	fd = statedir_open(m->sd, MARKER, O_RDONLY, 0, NULL, 0);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
+		return fd == -ENOENT ? 0 : fd;
 	out->marker = true;
 	r = read(fd, text, sizeof(text) - 1);
 	close(fd);
@@ -445,26 +441,14 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 		}
 	}
 	for (size_t k = 0; k < GITMARK_MAX_LOCKS; k++) {
-		char tmp[PATH_MAX + 32];
+		char tmp[32];
 
-		new_name(m, k, tmp, sizeof(tmp));
-		unlink(tmp);
+		new_name(k, tmp, sizeof(tmp));
+		(void)statedir_unlink(m->sd, tmp);
 	}
-	snprintf(dir, sizeof(dir), "%s", m->path);
-	slash = strrchr(dir, '/');
-	for (size_t i = 0; slash && extra && extra[i]; i++) {
-		char p[PATH_MAX + 64];
-
-		*slash = '\0';
-		snprintf(p, sizeof(p), "%s/%s", dir, extra[i]);
-		unlink(p);
-	}
-	{
-		char tmp[PATH_MAX + 8];
-
-		snprintf(tmp, sizeof(tmp), "%s.new", m->path);
-		unlink(tmp);
-	}
-	unlink(m->path);
+	for (size_t i = 0; extra && extra[i]; i++)
+		(void)statedir_unlink(m->sd, extra[i]);
+	(void)statedir_unlink(m->sd, MARKER_NEW);
+	(void)statedir_unlink(m->sd, MARKER);
 	return 0;
 }

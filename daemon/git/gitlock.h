@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "statedir.h"
+
 #define GITMARK_MAX_LOCKS 8
 
 /* What identifies one lock file: its device and inode, and its birth
@@ -40,7 +42,7 @@ struct gitmark_lock {
 
 /* The marker of a commit in progress (embedded; gitmark_init). */
 struct gitmark {
-	char path[PATH_MAX]; /* <gitdir>/vmem/committing */
+	const struct statedir *sd; /* <gitdir>/vmem, holding "committing" */
 	long pid;
 	unsigned long long start; /* process start time, clock ticks */
 	struct gitmark_lock locks[GITMARK_MAX_LOCKS];
@@ -57,11 +59,10 @@ struct gitlock {
 };
 
 /*
- * Set the marker up for state directory statedir (<gitdir>/vmem, no
- * trailing slash): our pid and start time. No I/O but /proc/self/stat.
- * 0 or -errno.
+ * Set the marker up in the state directory sd (borrowed, outlives m):
+ * our pid and start time. No I/O but /proc/self/stat. 0 or -errno.
  */
-int gitmark_init(struct gitmark *m, const char *statedir);
+int gitmark_init(struct gitmark *m, const struct statedir *sd);
 
 /* Write the marker with no lock yet (a commit begins). 0 or -errno. */
 int gitmark_begin(struct gitmark *m);
@@ -89,11 +90,12 @@ static inline void gitlock_init(struct gitlock *l)
 int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m);
 
 /*
- * Replace the lock file's content by the file at path (a rename over the
- * lock: the lock stays held throughout). The new inode is recorded in the
- * marker before the rename. 0 or -errno (the lock is still held).
+ * Replace the lock file's content by the file name in the marker's state
+ * directory (a rename over the lock: the lock stays held throughout). The
+ * new file is recorded in the marker before the rename. 0 or -errno (the
+ * lock is still held).
  */
-int gitlock_replace(struct gitlock *l, const char *path, struct gitmark *m);
+int gitlock_replace(struct gitlock *l, const char *name, struct gitmark *m);
 
 /*
  * Commit: optionally fsync the lock file, then rename it over the target
@@ -117,10 +119,11 @@ struct gitlock_stale {
 
 /*
  * At start-up: if a marker is there and the process that wrote it is gone,
- * remove each lock it lists whose device and inode still match, leave any
+ * remove each lock it lists whose identity still matches, leave any
  * other (a git command's, made since) alone and list it in kept, remove
- * the files of ours in statedir that a crash may leave (names in extra,
- * NULL-terminated; they are private), then the marker. 0 or -errno.
+ * the files of ours in the state directory that a crash may leave (names
+ * in extra, NULL-terminated; they are private), then the marker. 0 or
+ * -errno.
  */
 int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 			struct gitlock_stale *out);

@@ -18,6 +18,7 @@
 
 #include "gitidx.h"
 #include "gitlock.h"
+#include "statedir.h"
 
 static int cmp(const void *a, const void *b)
 {
@@ -35,12 +36,13 @@ static double now_ms(void)
 
 int main(int argc, char **argv)
 {
-	char gitdir[4096], workdir[4096], statedir[4200], index[4200];
+	char gitdir[4096], workdir[4096], index[4200];
 	char full[8192];
 	char errmsg[512] = "";
 	struct gitidx_ctx c = {0};
 	struct gitidx_result res;
 	struct gitidx_update *u;
+	struct statedir sd;
 	struct gitmark m;
 	struct gitlock l;
 	bool dry = false;
@@ -59,9 +61,11 @@ int main(int argc, char **argv)
 	git_libgit2_init();
 	snprintf(workdir, sizeof(workdir), "%s/", argv[1]);
 	snprintf(gitdir, sizeof(gitdir), "%s/.git/", argv[1]);
-	snprintf(statedir, sizeof(statedir), "%s/.git/vmem-bench", argv[1]);
 	snprintf(index, sizeof(index), "%sindex", gitdir);
-	mkdir(statedir, 0700);
+	if (statedir_init(&sd, gitdir, NULL, 0, errmsg, sizeof(errmsg)) < 0) {
+		fprintf(stderr, "%s\n", errmsg);
+		return 1;
+	}
 	n = argc - first;
 	u = calloc((size_t)n, sizeof(*u));
 	for (int i = 0; i < n; i++) {
@@ -81,12 +85,12 @@ int main(int argc, char **argv)
 	qsort(u, (size_t)n, sizeof(*u), cmp);
 	c.gitdir = gitdir;
 	c.workdir = workdir;
-	c.statedir = statedir;
+	c.state = &sd;
 	c.git = "git";
 	c.new_version = 2;
 	c.forced = true;
 	c.force_way = strcmp(argv[2], "git") == 0 ? GITIDX_GIT : GITIDX_OWN;
-	if (gitmark_init(&m, statedir) < 0 || gitmark_begin(&m) < 0) {
+	if (gitmark_init(&m, &sd) < 0 || gitmark_begin(&m) < 0) {
 		fprintf(stderr, "marker: %s\n", strerror(errno));
 		return 1;
 	}
@@ -107,6 +111,7 @@ int main(int argc, char **argv)
 	printf("%s %.2f %s\n", res.way == GITIDX_GIT ? "git" : "own", t1 - t0,
 	       res.why[0] ? res.why : "-");
 	free(u);
+	statedir_done(&sd);
 	git_libgit2_shutdown();
 	return 0;
 }

@@ -831,7 +831,12 @@ static void scan_after_cb(uv_work_t *req, int status)
 			idle(q->idle_arg);
 		return;
 	}
-	kick(q, 0);
+	/* What the scan found is committed now; writes made meanwhile wait
+	 * for their delay as usual. */
+	kick(q, marked || q->waiters || q->idle_cb ||
+			q->n_pending >= q->max_batch
+		? 0
+		: q->delay_ms);
 }
 
 void gitq_start(struct gitq *q)

@@ -238,13 +238,16 @@ def run_size(a, rng, tmp, n):
     d = subprocess.Popen([a.vmemd, "--repo", root, "--socket", sock,
                           "--foreground", "--max-x", str(max_x),
                           "--commit-delay-ms", "600000",
-                          "--commit-max-batch", str(10 * n)],
+                          "--commit-max-batch", str(min(10 * n, 1000000))],
                          stderr=subprocess.DEVNULL)
     while True:
         try:
             c = Conn(sock)
             break
         except OSError:
+            if d.poll() is not None:
+                raise SystemExit("vmemd exited with status %d before "
+                                 "listening" % d.returncode)
             time.sleep(0.005)
     started = time.perf_counter() - t0
     rss_start = rss_kib(d.pid)

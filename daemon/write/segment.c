@@ -19,6 +19,9 @@
 #define REC_MAGIC   0x52534d56u /* "VMSR" */
 #define SEG_VERSION 1u
 #define F_TOMB	    1u
+/* The last record of a sealed segment: key zero, payload its offset. */
+#define F_SEAL	 2u
+#define SEAL_LEN 8u
 
 struct seg {
 	uint64_t id;
@@ -26,6 +29,7 @@ struct seg {
 	int fd;
 	uint64_t size; /* bytes of header and whole records */
 	uint64_t dead; /* of which superseded records and idle tombstones */
+	bool sealed;   /* ends with its seal: nothing is appended to it */
 };
 
 /* A key's latest record; kept for a tombstone while it shadows any. */
@@ -66,7 +70,7 @@ struct seg_compact {
 	size_t nkeep;
 	struct crec *recs;
 	size_t nrecs;
-	uint64_t out_size;
+	uint64_t out_size, seal_seq;
 	bool renamed;
 	int err;
 };
@@ -123,14 +127,16 @@ static bool header_ok(const uint8_t *h, uint64_t id)
 /* The record at off, if whole and valid: its total length, else 0. */
 static uint64_t record_at(const uint8_t *b, uint64_t size, uint64_t off)
 {
-	uint32_t len, crc;
+	uint32_t len, crc, flags;
 
 	if (size - off < SEG_REC_HDR || get32(b + off) != REC_MAGIC)
 		return 0;
 	len = get32(b + off + 32);
+	flags = get32(b + off + 4);
 	if (len > SEG_PAYLOAD_MAX || size - off - SEG_REC_HDR < len ||
-	    get32(b + off + 4) & ~F_TOMB || get64(b + off + 8) == 0 ||
-	    ((get32(b + off + 4) & F_TOMB) && len != 0))
+	    flags > F_SEAL || get64(b + off + 8) == 0 ||
+	    (flags == F_TOMB && len != 0) ||
+	    (flags == F_SEAL && len != SEAL_LEN))
 		return 0;
 	crc = crc32c(crc32c(0, b + off + 4, 32), b + off + SEG_REC_HDR, len);
 	if (crc != get32(b + off + 36))
@@ -138,11 +144,11 @@ static uint64_t record_at(const uint8_t *b, uint64_t size, uint64_t off)
 	return SEG_REC_HDR + (uint64_t)len;
 }
 
-static void make_record(uint8_t *p, uint64_t seq, const uint8_t *key, bool tomb,
-			const void *payload, uint32_t len)
+static void make_record(uint8_t *p, uint64_t seq, const uint8_t *key,
+			uint32_t flags, const void *payload, uint32_t len)
 {
 	put32(p, REC_MAGIC);
-	put32(p + 4, tomb ? F_TOMB : 0);
+	put32(p + 4, flags);
 	put64(p + 8, seq);
 	memcpy(p + 16, key, SEG_KEY);
 	put32(p + 32, len);
@@ -370,14 +376,44 @@ static int create_segment(struct segstore *s, uint64_t id, char *msg,
 	return 0;
 }
 
+/*
+ * The seal record at off (payload: off itself), so that a sealed segment
+ * cut short, even at a record boundary, is told from a whole one.
+ */
+static void make_seal(uint8_t *p, uint64_t seq, uint64_t off)
+{
+	static const uint8_t zero[SEG_KEY];
+	uint8_t v[SEAL_LEN];
+
+	put64(v, off);
+	make_record(p, seq, zero, F_SEAL, v, SEAL_LEN);
+}
+
 /* Seal the active segment (synced) and start a new one. */
 static int rotate(struct segstore *s, char *msg, size_t msglen)
 {
 	struct seg *a = seg_by_id(s, s->active);
+	uint8_t seal[SEG_REC_HDR + SEAL_LEN];
+	int ret;
 
-	if (a && fdatasync(a->fd) < 0) {
-		errmsg_set(msg, msglen, "sync segment: %s", strerror(errno));
-		return -errno;
+	if (a && !a->sealed) {
+		make_seal(seal, s->next_seq, a->size);
+		ret = write_all(a->fd, seal, sizeof(seal), a->size);
+		if (ret == 0 && fdatasync(a->fd) < 0)
+			ret = -errno;
+		if (ret < 0) {
+			errmsg_set(msg, msglen, "seal segment: %s",
+				   strerror(-ret));
+			if (ftruncate(a->fd, (off_t)a->size) < 0)
+				errmsg_set(msg, msglen,
+					   "seal segment: %s; cut back: %s",
+					   strerror(-ret), strerror(errno));
+			return ret;
+		}
+		s->next_seq++;
+		a->size += sizeof(seal);
+		a->dead += sizeof(seal);
+		a->sealed = true;
 	}
 	return create_segment(s, s->next_id++, msg, msglen);
 }
@@ -534,6 +570,22 @@ static int read_segment(struct segstore *s, struct seg *g, const uint8_t *b,
 		seq = get64(b + off + 8);
 		if (seq >= s->next_seq)
 			s->next_seq = seq + 1;
+		if (get32(b + off + 4) == F_SEAL) {
+			/* Only ever the last record, naming its own offset. */
+			if (off + rl != g->size ||
+			    get64(b + off + SEG_REC_HDR) != off) {
+				errmsg_set(msg, msglen,
+					   "corrupt record in %s at offset "
+					   "%" PRIu64 " (a misplaced seal)",
+					   name, off);
+				return -EBADMSG;
+			}
+			g->sealed = true;
+			g->dead += rl;
+			rep->records++;
+			off += rl;
+			continue;
+		}
 		e = find_or_add(s, b + off + 16);
 		if (!e)
 			return -ENOMEM;
@@ -562,6 +614,13 @@ static int read_segment(struct segstore *s, struct seg *g, const uint8_t *b,
 		}
 		rep->records++;
 		off += rl;
+	}
+	if (!g->sealed && !may_tear) {
+		errmsg_set(msg, msglen,
+			   "corrupt segment %s: cut short at offset %" PRIu64
+			   " (no seal)",
+			   name, g->size);
+		return -EBADMSG;
 	}
 	return 0;
 }
@@ -743,7 +802,8 @@ int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
 	}
 	free(l);
 	l = NULL;
-	if (last_append && seg_by_id(s, last_append)) {
+	if (last_append && seg_by_id(s, last_append) &&
+	    !seg_by_id(s, last_append)->sealed) {
 		s->active = last_append;
 	} else {
 		ret = create_segment(s, s->next_id++, msg, msglen);
@@ -847,8 +907,8 @@ int segstore_apply(struct segstore *s, const struct seg_op *ops, size_t n,
 	for (i = 0, off = 0; i < n; i++) {
 		if (skip[i])
 			continue;
-		make_record(buf + off, s->next_seq + i, ops[i].key, ops[i].del,
-			    ops[i].payload,
+		make_record(buf + off, s->next_seq + i, ops[i].key,
+			    ops[i].del ? F_TOMB : 0, ops[i].payload,
 			    ops[i].del ? 0 : (uint32_t)ops[i].len);
 		off += SEG_REC_HDR + (ops[i].del ? 0 : ops[i].len);
 	}
@@ -986,6 +1046,7 @@ int segstore_compact_plan(struct segstore *s, struct seg_compact **out,
 	c->victim = best->id;
 	c->size = best->size;
 	c->out = s->next_id++;
+	c->seal_seq = s->next_seq++;
 	/* Keep current puts and tombstones that still shadow something. */
 	for (i = 0; i < s->cap; i++) {
 		struct entry *e = &s->tab[i];
@@ -1064,6 +1125,8 @@ int segcompact_run(struct seg_compact *c, char *msg, size_t msglen)
 			ret = -EBADMSG;
 			goto out;
 		}
+		if (get32(map + off + 4) == F_SEAL)
+			continue; /* the new segment gets its own */
 		if (c->nrecs == cap) {
 			cap = cap ? cap * 2 : 1024;
 			p = realloc(c->recs, cap * sizeof(*p));
@@ -1085,6 +1148,13 @@ int segcompact_run(struct seg_compact *c, char *msg, size_t msglen)
 		p->newoff = pos;
 		ret = write_all(c->out_fd, map + off, rl, pos);
 		pos += rl;
+	}
+	if (ret == 0) {
+		uint8_t seal[SEG_REC_HDR + SEAL_LEN];
+
+		make_seal(seal, c->seal_seq, pos);
+		ret = write_all(c->out_fd, seal, sizeof(seal), pos);
+		pos += sizeof(seal);
 	}
 	if (ret < 0) {
 		errmsg_set(msg, msglen, "write %s: %s", tmp, strerror(-ret));

@@ -16,7 +16,7 @@ seed=${FUZZ_SEED:-1}
 runs=${FUZZ_RUNS:-}
 build=${FUZZ_BUILD:-$root/build-fuzz}
 out=${FUZZ_OUT:-$build/fuzz-out}
-read -r -a harnesses <<<"${FUZZ_HARNESSES:-framer jsonrpc decision search_terms}"
+read -r -a harnesses <<<"${FUZZ_HARNESSES:-framer jsonrpc decision search_terms traceparent jsonfilter segment}"
 
 bail() {
 	echo "1..1"
@@ -64,7 +64,7 @@ for h in "${harnesses[@]}"; do
 		args+=(-max_total_time="$seconds")
 	fi
 	case $h in
-	jsonrpc | decision) args+=(-dict="$root/tests/fuzz/json.dict") ;;
+	jsonrpc | decision | jsonfilter) args+=(-dict="$root/tests/fuzz/json.dict") ;;
 	esac
 	start=$(date +%s.%N)
 	# New inputs go to the first directory (scratch), never the seeds.

@@ -18,9 +18,12 @@
 #include <faiss/impl/DistanceComputer.h>
 #include <faiss/impl/FaissException.h>
 #include <faiss/impl/IDSelector.h>
-#include <omp.h>
 
-namespace {
+/* OpenMP's C entry point (libgomp), declared here: no -fopenmp needed. */
+extern "C" void omp_set_num_threads(int n);
+
+namespace
+{
 
 using idx_t = faiss::Index::idx_t;
 
@@ -30,7 +33,7 @@ struct RowStorage : faiss::Index {
 	void *ctx;
 
 	RowStorage(int d, hnsw_row_fn r, void *c)
-		: faiss::Index(d, faiss::METRIC_INNER_PRODUCT), row(r), ctx(c)
+	    : faiss::Index(d, faiss::METRIC_INNER_PRODUCT), row(r), ctx(c)
 	{
 		is_trained = true;
 	}
@@ -45,7 +48,8 @@ struct RowStorage : faiss::Index {
 	void search(idx_t, const float *, idx_t, float *, idx_t *,
 		    const faiss::SearchParameters *) const override
 	{
-		FAISS_THROW_MSG("the row storage is searched through the graph");
+		FAISS_THROW_MSG(
+			"the row storage is searched through the graph");
 	}
 	void reconstruct(idx_t key, float *out) const override
 	{
@@ -109,9 +113,8 @@ struct hnsw {
 	faiss::IndexHNSW index;
 
 	hnsw(const hnsw_opts *opts, hnsw_row_fn row, void *ctx)
-		: o(*opts),
-		  storage((int)vector_stride(opts->dim), row, ctx),
-		  index(&storage, (int)opts->m)
+	    : o(*opts), storage((int)vector_stride(opts->dim), row, ctx),
+	      index(&storage, (int)opts->m)
 	{
 		index.own_fields = false;
 		index.hnsw.efConstruction = (int)opts->ef_construction;
@@ -182,10 +185,10 @@ extern "C" int hnsw_add(struct hnsw *h, uint32_t n, char *msg, size_t msglen)
 		run = n - i < 256 ? n - i : 256;
 		rows.resize((size_t)run * stride);
 		for (uint32_t j = 0; j < run; j++)
-			std::memcpy(&rows[(size_t)j * stride],
-				    h->storage.row(h->storage.ctx,
-						   first + i + j),
-				    stride * sizeof(float));
+			std::memcpy(
+				&rows[(size_t)j * stride],
+				h->storage.row(h->storage.ctx, first + i + j),
+				stride * sizeof(float));
 		h->index.add(run, rows.data());
 	}
 	return 0;
@@ -226,7 +229,8 @@ extern "C" int hnsw_search(const struct hnsw *h, const float *query, size_t k,
 
 /* ---- serialisation: our own little-endian layout of the graph ---- */
 
-namespace {
+namespace
+{
 
 const uint32_t GRAPH_MAGIC = 0x47484d56u; /* "VMHG" */
 const uint32_t GRAPH_VERSION = 1;
@@ -292,8 +296,8 @@ struct Reader {
 
 static_assert(sizeof(faiss::HNSW::storage_idx_t) == 4, "32-bit links");
 
-extern "C" int hnsw_serialise(const struct hnsw *h, uint8_t **buf,
-			      size_t *len, char *msg, size_t msglen)
+extern "C" int hnsw_serialise(const struct hnsw *h, uint8_t **buf, size_t *len,
+			      char *msg, size_t msglen)
 {
 	GUARD_BEGIN
 	const faiss::HNSW &g = h->index.hnsw;
@@ -378,8 +382,7 @@ extern "C" int hnsw_deserialise(const uint8_t *buf, size_t len,
 		return fail(msg, msglen, "not a graph of this version",
 			    -EINVAL);
 	if (r.u32() != o->dim)
-		return fail(msg, msglen, "graph of another dimension",
-			    -EINVAL);
+		return fail(msg, msglen, "graph of another dimension", -EINVAL);
 	if (r.u32() != o->m)
 		return fail(msg, msglen, "graph of another m", -EINVAL);
 	n = r.u64();
@@ -404,17 +407,17 @@ extern "C" int hnsw_deserialise(const uint8_t *buf, size_t len,
 	h->storage.ntotal = (idx_t)n;
 	*out = h;
 	return 0;
-	}
-	catch (const std::bad_alloc &)
-	{
-		delete h;
-		return fail(msg, msglen, "out of memory", -ENOMEM);
-	}
-	catch (const std::exception &e)
-	{
-		delete h;
-		return fail(msg, msglen, e.what(), -EINVAL);
-	}
+}
+catch (const std::bad_alloc &)
+{
+	delete h;
+	return fail(msg, msglen, "out of memory", -ENOMEM);
+}
+catch (const std::exception &e)
+{
+	delete h;
+	return fail(msg, msglen, e.what(), -EINVAL);
+}
 }
 
 extern "C" const char *hnsw_library(void)

@@ -150,6 +150,11 @@ static int grow_rows(struct vindex *vi, size_t need)
 	return 0;
 }
 
+void vindex_set_ef(struct vindex *vi, unsigned ef)
+{
+	vi->o.ef_search = ef < 1 ? 1 : ef > 4096 ? 4096 : ef;
+}
+
 bool vindex_has(const struct vindex *vi, uint32_t slot)
 {
 	return slot < vi->slot_cap && vi->slot_row[slot];

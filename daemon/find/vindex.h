@@ -90,6 +90,9 @@ int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 /* Forget slot's vector. -ENOENT if it has none. */
 int vindex_remove(struct vindex *vi, uint32_t slot);
 
+/* Change ef_search (1..4096) for the searches that follow. */
+void vindex_set_ef(struct vindex *vi, unsigned ef);
+
 bool vindex_has(const struct vindex *vi, uint32_t slot);
 uint32_t vindex_count(const struct vindex *vi);
 void vindex_stats(const struct vindex *vi, struct vindex_stats *st);

@@ -31,9 +31,11 @@ printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)\n{ return (in
 
 if [ ! -f "$build/build.ninja" ]; then
 	log=$(mktemp)
-	CC=clang meson setup "$build" "$root" -Dbuildtype=debugoptimized \
+	CC=clang CXX=clang++ meson setup "$build" "$root" \
+		-Dbuildtype=debugoptimized \
 		-Db_sanitize=address,undefined -Db_lundef=false \
-		-Dc_args=-fsanitize=fuzzer-no-link >"$log" 2>&1 ||
+		-Dc_args=-fsanitize=fuzzer-no-link \
+		-Dcpp_args=-fsanitize=fuzzer-no-link >"$log" 2>&1 ||
 		{ cat "$log"; rm -f "$log"; bail "meson setup $build failed"; }
 	rm -f "$log"
 fi

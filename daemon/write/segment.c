@@ -506,7 +506,8 @@ static int list_segments(struct segstore *s, struct loaded **out, size_t *n,
 		l[cnt].g.fd = -1;
 		cnt++;
 	}
-	qsort(l, cnt, sizeof(*l), cmp_loaded);
+	if (cnt)
+		qsort(l, cnt, sizeof(*l), cmp_loaded);
 out:
 	closedir(d);
 	if (ret < 0) {
@@ -1066,7 +1067,8 @@ int segstore_compact_plan(struct segstore *s, struct seg_compact **out,
 		}
 		c->keep[c->nkeep++] = e->off;
 	}
-	qsort(c->keep, c->nkeep, sizeof(*c->keep), cmp_u64);
+	if (c->nkeep)
+		qsort(c->keep, c->nkeep, sizeof(*c->keep), cmp_u64);
 	c->dirfd = fcntl(s->dirfd, F_DUPFD_CLOEXEC, 3);
 	c->fd = fcntl(best->fd, F_DUPFD_CLOEXEC, 3);
 	if (c->dirfd < 0 || c->fd < 0) {

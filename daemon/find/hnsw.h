@@ -17,8 +17,9 @@
  * when read back (hnsw_deserialise); files are the caller's business. One
  * OpenMP thread: the daemon's CPUs belong to its loop and pool.
  *
- * Not thread-safe: hnsw_add and hnsw_free need exclusive access;
- * hnsw_search and hnsw_serialise may run concurrently with each other.
+ * Not thread-safe: one caller at a time per graph (hnsw_search sets the
+ * index's efSearch, which FAISS 1.7.3 reads from the index only);
+ * different graphs are independent.
  * Every function catches the library's exceptions: negative errno and a
  * message, never an unwinding C++ exception.
  */
@@ -72,7 +73,7 @@ int hnsw_add(struct hnsw *h, uint32_t n, char *msg, size_t msglen);
  * (at least k), best first, into out; *n_out may be below k when the graph
  * found fewer allowed rows.
  */
-int hnsw_search(const struct hnsw *h, const float *query, size_t k, unsigned ef,
+int hnsw_search(struct hnsw *h, const float *query, size_t k, unsigned ef,
 		hnsw_allow_fn allow, void *allow_ctx, struct vec_hit *out,
 		size_t *n_out, char *msg, size_t msglen);
 

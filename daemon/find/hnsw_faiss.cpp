@@ -195,7 +195,7 @@ extern "C" int hnsw_add(struct hnsw *h, uint32_t n, char *msg, size_t msglen)
 	GUARD_END
 }
 
-extern "C" int hnsw_search(const struct hnsw *h, const float *query, size_t k,
+extern "C" int hnsw_search(struct hnsw *h, const float *query, size_t k,
 			   unsigned ef, hnsw_allow_fn allow, void *allow_ctx,
 			   struct vec_hit *out, size_t *n_out, char *msg,
 			   size_t msglen)
@@ -212,7 +212,13 @@ extern "C" int hnsw_search(const struct hnsw *h, const float *query, size_t k,
 		return fail(msg, msglen, "k out of range", -EINVAL);
 	if (h->index.ntotal == 0)
 		return 0;
+	/*
+	 * FAISS 1.7.3 takes the selector from the parameters but efSearch
+	 * only from the index (SearchParametersHNSW::efSearch is ignored):
+	 * set both.
+	 */
 	p.efSearch = (int)(ef < k ? k : ef);
+	h->index.hnsw.efSearch = p.efSearch;
 	p.sel = allow ? &sel : nullptr;
 	h->index.search(1, query, (idx_t)k, dist.data(), lab.data(), &p);
 	for (i = 0; i < k; i++) {

@@ -629,6 +629,49 @@ START_TEST(graph_bytes_checked)
 }
 END_TEST
 
+/* ef reaches FAISS (1.7.3 reads it from the index, not the parameters). */
+START_TEST(ef_matters)
+{
+	struct hnsw_opts go = {DIM, 8, 64};
+	struct vecset *vs = vecset_new(DIM);
+	struct vec_hit h[10], ex[10];
+	struct hnsw *g;
+	double low = 0, high = 0;
+	float v[DIM], q[64] = {0};
+	size_t n, ne, i, j;
+	char msg[128];
+
+	rng_state = 99;
+	for (i = 0; i < 4000; i++) {
+		for (j = 0; j < DIM; j++)
+			v[j] = rndf();
+		ck_assert_int_eq(vecset_add(vs, v, NULL, NULL, 0), 0);
+	}
+	ck_assert_int_eq(hnsw_new(&go, row_of, vs, &g, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(hnsw_add(g, 4000, msg, sizeof(msg)), 0);
+	for (int rep = 0; rep < 50; rep++) {
+		for (j = 0; j < DIM; j++)
+			v[j] = rndf();
+		vector_normalise(v, DIM, q, NULL, NULL, 0);
+		vecset_search(vs, q, 10, NULL, 0, ex, &ne);
+		for (int pass = 0; pass < 2; pass++) {
+			ck_assert_int_eq(hnsw_search(g, q, 10, pass ? 400 : 10,
+						     NULL, NULL, h, &n, msg,
+						     sizeof(msg)),
+					 0);
+			for (i = 0; i < n; i++)
+				for (j = 0; j < ne; j++)
+					if (h[i].row == ex[j].row)
+						*(pass ? &high : &low) += 0.1;
+		}
+	}
+	ck_assert_msg(high > low + 10 && high / 50 >= 0.9,
+		      "ef 10: %.3f, 400: %.3f", low / 50, high / 50);
+	hnsw_free(g);
+	vecset_free(vs);
+}
+END_TEST
+
 static Suite *vindex_suite(void)
 {
 	Suite *s = suite_create("vindex");
@@ -640,6 +683,7 @@ static Suite *vindex_suite(void)
 	tcase_add_test(tc, jobs_while_writing_and_compaction);
 	tcase_add_test(tc, file_round_trip_and_refusals);
 	tcase_add_test(tc, graph_bytes_checked);
+	tcase_add_test(tc, ef_matters);
 	tcase_set_timeout(tc, 300);
 	suite_add_tcase(s, tc);
 	return s;

@@ -2,9 +2,12 @@
 #include "vindex.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "crc32c.h"
 #include "errmsg.h"
@@ -877,5 +880,121 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 out:
 	free(unit);
 	vindex_free(vi);
+	return ret;
+}
+
+/* ---- the file on disk ---- */
+
+int vindex_write_file(int dirfd, const char *name, const uint8_t *buf,
+		      size_t len, char *msg, size_t msglen)
+{
+	char tmp[256];
+	ssize_t w;
+	size_t off = 0;
+	int fd, ret = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= (int)sizeof(tmp)) {
+		errmsg_set(msg, msglen, "index file name too long");
+		return -ENAMETOOLONG;
+	}
+	/* A leftover of a crashed write is ours to replace. */
+	if (unlinkat(dirfd, tmp, 0) < 0 && errno != ENOENT) {
+		ret = -errno;
+		errmsg_set(msg, msglen, "remove %s: %s", tmp, strerror(errno));
+		return ret;
+	}
+	fd = openat(dirfd, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		ret = -errno;
+		errmsg_set(msg, msglen, "create %s: %s", tmp, strerror(errno));
+		return ret;
+	}
+	while (off < len) {
+		w = write(fd, buf + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			ret = -errno;
+			break;
+		}
+		off += (size_t)w;
+	}
+	if (ret == 0 && fdatasync(fd) < 0)
+		ret = -errno;
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	if (ret == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
+		ret = -errno;
+	if (ret == 0 && fsync(dirfd) < 0)
+		ret = -errno;
+	if (ret < 0) {
+		errmsg_set(msg, msglen, "write %s: %s", name, strerror(-ret));
+		unlinkat(dirfd, tmp, 0);
+	}
+	return ret;
+}
+
+int vindex_read_file(int dirfd, const char *name, size_t max, uint8_t **buf,
+		     size_t *len, char *msg, size_t msglen)
+{
+	uint8_t *b = NULL;
+	struct stat st;
+	size_t off = 0;
+	ssize_t r;
+	int fd, ret = 0;
+
+	*buf = NULL;
+	*len = 0;
+	fd = openat(dirfd, name,
+		    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		errmsg_set(msg, msglen, "open %s: %s", name, strerror(errno));
+		return ret;
+	}
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		errmsg_set(msg, msglen, "stat %s: %s", name, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 022)) {
+		ret = -EPERM;
+		errmsg_set(msg, msglen,
+			   "%s is not a regular file of ours, writable by us "
+			   "only",
+			   name);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max) {
+		ret = -EFBIG;
+		errmsg_set(msg, msglen, "%s is over %zu bytes", name, max);
+		goto out;
+	}
+	b = malloc(st.st_size ? (size_t)st.st_size : 1);
+	if (!b) {
+		ret = -ENOMEM;
+		errmsg_set(msg, msglen, "out of memory");
+		goto out;
+	}
+	while (off < (size_t)st.st_size) {
+		r = read(fd, b + off, (size_t)st.st_size - off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			ret = r < 0 ? -errno : -EIO;
+			errmsg_set(msg, msglen, "read %s: %s", name,
+				   r < 0 ? strerror(errno) : "file shrank");
+			goto out;
+		}
+		off += (size_t)r;
+	}
+	*buf = b;
+	*len = off;
+	b = NULL;
+out:
+	free(b);
+	close(fd);
 	return ret;
 }

@@ -141,6 +141,23 @@ int vindex_save_prepare(const struct vindex *vi, uint8_t **buf, size_t *len,
 			char *msg, size_t msglen);
 
 /*
+ * Blocking (thread pool): write the file's bytes as name in dirfd
+ * (name.tmp written, synced, renamed over name, directory synced; opened
+ * O_NOFOLLOW | O_CLOEXEC, mode 0600). 0 or negative errno with msg.
+ */
+int vindex_write_file(int dirfd, const char *name, const uint8_t *buf,
+		      size_t len, char *msg, size_t msglen);
+
+/*
+ * Blocking (thread pool): read name in dirfd whole into *buf (malloc'd)
+ * after checking it is a regular file of ours that no one else may write
+ * (opened O_NOFOLLOW | O_NONBLOCK, so neither a symlink nor a FIFO is
+ * followed or waited on), at most max bytes. -ENOENT when absent.
+ */
+int vindex_read_file(int dirfd, const char *name, size_t max, uint8_t **buf,
+		     size_t *len, char *msg, size_t msglen);
+
+/*
  * The caller's record for a key: its slot and vector (dim numbers, raw,
  * borrowed). 0, or -ENOENT when the caller has no such record with a
  * vector.

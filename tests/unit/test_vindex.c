@@ -10,12 +10,15 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hnsw.h"
 #include "vindex.h"
@@ -572,6 +575,108 @@ START_TEST(file_round_trip_and_refusals)
 }
 END_TEST
 
+/*
+ * The start-up flow: the index comes back from its file with no rebuild;
+ * a file that no longer matches is refused, exact search serves at once
+ * from a fresh index, and a background job brings the graph back.
+ */
+START_TEST(file_on_disk_and_start_flow)
+{
+	char dir[] = "/tmp/vmem-vindex-XXXXXX", msg[200];
+	struct vindex *vi, *back;
+	struct vindex_opts o;
+	struct vindex_stats st;
+	enum vindex_path path;
+	uint8_t *buf, *rd;
+	size_t len, rlen;
+	float q[DIM];
+	int dfd;
+	uint32_t s;
+
+	model_init(8);
+	opts(&o);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	ck_assert_int_ge(dfd, 0);
+	ck_assert_int_eq(vindex_new(&o, &vi), 0);
+	for (s = 0; s < 1500; s++)
+		put(vi, s);
+	build(vi);
+	ck_assert_int_eq(vindex_save_prepare(vi, &buf, &len, msg, sizeof(msg)),
+			 0);
+	ck_assert_int_eq(
+		vindex_write_file(dfd, "vectors", buf, len, msg, sizeof(msg)),
+		0);
+	ck_assert_int_eq(vindex_read_file(dfd, "vectors", 1 << 30, &rd, &rlen,
+					  msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(rlen, len);
+	ck_assert(memcmp(rd, buf, len) == 0);
+	ck_assert_int_eq(vindex_load(&o, rd, rlen, model_count(), lookup, NULL,
+				     &back, msg, sizeof(msg)),
+			 0);
+	vindex_stats(back, &st);
+	ck_assert_uint_eq(st.graph_rows, 1500);
+	clustered(q);
+	check_search(back, q, 10, NULL, 0, false, &path);
+	ck_assert_int_eq(path, VINDEX_GRAPH);
+	vindex_free(back);
+	free(rd);
+	/* Too big for the caller's bound; a symlink; a FIFO; absent. */
+	ck_assert_int_eq(vindex_read_file(dfd, "vectors", len - 1, &rd, &rlen,
+					  msg, sizeof(msg)),
+			 -EFBIG);
+	ck_assert_int_eq(symlinkat("vectors", dfd, "link"), 0);
+	ck_assert_int_eq(vindex_read_file(dfd, "link", 1 << 30, &rd, &rlen, msg,
+					  sizeof(msg)),
+			 -ELOOP);
+	ck_assert_int_eq(mkfifoat(dfd, "fifo", 0600), 0);
+	ck_assert_int_eq(vindex_read_file(dfd, "fifo", 1 << 30, &rd, &rlen, msg,
+					  sizeof(msg)),
+			 -EPERM);
+	ck_assert_int_eq(vindex_read_file(dfd, "none", 1 << 30, &rd, &rlen, msg,
+					  sizeof(msg)),
+			 -ENOENT);
+	ck_assert_int_eq(
+		vindex_write_file(dfd, "link", buf, len, msg, sizeof(msg)),
+		0); /* replaces the link itself, never its target */
+	ck_assert_int_eq(fchmodat(dfd, "vectors", 0666, 0), 0);
+	ck_assert_int_eq(vindex_read_file(dfd, "vectors", 1 << 30, &rd, &rlen,
+					  msg, sizeof(msg)),
+			 -EPERM);
+	/* Records changed since the save (a crash after it): refused. */
+	put(vi, 3);
+	ck_assert_int_eq(vindex_load(&o, buf, len, model_count(), lookup, NULL,
+				     &back, msg, sizeof(msg)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "stale"));
+	/* Fresh: exact at once, the graph after a job. */
+	ck_assert_int_eq(vindex_new(&o, &back), 0);
+	for (s = 0; s < 1500; s++) {
+		uint8_t key[VINDEX_KEY];
+
+		key_of(s, key);
+		ck_assert_int_eq(
+			vindex_put(back, s, key, M.v[s], msg, sizeof(msg)), 0);
+	}
+	check_search(back, q, 10, NULL, 0, false, &path);
+	ck_assert_int_eq(path, VINDEX_EXACT);
+	build(back);
+	check_search(back, q, 10, NULL, 0, false, &path);
+	ck_assert(path == VINDEX_GRAPH || path == VINDEX_FALLBACK);
+	vindex_free(back);
+	vindex_free(vi);
+	free(buf);
+	close(dfd);
+	{
+		char cmd[100];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		ck_assert_int_eq(system(cmd), 0);
+	}
+}
+END_TEST
+
 static const float *row_of(void *ctx, uint32_t row)
 {
 	return vecset_row(ctx, row);
@@ -684,6 +789,7 @@ static Suite *vindex_suite(void)
 	tcase_add_test(tc, file_round_trip_and_refusals);
 	tcase_add_test(tc, graph_bytes_checked);
 	tcase_add_test(tc, ef_matters);
+	tcase_add_test(tc, file_on_disk_and_start_flow);
 	tcase_set_timeout(tc, 300);
 	suite_add_tcase(s, tc);
 	return s;

@@ -424,10 +424,11 @@ int vindex_job_plan(struct vindex *vi, struct vindex_job **out)
 	*out = NULL;
 	if (vi->job)
 		return 0;
-	if (!vi->g && live < vi->o.hnsw_min)
+	/* Dead rows are memory: compact them at any size. */
+	compact = (uint64_t)(rows - live) * 3 > rows && rows >= 64;
+	if (!compact && !vi->g && live < vi->o.hnsw_min)
 		return 0;
-	compact = (uint64_t)(rows - live) * 3 > rows;
-	if (vi->g && !compact && rows - gc <= vi->o.tail_max)
+	if (!compact && vi->g && rows - gc <= vi->o.tail_max)
 		return 0;
 	job = calloc(1, sizeof(*job));
 	if (!job)
@@ -448,8 +449,11 @@ int vindex_job_plan(struct vindex *vi, struct vindex_job **out)
 				job->old[job->n_old++] = r;
 		job->src_n = rows;
 		job->to = job->n_old;
-		ret = hnsw_new(&go, row_cb, job->vs, &job->g, job->msg,
-			       sizeof(job->msg));
+		/* Below the threshold the compacted rows get no graph. */
+		ret = live < vi->o.hnsw_min
+			      ? 0
+			      : hnsw_new(&go, row_cb, job->vs, &job->g,
+					 job->msg, sizeof(job->msg));
 	} else if (vi->g) {
 		/* Extend a copy of the published graph with the tail. */
 		job->vs = vi->vs;
@@ -497,8 +501,8 @@ void vindex_job_run(struct vindex_job *job)
 		}
 		job->copied = true;
 	}
-	have = hnsw_count(job->g);
-	if (job->to > have)
+	have = job->g ? hnsw_count(job->g) : 0;
+	if (job->g && job->to > have)
 		job->err = hnsw_add(job->g, job->to - have, job->msg,
 				    sizeof(job->msg));
 }
@@ -591,7 +595,7 @@ int vindex_job_finish(struct vindex *vi, struct vindex_job *job, char *msg,
 	 * Catch up with rows added meanwhile, but not forever: writes may
 	 * outpace the job, and a tail is searched exactly anyway.
 	 */
-	if (rows - hnsw_count(job->g) > vi->o.tail_max &&
+	if (job->g && rows - hnsw_count(job->g) > vi->o.tail_max &&
 	    ++job->rounds < VINDEX_ROUNDS_MAX) {
 		job->to = rows;
 		return 1;

@@ -111,9 +111,11 @@ int vindex_search(const struct vindex *vi, const float *query, size_t k,
 		  char *msg, size_t msglen);
 
 /*
- * Owner: whether a graph job is due (no graph and enough rows, too many
- * rows outside the graph, or too many dead rows) and, if so, a job in
- * *out (1 returned). 0 when none is due or one is running already.
+ * Owner: whether a job is due (no graph and enough rows, too many rows
+ * outside the graph, or over a third of the rows dead, at any size:
+ * dead rows hold memory until compacted) and, if so, a job in *out (1
+ * returned). 0 when none is due or one is running already. To be asked
+ * after writes; a compaction below hnsw_min leaves no graph.
  */
 int vindex_job_plan(struct vindex *vi, struct vindex_job **out);
 

@@ -52,7 +52,7 @@ void vindex_opts_default(struct vindex_opts *o, uint32_t dim)
 		.tail_max = 256,
 		.m = 16,
 		.ef_construction = 100,
-		.ef_search = 64,
+		.ef_search = 128,
 	};
 }
 

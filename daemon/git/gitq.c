@@ -49,8 +49,8 @@ static void kick(struct gitq *q, unsigned delay_ms);
 static void timer_cb(uv_timer_t *t);
 
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, unsigned delay_ms, unsigned max_batch,
-	      char *errmsg, size_t errn)
+	      const char *workdir, const struct statedir *state,
+	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn)
 {
 	int rc;
 
@@ -69,7 +69,7 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
-	rc = gitc_open(&q->gitc, workdir, errmsg, errn);
+	rc = gitc_open(&q->gitc, workdir, state, errmsg, errn);
 	if (rc < 0)
 		return rc;
 	{
@@ -251,11 +251,15 @@ static void job_after_cb(uv_work_t *req, int status)
 			set_pending(q, index_slot(&q->store->index,
 						  &j->items[i].coord));
 		if (rc == 1) {
-			if (strcmp(q->deferred, j->res.deferred) != 0)
+			bool changed = strcmp(q->deferred, j->res.deferred);
+
+			if (changed)
 				log_notice("commit deferred: %s",
 					   j->res.deferred);
 			snprintf(q->deferred, sizeof(q->deferred), "%s",
 				 j->res.deferred);
+			if (changed && q->deferral)
+				q->deferral(q->deferral_ctx, q->deferred);
 			snprintf(msg, sizeof(msg), "commit deferred: %s",
 				 j->res.deferred);
 		} else {
@@ -280,6 +284,8 @@ static void job_after_cb(uv_work_t *req, int status)
 		struct gitq_batch b;
 
 		q->retry_ms = 0;
+		if (q->deferred[0] && q->deferral)
+			q->deferral(q->deferral_ctx, "");
 		q->deferred[0] = '\0';
 		if (j->res.commit[0]) {
 			memcpy(q->last_commit, j->res.commit,

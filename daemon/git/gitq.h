@@ -64,6 +64,10 @@ struct gitq {
 	void *idle_arg;
 	void (*committed)(void *ctx); /* after each commit we made */
 	void *committed_ctx;
+	/* When commits start or stop being deferred: the reason, or ""
+	 * once a commit succeeds again (MCP sessions are told). */
+	void (*deferral)(void *ctx, const char *reason);
+	void *deferral_ctx;
 	char last_commit[41];
 	int64_t last_commit_at;
 	char deferred[160]; /* why commits wait now, "" if they do not */
@@ -72,10 +76,11 @@ struct gitq {
 	bool closed;
 };
 
-/* Open the repository (blocking, at start-up). 0 or -errno (errmsg). */
+/* Open the repository (blocking, at start-up); state holds the commit
+ * marker (gitc_open). 0 or -errno (errmsg). */
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, unsigned delay_ms, unsigned max_batch,
-	      char *errmsg, size_t errn);
+	      const char *workdir, const struct statedir *state,
+	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn);
 
 /*
  * Change commit_delay_ms and commit_max_batch (a reload): they apply from

@@ -125,7 +125,6 @@ struct store {
 	size_t filling_n;
 	bool wal_busy;
 	bool wal_failing; /* the last append failed */
-	char *wal_path;	  /* (owned) */
 	uint64_t wal_end; /* log bytes, as of the last finished log job */
 	size_t in_flight; /* writes inside the running log job */
 
@@ -186,6 +185,15 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 /* Submit a write; w->done runs exactly once, never before this returns
  * for a write that has to wait for the log. */
 void store_submit(struct store *s, struct store_write *w);
+
+/*
+ * Give up a write that still waits for its lock (a cancelled request):
+ * it leaves the lock's queue, done will not run, and true is returned;
+ * the caller answers and releases it. A write that holds its lock has
+ * been validated and joins (or is in) the log: false, and it completes
+ * through done as usual.
+ */
+bool store_cancel(struct store *s, struct store_write *w);
 
 /* Submit a group; g->done runs exactly once, possibly before this
  * returns. */

@@ -12,6 +12,7 @@
 #include "crc32c.h"
 #include "errmsg.h"
 #include "hnsw.h"
+#include "statedir.h"
 
 struct vindex {
 	struct vindex_opts o;
@@ -889,31 +890,29 @@ out:
 
 /* ---- the file on disk ---- */
 
-int vindex_write_file(int dirfd, const char *name, const uint8_t *buf,
-		      size_t len, char *msg, size_t msglen)
+int vindex_write_file(const struct statedir *sd, const char *name,
+		      const uint8_t *buf, size_t len, char *msg, size_t msglen)
 {
 	char tmp[256];
 	ssize_t w;
 	size_t off = 0;
-	int fd, ret = 0;
+	int fd, ret;
 
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp", name) >= (int)sizeof(tmp)) {
 		errmsg_set(msg, msglen, "index file name too long");
 		return -ENAMETOOLONG;
 	}
 	/* A leftover of a crashed write is ours to replace. */
-	if (unlinkat(dirfd, tmp, 0) < 0 && errno != ENOENT) {
-		ret = -errno;
-		errmsg_set(msg, msglen, "remove %s: %s", tmp, strerror(errno));
+	ret = statedir_unlink(sd, tmp);
+	if (ret < 0 && ret != -ENOENT) {
+		errmsg_set(msg, msglen, "remove %s: %s", tmp, strerror(-ret));
 		return ret;
 	}
-	fd = openat(dirfd, tmp,
-		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		ret = -errno;
-		errmsg_set(msg, msglen, "create %s: %s", tmp, strerror(errno));
-		return ret;
-	}
+	fd = statedir_open(sd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, msg,
+			   msglen);
+	if (fd < 0)
+		return fd;
+	ret = 0;
 	while (off < len) {
 		w = write(fd, buf + off, len - off);
 		if (w < 0 && errno == EINTR)
@@ -928,19 +927,19 @@ int vindex_write_file(int dirfd, const char *name, const uint8_t *buf,
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
-	if (ret == 0 && renameat(dirfd, tmp, dirfd, name) < 0)
-		ret = -errno;
-	if (ret == 0 && fsync(dirfd) < 0)
-		ret = -errno;
+	if (ret == 0)
+		ret = statedir_rename(sd, tmp, name);
+	if (ret == 0)
+		ret = statedir_sync(sd);
 	if (ret < 0) {
 		errmsg_set(msg, msglen, "write %s: %s", name, strerror(-ret));
-		unlinkat(dirfd, tmp, 0);
+		statedir_unlink(sd, tmp);
 	}
 	return ret;
 }
 
-int vindex_read_file(int dirfd, const char *name, size_t max, uint8_t **buf,
-		     size_t *len, char *msg, size_t msglen)
+int vindex_read_file(const struct statedir *sd, const char *name, size_t max,
+		     uint8_t **buf, size_t *len, char *msg, size_t msglen)
 {
 	uint8_t *b = NULL;
 	struct stat st;
@@ -950,25 +949,12 @@ int vindex_read_file(int dirfd, const char *name, size_t max, uint8_t **buf,
 
 	*buf = NULL;
 	*len = 0;
-	fd = openat(dirfd, name,
-		    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		errmsg_set(msg, msglen, "open %s: %s", name, strerror(errno));
-		return ret;
-	}
+	fd = statedir_open(sd, name, O_RDONLY, 0, msg, msglen);
+	if (fd < 0)
+		return fd;
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
 		errmsg_set(msg, msglen, "stat %s: %s", name, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_mode & 022)) {
-		ret = -EPERM;
-		errmsg_set(msg, msglen,
-			   "%s is not a regular file of ours, writable by us "
-			   "only",
-			   name);
 		goto out;
 	}
 	if ((uint64_t)st.st_size > max) {

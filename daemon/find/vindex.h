@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "statedir.h"
 #include "vector.h"
 
 #define VINDEX_KEY 16
@@ -147,21 +148,21 @@ int vindex_save_prepare(const struct vindex *vi, uint8_t **buf, size_t *len,
 			char *msg, size_t msglen);
 
 /*
- * Blocking (thread pool): write the file's bytes as name in dirfd
- * (name.tmp written, synced, renamed over name, directory synced; opened
- * O_NOFOLLOW | O_CLOEXEC, mode 0600). 0 or negative errno with msg.
+ * Blocking (thread pool): write the file's bytes as name in the state
+ * directory sd (name.tmp written, synced, renamed over name, directory
+ * synced; through statedir: O_NOFOLLOW, 0600). 0 or negative errno.
  */
-int vindex_write_file(int dirfd, const char *name, const uint8_t *buf,
-		      size_t len, char *msg, size_t msglen);
+int vindex_write_file(const struct statedir *sd, const char *name,
+		      const uint8_t *buf, size_t len, char *msg, size_t msglen);
 
 /*
- * Blocking (thread pool): read name in dirfd whole into *buf (malloc'd)
- * after checking it is a regular file of ours that no one else may write
- * (opened O_NOFOLLOW | O_NONBLOCK, so neither a symlink nor a FIFO is
- * followed or waited on), at most max bytes. -ENOENT when absent.
+ * Blocking (thread pool): read name in sd whole into *buf (malloc'd),
+ * at most max bytes, after statedir_open's checks (a regular file of ours
+ * that no one else may write; never a symlink followed or a FIFO waited
+ * on). -ENOENT when absent, -EFBIG over max.
  */
-int vindex_read_file(int dirfd, const char *name, size_t max, uint8_t **buf,
-		     size_t *len, char *msg, size_t msglen);
+int vindex_read_file(const struct statedir *sd, const char *name, size_t max,
+		     uint8_t **buf, size_t *len, char *msg, size_t msglen);
 
 /*
  * The caller's record for a key: its slot and vector (dim numbers, raw,

@@ -14,6 +14,7 @@
 
 #include "crc32c.h"
 #include "errmsg.h"
+#include "statedir.h"
 
 #define SEG_MAGIC   0x47534d56u /* "VMSG" */
 #define REC_MAGIC   0x52534d56u /* "VMSR" */
@@ -44,7 +45,7 @@ struct entry {
 };
 
 struct segstore {
-	int dirfd;
+	const struct statedir *sd; /* borrowed */
 	struct seg_opts o;
 	struct seg *segs;
 	size_t nsegs, capsegs;
@@ -64,7 +65,8 @@ struct crec {
 };
 
 struct seg_compact {
-	int dirfd, fd, out_fd;
+	const struct statedir *sd;
+	int fd, out_fd;
 	uint64_t victim, out, size;
 	uint64_t *keep; /* offsets of records to keep, ascending */
 	size_t nkeep;
@@ -158,25 +160,6 @@ static void make_record(uint8_t *p, uint64_t seq, const uint8_t *key,
 }
 
 /* ---- files ---- */
-
-/* Ours, regular, writable by no one else (after an O_NOFOLLOW open). */
-static int check_file(int fd, const char *name, struct stat *st, char *msg,
-		      size_t msglen)
-{
-	if (fstat(fd, st) < 0) {
-		errmsg_set(msg, msglen, "fstat %s: %s", name, strerror(errno));
-		return -errno;
-	}
-	if (!S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
-	    (st->st_mode & 022)) {
-		errmsg_set(msg, msglen,
-			   "%s is not a regular file of ours, writable by us "
-			   "only",
-			   name);
-		return -EPERM;
-	}
-	return 0;
-}
 
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 {
@@ -351,25 +334,22 @@ static int create_segment(struct segstore *s, uint64_t id, char *msg,
 	int ret;
 
 	seg_name(name, sizeof(name), id, false);
-	g.fd = openat(s->dirfd, name,
-		      O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (g.fd < 0) {
-		ret = -errno;
-		errmsg_set(msg, msglen, "create %s: %s", name, strerror(errno));
-		return ret;
-	}
+	g.fd = statedir_open(s->sd, name, O_RDWR | O_CREAT | O_EXCL, 0600, msg,
+			     msglen);
+	if (g.fd < 0)
+		return g.fd;
 	make_header(h, id, 0, s->next_seq);
 	ret = write_all(g.fd, h, SEG_HDR, 0);
 	if (ret == 0 && fdatasync(g.fd) < 0)
 		ret = -errno;
-	if (ret == 0 && fsync(s->dirfd) < 0)
-		ret = -errno;
+	if (ret == 0)
+		ret = statedir_sync(s->sd);
 	if (ret == 0)
 		ret = add_seg(s, &g);
 	if (ret < 0) {
 		errmsg_set(msg, msglen, "create %s: %s", name, strerror(-ret));
 		close(g.fd);
-		unlinkat(s->dirfd, name, 0);
+		statedir_unlink(s->sd, name);
 		return ret;
 	}
 	s->active = id;
@@ -464,7 +444,7 @@ static int list_segments(struct segstore *s, struct loaded **out, size_t *n,
 	bool tmp;
 	int fd, ret = 0;
 
-	fd = dup(s->dirfd);
+	fd = dup(s->sd->fd);
 	if (fd < 0 || !(d = fdopendir(fd))) {
 		ret = -errno;
 		if (fd >= 0)
@@ -482,10 +462,10 @@ static int list_segments(struct segstore *s, struct loaded **out, size_t *n,
 		}
 		if (tmp) {
 			/* A compaction that never reached its rename. */
-			if (unlinkat(s->dirfd, de->d_name, 0) < 0) {
-				ret = -errno;
+			ret = statedir_unlink(s->sd, de->d_name);
+			if (ret < 0) {
 				errmsg_set(msg, msglen, "remove %s: %s",
-					   de->d_name, strerror(errno));
+					   de->d_name, strerror(-ret));
 				goto out;
 			}
 			rep->tmp_removed++;
@@ -634,15 +614,14 @@ static int open_loaded(struct segstore *s, struct loaded *l, char *msg,
 	int ret;
 
 	seg_name(name, sizeof(name), l->g.id, false);
-	l->g.fd = openat(s->dirfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (l->g.fd < 0) {
+	l->g.fd = statedir_open(s->sd, name, O_RDWR, 0, msg, msglen);
+	if (l->g.fd < 0)
+		return l->g.fd;
+	if (fstat(l->g.fd, &st) < 0) {
 		ret = -errno;
-		errmsg_set(msg, msglen, "open %s: %s", name, strerror(errno));
+		errmsg_set(msg, msglen, "stat %s: %s", name, strerror(errno));
 		return ret;
 	}
-	ret = check_file(l->g.fd, name, &st, msg, msglen);
-	if (ret < 0)
-		return ret;
 	l->g.size = (uint64_t)st.st_size;
 	if (l->g.size >= SEG_HDR) {
 		l->map_len = l->g.size;
@@ -659,9 +638,9 @@ static int open_loaded(struct segstore *s, struct loaded *l, char *msg,
 	return 0;
 }
 
-int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
-		  void *ctx, struct segstore **out, struct seg_report *rep,
-		  char *msg, size_t msglen)
+int segstore_open(const struct statedir *sd, const struct seg_opts *o,
+		  seg_load_fn load, void *ctx, struct segstore **out,
+		  struct seg_report *rep, char *msg, size_t msglen)
 {
 	struct loaded *l = NULL;
 	struct segstore *s;
@@ -685,10 +664,10 @@ int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
 	s->next_id = 1;
 	s->cap = 1024;
 	s->tab = calloc(s->cap, sizeof(*s->tab));
-	s->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
-	if (!s->tab || s->dirfd < 0) {
-		ret = s->tab ? -errno : -ENOMEM;
-		errmsg_set(msg, msglen, "open segments: %s", strerror(-ret));
+	s->sd = sd;
+	if (!s->tab) {
+		ret = -ENOMEM;
+		errmsg_set(msg, msglen, "out of memory");
 		goto fail;
 	}
 	ret = list_segments(s, &l, &n, rep, msg, msglen);
@@ -704,10 +683,10 @@ int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
 		if (!l[i].map || !header_ok(l[i].map, l[i].g.id)) {
 			/* Only the newest file can be a creation cut short. */
 			if (i + 1 == n && l[i].g.size <= SEG_HDR) {
-				if (unlinkat(s->dirfd, name, 0) < 0) {
-					ret = -errno;
+				ret = statedir_unlink(s->sd, name);
+				if (ret < 0) {
 					errmsg_set(msg, msglen, "remove %s: %s",
-						   name, strerror(errno));
+						   name, strerror(-ret));
 					goto fail;
 				}
 				rep->torn_bytes += l[i].g.size;
@@ -784,10 +763,10 @@ int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
 		if (!l[i].superseded)
 			continue;
 		seg_name(name, sizeof(name), l[i].g.id, false);
-		if (unlinkat(s->dirfd, name, 0) < 0) {
-			ret = -errno;
+		ret = statedir_unlink(s->sd, name);
+		if (ret < 0) {
 			errmsg_set(msg, msglen, "remove %s: %s", name,
-				   strerror(errno));
+				   strerror(-ret));
 			goto fail;
 		}
 		rep->replaced++;
@@ -811,7 +790,7 @@ int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
 		if (ret < 0)
 			goto fail;
 	}
-	if (s->dir_dirty && fsync(s->dirfd) == 0)
+	if (s->dir_dirty && statedir_sync(s->sd) == 0)
 		s->dir_dirty = false;
 	*out = s;
 	return 0;
@@ -835,8 +814,6 @@ void segstore_close(struct segstore *s)
 	for (size_t i = 0; i < s->nsegs; i++)
 		if (s->segs[i].fd >= 0)
 			close(s->segs[i].fd);
-	if (s->dirfd >= 0)
-		close(s->dirfd);
 	free(s->segs);
 	free(s->tab);
 	free(s);
@@ -954,10 +931,12 @@ int segstore_sync(struct segstore *s, char *msg, size_t msglen)
 		return -errno;
 	}
 	if (s->dir_dirty) {
-		if (fsync(s->dirfd) < 0) {
+		int ret = statedir_sync(s->sd);
+
+		if (ret < 0) {
 			errmsg_set(msg, msglen, "sync segment directory: %s",
-				   strerror(errno));
-			return -errno;
+				   strerror(-ret));
+			return ret;
 		}
 		s->dir_dirty = false;
 	}
@@ -1043,7 +1022,8 @@ int segstore_compact_plan(struct segstore *s, struct seg_compact **out,
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->dirfd = c->fd = c->out_fd = -1;
+	c->fd = c->out_fd = -1;
+	c->sd = s->sd;
 	c->victim = best->id;
 	c->size = best->size;
 	c->out = s->next_id++;
@@ -1069,9 +1049,8 @@ int segstore_compact_plan(struct segstore *s, struct seg_compact **out,
 	}
 	if (c->nkeep)
 		qsort(c->keep, c->nkeep, sizeof(*c->keep), cmp_u64);
-	c->dirfd = fcntl(s->dirfd, F_DUPFD_CLOEXEC, 3);
 	c->fd = fcntl(best->fd, F_DUPFD_CLOEXEC, 3);
-	if (c->dirfd < 0 || c->fd < 0) {
+	if (c->fd < 0) {
 		ret = -errno;
 		errmsg_set(msg, msglen, "compaction: %s", strerror(errno));
 		goto fail;
@@ -1080,8 +1059,6 @@ int segstore_compact_plan(struct segstore *s, struct seg_compact **out,
 	*out = c;
 	return 1;
 fail:
-	if (c->dirfd >= 0)
-		close(c->dirfd);
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->keep);
@@ -1108,12 +1085,11 @@ int segcompact_run(struct seg_compact *c, char *msg, size_t msglen)
 		errmsg_set(msg, msglen, "map %s: %s", vname, strerror(errno));
 		goto out;
 	}
-	c->out_fd = openat(c->dirfd, tmp,
-			   O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-			   0600);
+	c->out_fd = statedir_open(c->sd, tmp, O_RDWR | O_CREAT | O_EXCL, 0600,
+				  msg, msglen);
 	if (c->out_fd < 0) {
-		ret = -errno;
-		errmsg_set(msg, msglen, "create %s: %s", tmp, strerror(errno));
+		ret = c->out_fd;
+		c->out_fd = -1;
 		goto out;
 	}
 	make_header(h, c->out, c->victim, 0);
@@ -1163,29 +1139,31 @@ int segcompact_run(struct seg_compact *c, char *msg, size_t msglen)
 		goto out;
 	}
 	c->out_size = pos;
-	if (fdatasync(c->out_fd) < 0 ||
-	    renameat(c->dirfd, tmp, c->dirfd, name) < 0) {
-		ret = -errno;
-		errmsg_set(msg, msglen, "install %s: %s", name,
-			   strerror(errno));
+	ret = fdatasync(c->out_fd) < 0 ? -errno : 0;
+	if (ret == 0)
+		ret = statedir_rename(c->sd, tmp, name);
+	if (ret < 0) {
+		errmsg_set(msg, msglen, "install %s: %s", name, strerror(-ret));
 		goto out;
 	}
 	c->renamed = true;
 	/* From here on the new segment is the truth; the old one goes. */
-	if (fsync(c->dirfd) < 0 || unlinkat(c->dirfd, vname, 0) < 0 ||
-	    fsync(c->dirfd) < 0) {
-		ret = -errno;
+	ret = statedir_sync(c->sd);
+	if (ret == 0)
+		ret = statedir_unlink(c->sd, vname);
+	if (ret == 0)
+		ret = statedir_sync(c->sd);
+	if (ret < 0)
 		errmsg_set(msg, msglen,
 			   "remove %s: %s (the next start removes it)", vname,
-			   strerror(errno));
-	}
+			   strerror(-ret));
 out:
 	if (map)
 		munmap(map, c->size);
 	if (!c->renamed && c->out_fd >= 0) {
 		close(c->out_fd);
 		c->out_fd = -1;
-		unlinkat(c->dirfd, tmp, 0);
+		statedir_unlink(c->sd, tmp);
 	}
 	c->err = ret;
 	return ret;
@@ -1193,8 +1171,6 @@ out:
 
 static void compact_free(struct seg_compact *c)
 {
-	if (c->dirfd >= 0)
-		close(c->dirfd);
 	if (c->fd >= 0)
 		close(c->fd);
 	if (c->out_fd >= 0)

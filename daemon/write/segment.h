@@ -1,11 +1,12 @@
 /*
  * Local segment storage: the records that stay on this machine (sessions,
  * messages, documents) as append-only segment files of checksummed
- * records in one directory (under <gitdir>/vmem), keyed by 16-byte ids.
+ * records in one directory of the state directory (statedir_sub of
+ * <gitdir>/vmem), keyed by 16-byte ids.
  *
- * Files, little-endian, opened relative to the directory's descriptor
- * with O_NOFOLLOW | O_CLOEXEC, created 0600, and refused unless regular,
- * ours and writable by no one else:
+ * Files, little-endian, opened through statedir (relative to the checked
+ * directory, O_NOFOLLOW | O_CLOEXEC, created 0600, refused unless regular,
+ * ours and writable by no one else):
  *
  *   seg-<16 hex digits id>   header: magic "VMSG", version, id, replaces
  *                            (the id of the segment this one compacted,
@@ -46,6 +47,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "statedir.h"
 
 #define SEG_KEY		 16
 #define SEG_HDR		 40u
@@ -95,14 +98,15 @@ typedef int (*seg_load_fn)(void *ctx, const uint8_t key[SEG_KEY],
 			   const void *payload, size_t len);
 
 /*
- * Open the store in dirfd (borrowed; duplicated), creating the first
- * segment if there is none, and call load for each key's current payload
- * (in no particular order). 0, or negative errno with msg (corruption:
- * -EBADMSG naming file and offset; an unsafe file: -EPERM).
+ * Open the store in the directory sd (borrowed: it must outlive the
+ * store), creating the first segment if there is none, and call load for
+ * each key's current payload (in no particular order). 0, or negative
+ * errno with msg (corruption: -EBADMSG naming file and offset; an unsafe
+ * file: -EPERM, -ELOOP, -EINVAL as statedir_open says).
  */
-int segstore_open(int dirfd, const struct seg_opts *o, seg_load_fn load,
-		  void *ctx, struct segstore **out, struct seg_report *rep,
-		  char *msg, size_t msglen);
+int segstore_open(const struct statedir *sd, const struct seg_opts *o,
+		  seg_load_fn load, void *ctx, struct segstore **out,
+		  struct seg_report *rep, char *msg, size_t msglen);
 
 /* Close every file (no sync). NULL-safe. */
 void segstore_close(struct segstore *s);

@@ -23,6 +23,7 @@
 
 #include "jsonfilter.h"
 #include "segment.h"
+#include "statedir.h"
 #include "vector.h"
 #include "vindex.h"
 
@@ -307,6 +308,7 @@ static int seg_load(void *ctx, const uint8_t key[SEG_KEY], const void *p,
 static void segment_runs(struct bench *b, const char *dir)
 {
 	char path[512], msg[256], content[400];
+	struct statedir root, sd;
 	struct seg_opts so = {SEG_SIZE_DEFAULT};
 	struct segstore *s;
 	struct seg_stats st;
@@ -315,12 +317,15 @@ static void segment_runs(struct bench *b, const char *dir)
 	size_t plen, clen;
 	uint64_t loaded = 0;
 	double t0, t1, t_open, t_comp;
-	int dfd;
 
-	snprintf(path, sizeof(path), "%s/segments", dir);
-	mkdir(path, 0700);
-	dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
-	segstore_open(dfd, &so, seg_load, &loaded, &s, NULL, msg, sizeof(msg));
+	snprintf(path, sizeof(path), "%s/vmem", dir);
+	if (statedir_init(&root, dir, NULL, 0, msg, sizeof(msg)) < 0 ||
+	    statedir_sub(&root, "segments", true, &sd, msg, sizeof(msg)) < 0 ||
+	    segstore_open(&sd, &so, seg_load, &loaded, &s, NULL, msg,
+			  sizeof(msg)) < 0) {
+		fprintf(stderr, "segments: %s\n", msg);
+		exit(1);
+	}
 	payload = malloc(sizeof(content) + (size_t)b->dim * 4);
 	t0 = now();
 	for (int round = 0; round < 2; round++) {
@@ -365,7 +370,7 @@ static void segment_runs(struct bench *b, const char *dir)
 	/* Start-up: the page cache is warm (as for a restart). */
 	t0 = now();
 	loaded = 0;
-	segstore_open(dfd, &so, seg_load, &loaded, &s, NULL, msg, sizeof(msg));
+	segstore_open(&sd, &so, seg_load, &loaded, &s, NULL, msg, sizeof(msg));
 	t_open = now() - t0;
 	json_object_set_new(o, "compact_s", json_real(t_comp));
 	json_object_set_new(o, "disk_after",
@@ -378,7 +383,8 @@ static void segment_runs(struct bench *b, const char *dir)
 	json_object_set_new(o, "open_bytes", json_integer((json_int_t)loaded));
 	json_object_set_new(b->out, "segments", o);
 	segstore_close(s);
-	close(dfd);
+	statedir_done(&sd);
+	statedir_done(&root);
 	free(payload);
 	{
 		char cmd[600];

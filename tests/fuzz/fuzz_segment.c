@@ -15,6 +15,7 @@
 
 #include "crc32c.h"
 #include "segment.h"
+#include "statedir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -37,7 +38,8 @@ struct rec {
 	int file;
 };
 
-static char dir[64];
+static char gitdir[64], dir[96];
+static struct statedir root, SD;
 static int dfd = -1;
 static struct {
 	const uint8_t *p[KEYS];
@@ -110,7 +112,7 @@ static void reopen_check(struct segstore **s)
 
 	segstore_close(*s);
 	memset(M.seen, 0, sizeof(M.seen));
-	FUZZ_CHECK(segstore_open(dfd, &o, load, NULL, s, NULL, msg,
+	FUZZ_CHECK(segstore_open(&SD, &o, load, NULL, s, NULL, msg,
 				 sizeof(msg)) == 0);
 	for (int k = 0; k < KEYS; k++)
 		FUZZ_CHECK(M.seen[k] == M.has[k]);
@@ -149,10 +151,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < 3)
 		return 0;
 	if (dfd < 0) {
-		snprintf(dir, sizeof(dir), "/tmp/vmem-fuzz-seg-XXXXXX");
-		FUZZ_CHECK(mkdtemp(dir) != NULL);
-		dfd = open(dir, O_RDONLY | O_DIRECTORY);
-		FUZZ_CHECK(dfd >= 0);
+		snprintf(gitdir, sizeof(gitdir), "/tmp/vmem-fuzz-seg-XXXXXX");
+		FUZZ_CHECK(mkdtemp(gitdir) != NULL);
+		FUZZ_CHECK(statedir_init(&root, gitdir, NULL, 0, NULL, 0) == 0);
+		FUZZ_CHECK(statedir_sub(&root, "segments", true, &SD, NULL,
+					0) == 0);
+		snprintf(dir, sizeof(dir), "%s/vmem/segments", gitdir);
+		dfd = SD.fd;
 	}
 	clean();
 	memset(&M, 0, sizeof(M));
@@ -254,7 +259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (nfiles == 2)
 		write_file("seg-0000000000000002", files[1], flen[1]);
 	memset(M.seen, 0, sizeof(M.seen));
-	rc = segstore_open(dfd, &o, load, NULL, &s, NULL, msg, sizeof(msg));
+	rc = segstore_open(&SD, &o, load, NULL, &s, NULL, msg, sizeof(msg));
 	if (fail) {
 		FUZZ_CHECK(rc == -EBADMSG);
 		FUZZ_CHECK(strstr(msg, "seg-000000000000000") != NULL);

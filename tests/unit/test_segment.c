@@ -21,10 +21,12 @@
 
 #include "crc32c.h"
 #include "segment.h"
+#include "statedir.h"
 
 #define NKEYS 400
 
-static char dir[64];
+static char gitdir[64], dir[96];
+static struct statedir root, SD;
 static int dirfd_;
 static uint64_t rng_state = 77;
 
@@ -49,12 +51,21 @@ static void key_of(unsigned k, uint8_t key[SEG_KEY])
 	memcpy(key, &k, sizeof(k));
 }
 
+/* A git directory's state directory, and its "segments" below it. */
 static void setup(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/vmem-seg-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	ck_assert_int_ge(dirfd_, 0);
+	char msg[256];
+
+	snprintf(gitdir, sizeof(gitdir), "/tmp/vmem-seg-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(gitdir));
+	ck_assert_msg(statedir_init(&root, gitdir, NULL, 0, msg, sizeof(msg)) ==
+			      0,
+		      "%s", msg);
+	ck_assert_int_eq(
+		statedir_sub(&root, "segments", true, &SD, msg, sizeof(msg)),
+		0);
+	snprintf(dir, sizeof(dir), "%s/vmem/segments", gitdir);
+	dirfd_ = SD.fd;
 	memset(&M, 0, sizeof(M));
 }
 
@@ -62,8 +73,9 @@ static void teardown(void)
 {
 	char cmd[128];
 
-	close(dirfd_);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	statedir_done(&SD);
+	statedir_done(&root);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", gitdir);
 	ck_assert_int_eq(system(cmd), 0);
 	for (int i = 0; i < NKEYS; i++)
 		free(M.p[i]);
@@ -94,8 +106,8 @@ static struct segstore *reopen(struct segstore *s, uint64_t segmax,
 
 	segstore_close(s);
 	memset(M.seen, 0, sizeof(M.seen));
-	ck_assert_msg(segstore_open(dirfd_, &o, load_cb, NULL, &s,
-				    rep ? rep : &r, msg, sizeof(msg)) == 0,
+	ck_assert_msg(segstore_open(&SD, &o, load_cb, NULL, &s, rep ? rep : &r,
+				    msg, sizeof(msg)) == 0,
 		      "%s", msg);
 	for (int k = 0; k < NKEYS; k++)
 		ck_assert_uint_eq(M.seen[k], M.p[k] ? 1 : 0);
@@ -287,8 +299,7 @@ START_TEST(corruption_is_fatal)
 	b ^= 0x40;
 	ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
 	close(fd);
-	rc = segstore_open(dirfd_, &o, load_cb, NULL, &s, NULL, msg,
-			   sizeof(msg));
+	rc = segstore_open(&SD, &o, load_cb, NULL, &s, NULL, msg, sizeof(msg));
 	ck_assert_int_eq(rc, -EBADMSG);
 	ck_assert_ptr_null(s);
 	char want[128];
@@ -314,13 +325,13 @@ START_TEST(sealed_damage_is_fatal)
 	snprintf(name, sizeof(name), "seg-%016x", 1);
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	ck_assert_int_eq(truncate(path, file_size(name) - 7), 0);
-	ck_assert_int_eq(segstore_open(dirfd_, &o, load_cb, NULL, &s, NULL, msg,
+	ck_assert_int_eq(segstore_open(&SD, &o, load_cb, NULL, &s, NULL, msg,
 				       sizeof(msg)),
 			 -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(msg, name));
 	/* Cut exactly at a record boundary (the seal gone): still caught. */
 	ck_assert_int_eq(truncate(path, file_size(name) + 7 - 48), 0);
-	ck_assert_int_eq(segstore_open(dirfd_, &o, load_cb, NULL, &s, NULL, msg,
+	ck_assert_int_eq(segstore_open(&SD, &o, load_cb, NULL, &s, NULL, msg,
 				       sizeof(msg)),
 			 -EBADMSG);
 	ck_assert_ptr_nonnull(strstr(msg, "no seal"));
@@ -339,12 +350,12 @@ START_TEST(unsafe_files_refused)
 	segstore_close(s);
 	ck_assert_int_eq(
 		symlinkat("/etc/passwd", dirfd_, "seg-00000000000000ff"), 0);
-	ck_assert_int_eq(segstore_open(dirfd_, &o, load_cb, NULL, &s, NULL, msg,
+	ck_assert_int_eq(segstore_open(&SD, &o, load_cb, NULL, &s, NULL, msg,
 				       sizeof(msg)),
 			 -ELOOP);
 	ck_assert_int_eq(unlinkat(dirfd_, "seg-00000000000000ff", 0), 0);
 	ck_assert_int_eq(fchmodat(dirfd_, "seg-0000000000000001", 0620, 0), 0);
-	ck_assert_int_eq(segstore_open(dirfd_, &o, load_cb, NULL, &s, NULL, msg,
+	ck_assert_int_eq(segstore_open(&SD, &o, load_cb, NULL, &s, NULL, msg,
 				       sizeof(msg)),
 			 -EPERM);
 	ck_assert_int_eq(fchmodat(dirfd_, "seg-0000000000000001", 0600, 0), 0);

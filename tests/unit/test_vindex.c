@@ -596,6 +596,7 @@ END_TEST
 START_TEST(file_on_disk_and_start_flow)
 {
 	char dir[] = "/tmp/vmem-vindex-XXXXXX", msg[200];
+	struct statedir sd;
 	struct vindex *vi, *back;
 	struct vindex_opts o;
 	struct vindex_stats st;
@@ -609,8 +610,8 @@ START_TEST(file_on_disk_and_start_flow)
 	model_init(8);
 	opts(&o);
 	ck_assert_ptr_nonnull(mkdtemp(dir));
-	dfd = open(dir, O_RDONLY | O_DIRECTORY);
-	ck_assert_int_ge(dfd, 0);
+	ck_assert_int_eq(statedir_init(&sd, dir, NULL, 0, msg, sizeof(msg)), 0);
+	dfd = sd.fd;
 	ck_assert_int_eq(vindex_new(&o, &vi), 0);
 	for (s = 0; s < 1500; s++)
 		put(vi, s);
@@ -618,9 +619,9 @@ START_TEST(file_on_disk_and_start_flow)
 	ck_assert_int_eq(vindex_save_prepare(vi, &buf, &len, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(
-		vindex_write_file(dfd, "vectors", buf, len, msg, sizeof(msg)),
+		vindex_write_file(&sd, "vectors", buf, len, msg, sizeof(msg)),
 		0);
-	ck_assert_int_eq(vindex_read_file(dfd, "vectors", 1 << 30, &rd, &rlen,
+	ck_assert_int_eq(vindex_read_file(&sd, "vectors", 1 << 30, &rd, &rlen,
 					  msg, sizeof(msg)),
 			 0);
 	ck_assert_uint_eq(rlen, len);
@@ -636,25 +637,25 @@ START_TEST(file_on_disk_and_start_flow)
 	vindex_free(back);
 	free(rd);
 	/* Too big for the caller's bound; a symlink; a FIFO; absent. */
-	ck_assert_int_eq(vindex_read_file(dfd, "vectors", len - 1, &rd, &rlen,
+	ck_assert_int_eq(vindex_read_file(&sd, "vectors", len - 1, &rd, &rlen,
 					  msg, sizeof(msg)),
 			 -EFBIG);
 	ck_assert_int_eq(symlinkat("vectors", dfd, "link"), 0);
-	ck_assert_int_eq(vindex_read_file(dfd, "link", 1 << 30, &rd, &rlen, msg,
+	ck_assert_int_eq(vindex_read_file(&sd, "link", 1 << 30, &rd, &rlen, msg,
 					  sizeof(msg)),
 			 -ELOOP);
 	ck_assert_int_eq(mkfifoat(dfd, "fifo", 0600), 0);
-	ck_assert_int_eq(vindex_read_file(dfd, "fifo", 1 << 30, &rd, &rlen, msg,
+	ck_assert_int_eq(vindex_read_file(&sd, "fifo", 1 << 30, &rd, &rlen, msg,
 					  sizeof(msg)),
-			 -EPERM);
-	ck_assert_int_eq(vindex_read_file(dfd, "none", 1 << 30, &rd, &rlen, msg,
+			 -EINVAL);
+	ck_assert_int_eq(vindex_read_file(&sd, "none", 1 << 30, &rd, &rlen, msg,
 					  sizeof(msg)),
 			 -ENOENT);
 	ck_assert_int_eq(
-		vindex_write_file(dfd, "link", buf, len, msg, sizeof(msg)),
+		vindex_write_file(&sd, "link", buf, len, msg, sizeof(msg)),
 		0); /* replaces the link itself, never its target */
 	ck_assert_int_eq(fchmodat(dfd, "vectors", 0666, 0), 0);
-	ck_assert_int_eq(vindex_read_file(dfd, "vectors", 1 << 30, &rd, &rlen,
+	ck_assert_int_eq(vindex_read_file(&sd, "vectors", 1 << 30, &rd, &rlen,
 					  msg, sizeof(msg)),
 			 -EPERM);
 	/* Records changed since the save (a crash after it): refused. */
@@ -680,7 +681,7 @@ START_TEST(file_on_disk_and_start_flow)
 	vindex_free(back);
 	vindex_free(vi);
 	free(buf);
-	close(dfd);
+	statedir_done(&sd);
 	{
 		char cmd[100];
 

@@ -72,6 +72,16 @@ static int axis_from_json(const json_t *obj, const char *name, int max,
 			return 0;
 		}
 	}
+	if (json_is_real(v) && (json_real_value(v) >= 9.2e18 ||
+				json_real_value(v) <= -9.2e18)) {
+		/* An integer literal beyond int64 arrives as a real
+		 * (jsonrpc.c): say what it was rather than its rounding. */
+		set_msg(msg,
+			"coordinate.%s must be an integer in 1..%d (got a "
+			"number beyond 64 bits)",
+			name, max);
+		return RPC_COORDINATE_VALIDATION;
+	}
 	got = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	if (got)
 		set_msg(msg,

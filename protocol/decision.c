@@ -72,8 +72,8 @@ static int axis_from_json(const json_t *obj, const char *name, int max,
 			return 0;
 		}
 	}
-	if (json_is_real(v) && (json_real_value(v) >= 9.2e18 ||
-				json_real_value(v) <= -9.2e18)) {
+	if (json_is_real(v) &&
+	    (json_real_value(v) >= 9.2e18 || json_real_value(v) <= -9.2e18)) {
 		/* An integer literal beyond int64 arrives as a real
 		 * (jsonrpc.c): say what it was rather than its rounding. */
 		set_msg(msg,
@@ -264,8 +264,8 @@ static bool is_space(uint32_t cp)
 {
 	return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) ||
 	       cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-	       (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
-	       cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+	       (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+	       cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
 /* True when valid UTF-8 s[0..len) holds only whitespace. */

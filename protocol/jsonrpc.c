@@ -109,8 +109,9 @@ static char *widen_big_integers(const char *s, size_t len, size_t *out_len)
 					j++;
 			if (depth <= 2 && type[depth] == '{' &&
 			    expect_key[depth])
-				key_is_id[depth] = j - i - 1 == 2 &&
-						   memcmp(s + i + 1, "id", 2) == 0;
+				key_is_id[depth] =
+					j - i - 1 == 2 &&
+					memcmp(s + i + 1, "id", 2) == 0;
 			key = j < len ? j + 1 - i : len - i;
 			memcpy(out + n, s + i, key);
 			n += key;
@@ -143,9 +144,9 @@ static char *widen_big_integers(const char *s, size_t len, size_t *out_len)
 					memcpy(out + n, ".0", 2);
 					n += 2;
 				} else {
-					n += (size_t)sprintf(
-						out + n, "%s1e300",
-						c == '-' ? "-" : "");
+					n += (size_t)sprintf(out + n, "%s1e300",
+							     c == '-' ? "-"
+								      : "");
 				}
 				changed = true;
 			} else {
@@ -229,10 +230,9 @@ int rpc_parse(const char *line, size_t len, size_t max_depth, json_t **doc,
 		char *wide = widen_big_integers(line, len, &wide_len);
 
 		if (wide)
-			root = json_loadb(wide, wide_len,
-					  JSON_REJECT_DUPLICATES |
-						  JSON_DECODE_ANY,
-					  NULL);
+			root = json_loadb(
+				wide, wide_len,
+				JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
 		free(wide);
 	}
 	if (!root) {

@@ -639,10 +639,11 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 		 * kept as it is. */
 		if (type == S_IFREG)
 			return 0;
-		return quarantine(l, vfd, name, name,
-				  !strcmp(name, METADATA)
-					  ? "metadata.json is not a regular file"
-					  : "index.json is not a regular file");
+		return quarantine(
+			l, vfd, name, name,
+			!strcmp(name, METADATA)
+				? "metadata.json is not a regular file"
+				: "index.json is not a regular file");
 	}
 	if (has_prefix(name, TMP_PREFIX))
 		return remove_temp(l, vfd, name, name, dirty);

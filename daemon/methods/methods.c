@@ -25,6 +25,7 @@ static const struct method methods[] = {
 	{"lock.release", lock_release},
 	{"notifications/initialized", mcp_initialized},
 	{"ping", mcp_ping},
+	{"server.flush", server_flush},
 	{"server.health", server_health},
 	{"server.hello", server_hello},
 	{"server.shutdown", server_shutdown},

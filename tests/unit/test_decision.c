@@ -203,7 +203,10 @@ END_TEST
 START_TEST(test_content_blank)
 {
 	static const char *const blank[] = {
-		" ", "\t\n\r\v\f  ", "\xc2\xa0", "\xe3\x80\x80 \n",
+		" ",
+		"\t\n\r\v\f  ",
+		"\xc2\xa0",
+		"\xe3\x80\x80 \n",
 		"\xe2\x80\x80\xe2\x80\x8a\xe2\x80\xa8\xe2\x80\xa9",
 		"\x1c\x1f\xc2\x85\xe1\x9a\x80\xe2\x80\xaf\xe2\x81\x9f",
 	};
@@ -220,8 +223,8 @@ START_TEST(test_content_blank)
 		ck_assert_msg(content_check_new(blank[i], strlen(blank[i]),
 						msg) == RPC_INVALID_PARAMS,
 			      "blank %zu accepted", i);
-		ck_assert_str_eq(msg,
-				 "content must not be empty or only whitespace");
+		ck_assert_str_eq(
+			msg, "content must not be empty or only whitespace");
 	}
 	for (i = 0; i < sizeof(filled) / sizeof(filled[0]); i++)
 		ck_assert_msg(content_check_new(filled[i], strlen(filled[i]),
@@ -482,7 +485,8 @@ START_TEST(test_timestamps_any)
 		{"2025-01-06T15:30:00", "2025-01-06T15:30:00.000000Z"},
 		{"2025-01-06 15:30:00.5", "2025-01-06T15:30:00.500000Z"},
 		{"2025-01-06t15:30:00.123Z", "2025-01-06T15:30:00.123000Z"},
-		{"2025-01-06T15:30:00.123456789Z", "2025-01-06T15:30:00.123456Z"},
+		{"2025-01-06T15:30:00.123456789Z",
+		 "2025-01-06T15:30:00.123456Z"},
 		{"2025-01-06T17:00:00.000001+01:30",
 		 "2025-01-06T15:30:00.000001Z"},
 		{"2025-01-05T23:30:00-16:00", "2025-01-06T15:30:00.000000Z"},
@@ -691,9 +695,9 @@ START_TEST(test_parse_rejects)
 	ck_assert_str_eq(msg, "decision has unknown member extra");
 	/* Only version and issue_context may be missing (seed files). */
 	ck_assert_int_eq(parse_edited(",\n  \"version\": 1", "", msg), 0);
-	ck_assert_int_eq(parse_edited("\"agent_id\": \"claude-code-01\",\n",
-				      "", msg),
-			 RPC_INVALID_PARAMS);
+	ck_assert_int_eq(
+		parse_edited("\"agent_id\": \"claude-code-01\",\n", "", msg),
+		RPC_INVALID_PARAMS);
 	ck_assert_str_eq(msg, "decision is missing member agent_id");
 	ck_assert_int_eq(parse_edited("\"timestamp\"", "\"time\"", msg),
 			 RPC_INVALID_PARAMS);
@@ -707,8 +711,7 @@ START_TEST(test_parse_rejects)
 	ck_assert_int_eq(
 		parse_edited("\"version\": 1", "\"version\": \"1\"", msg),
 		RPC_INVALID_PARAMS);
-	ck_assert_int_eq(parse_edited("15:30:00.123456Z", "15:30:00Z", msg),
-			 0);
+	ck_assert_int_eq(parse_edited("15:30:00.123456Z", "15:30:00Z", msg), 0);
 	ck_assert_int_eq(parse_edited("15:30:00.123456Z", "15:30Z", msg),
 			 RPC_INVALID_PARAMS);
 	ck_assert_int_eq(

@@ -608,11 +608,16 @@ static int validate(struct store *s, struct store_write *w, char *msg, size_t n)
 		return RPC_UNAVAILABLE;
 	}
 	if (z == 1 && (cur || w->is_delete)) {
+		/* "Cannot modify decision" and "immutable": the seed's
+		 * words, which its users match on. */
 		snprintf(msg, n,
-			 w->is_delete ? "layer z=1 is write-once: (%d, %d, %d) "
-					"cannot be deleted"
-				      : "layer z=1 is write-once: (%d, %d, %d) "
-					"already holds a decision",
+			 w->is_delete
+				 ? "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once), it cannot be deleted"
+				 : "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once) and already holds a decision",
 			 x, y, z);
 		return RPC_IMMUTABLE_LAYER;
 	}

@@ -121,22 +121,30 @@ class TestCoordinate(NoDaemonCase):
         self.assertEqual(VC.of([3, 2, 1]), VC(3, 2, 1))
 
     def test_paths(self):
-        self.assertEqual(VC(5, 2, 1).to_path(), Path("x-005/y-2-z-1.json"))
+        # The seed's form: relative to the working-tree root.
+        self.assertEqual(VC(5, 2, 1).to_path(),
+                         Path(".vector-memory/x-005/y-2-z-1.json"))
         self.assertEqual(VC(1000, 5, 4).to_path(),
-                         Path("x-1000/y-5-z-4.json"))
+                         Path(".vector-memory/x-1000/y-5-z-4.json"))
         self.assertFalse(VC(5, 2, 1).to_path().is_absolute())
         for c in (VC(1, 1, 1), VC(42, 3, 2), VC(1000, 5, 4)):
+            rel = c.to_path().relative_to(".vector-memory")
             self.assertEqual(VC.from_path(c.to_path()), c)
             self.assertEqual(VC.from_path(str(c.to_path())), c)
-            self.assertEqual(
-                VC.from_path(Path(".vector-memory") / c.to_path()), c)
-            self.assertEqual(VC.from_path(
-                Path(self.repo.vmdir) / c.to_path()), c)
+            self.assertEqual(VC.from_path(rel), c)
+            self.assertEqual(VC.from_path(Path(self.repo.root) /
+                                          c.to_path()), c)
+            # Windows separators, as the seed accepts them.
+            self.assertEqual(VC.from_path(str(c.to_path()).replace(
+                "/", "\\")), c)
+        self.assertEqual(VC.from_path(".vector-memory\\x-010\\y-3-z-2.json"),
+                         VC(10, 3, 2))
         for bad in ("x-5/y-2-z-1.json", "x-0005/y-2-z-1.json",
                     "x-005/y-2-z-1.txt", "metadata.json", "x-005",
-                    "ax-005/y-2-z-1.json"):
+                    "ax-005/y-2-z-1.json", "x-005\\y-2-z-1.txt"):
             with self.subTest(path=bad):
-                with self.assertRaises(ValueError):
+                with self.assertRaisesRegex(ValueError,
+                                            "^Invalid coordinate path"):
                     VC.from_path(bad)
         with self.assertRaises(CoordinateValidationError):
             VC.from_path("x-005/y-9-z-1.json")
@@ -601,8 +609,7 @@ class TestPatterns(ClientCase):
         committed = git_out(self.repo.root, "ls-tree", "-r", "--name-only",
                             "HEAD")
         for d in stored:
-            self.assertIn(".vector-memory/" + d.coordinate.to_path()
-                          .as_posix(), committed)
+            self.assertIn(d.coordinate.to_path().as_posix(), committed)
 
         # Restart: the same manager reconnects by itself...
         self.daemon.restart()
@@ -626,8 +633,9 @@ class TestPatterns(ClientCase):
         self.assertEqual(m2.last_reload["quarantined"], [])
 
     def test_immutability(self):
-        """Pattern 4 and testing contract 2, with the design's explicit
-        overwrite for z=2..4."""
+        """Pattern 4 and testing contract 2: z=1 is write-once, z=2..4
+        replaced by a plain store (the seed's rule), refused with
+        overwrite=False (the wire's default)."""
         m = self.manager()
         coord = VC(5, 2, 1)
         original = m.store(coord, "Original decision")
@@ -644,9 +652,10 @@ class TestPatterns(ClientCase):
 
         coord2 = VC(5, 2, 3)
         v1 = m.store(coord2, "Implementation v1")
-        with self.assertRaises(CoordinateOccupiedError):
-            m.store(coord2, "Implementation v2")
-        v2 = m.store(coord2, "Implementation v2", overwrite=True)
+        with self.assertRaises(CoordinateOccupiedError) as cm:
+            m.store(coord2, "Implementation v2", overwrite=False)
+        self.assertIn("overwrite", cm.exception.message)
+        v2 = m.store(coord2, "Implementation v2")  # OK, z=3 is mutable
         self.assertEqual((v1.version, v2.version), (1, 2))
         self.assertGreater(v2.timestamp, v1.timestamp)
         with self.assertRaises(ConcurrencyError):
@@ -701,6 +710,8 @@ class TestErrors(ClientCase):
         c = VC(1, 1, 2)
         cases = [
             ("empty content", lambda: m.store(c, "")),
+            ("blank content", lambda: m.store(c, " \n\t\u3000")),
+            ("content over 100 KiB", lambda: m.store(c, "x" * 102401)),
             ("content not str", lambda: m.store(c, b"bytes")),
             ("content with NUL", lambda: m.store(c, "a\x00b")),
             ("lone surrogate", lambda: m.store(c, "a\ud800b")),
@@ -713,11 +724,18 @@ class TestErrors(ClientCase):
                 with self.assertRaises(ValueError):
                     fn()
         # Refused by the daemon, mapped.
+        with self.assertRaisesRegex(ValueError, "too large"):
+            m.store(c, "\u00e9" * 51201)  # counted in UTF-8 bytes
         daemon_cases = [
-            ("content over 100 KiB", lambda: m.store(c, "x" * 102401)),
             ("context value not str", lambda: m.store(c, "a", {"k": 1})),
             ("if_version 0", lambda: m.store(c, "a", if_version=0)),
             ("range of 3", lambda: m.query_range(x_range=(1, 2, 3))),
+            ("raw blank content", lambda: m.call(
+                "decision.store", {"coordinate": c.to_json(),
+                                   "content": " \t\n"})),
+            ("raw content over 100 KiB", lambda: m.call(
+                "decision.store", {"coordinate": c.to_json(),
+                                   "content": "x" * 102401})),
         ]
         for name, fn in daemon_cases:
             with self.subTest(case=name):
@@ -750,7 +768,7 @@ class TestErrors(ClientCase):
             (QueryError, -32005, lambda: m.search_content([])),
             (QueryError, -32005, lambda: m.search_content(["--"])),
             (CoordinateOccupiedError, -32006,
-             lambda: m.store(VC(2, 1, 2), "b")),
+             lambda: m.store(VC(2, 1, 2), "b", overwrite=False)),
             (ProtocolError, -32601, lambda: m.call("no.such.method")),
         ]
         for cls, code, fn in cases:
@@ -1023,7 +1041,7 @@ class TestPackaging(NoDaemonCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = p.stdout.decode().splitlines()
         self.assertTrue(lines[0].startswith(target), lines)
-        self.assertEqual(lines[1], "x-005/y-2-z-1.json")
+        self.assertEqual(lines[1], ".vector-memory/x-005/y-2-z-1.json")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ UNITS = os.path.join(HERE, "..", "..", "systemd")
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 printf '%s\\n' "$*" >> "$SYSTEMCTL_LOG"
+if [ "$*" = "--user show-environment" ]; then
+    exit "${SYSTEMCTL_BUS_EXIT:-0}"
+fi
 exit "${SYSTEMCTL_EXIT:-0}"
 """
 
@@ -268,6 +271,7 @@ class Service(vt.VmemTestCase):
         p = self.vmem("service", "install")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertEqual(self.calls(), [
+            "--user show-environment",
             "--user daemon-reload",
             "--user enable --now vmemd@%s.socket" % key])
         units = os.path.join(self.cfg, "systemd", "user")
@@ -298,6 +302,20 @@ class Service(vt.VmemTestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("stopping the vmemd", p.stdout)
         self.assertFalse(self.repo.lock_held())
+
+    def test_install_without_a_user_bus_changes_nothing(self):
+        """No user manager: install says so before stopping the running
+        daemon or writing anything."""
+        self.assertEqual(self.vmem("daemon", "start").returncode, 0)
+        self.addCleanup(self.vmem, "daemon", "stop")
+        p = self.vmem("service", "install", SYSTEMCTL_BUS_EXIT="1")
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("no user manager", p.stderr)
+        self.assertIn("nothing was changed", p.stderr)
+        self.assertNotIn("stopping", p.stdout)
+        self.assertTrue(self.repo.lock_held(), "the daemon was stopped")
+        self.assertEqual(self.calls(), ["--user show-environment"])
+        self.assertFalse(os.path.exists(os.path.join(self.cfg, "systemd")))
 
     def test_uninstall_removes_what_install_wrote(self):
         key = self.key()

@@ -26,7 +26,7 @@ def cli_env(**extra):
 
 
 class CliTestCase(vt.VmemTestCase):
-    def vmem(self, *args, sock=None, stdin=None, env=None, timeout=30):
+    def vmem(self, *args, sock=None, stdin=None, env=None, timeout=vt.scaled(30)):
         """Run `vmem --socket S --repo R ARGS`: CompletedProcess (text)."""
         sock = sock or self.daemon.sock
         argv = [vt.VMEM, "--socket", sock, "--repo", self.repo.root]
@@ -168,12 +168,12 @@ class Commands(CliTestCase):
             with self.subTest(repo=repo):
                 p = subprocess.run([vt.VMEM, "--repo", repo, "status"],
                                    capture_output=True, text=True,
-                                   env=cli_env(), timeout=30)
+                                   env=cli_env(), timeout=vt.scaled(30))
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertIn("Not a Git repository", p.stderr)
                 self.assertNotIn("use --repo", p.stderr)
         p = subprocess.run([vt.VMEM, "status"], capture_output=True,
-                           text=True, env=cli_env(), timeout=30,
+                           text=True, env=cli_env(), timeout=vt.scaled(30),
                            cwd=self.repo.tmp)
         self.assertIn("use --repo", p.stderr)
 
@@ -343,17 +343,17 @@ class Watch(CliTestCase):
     def wait_subscribed(self, conn, x, y, z):
         """Store probes at (x, y, z), inside the watched ranges, until
         vmem watch prints one (it has subscribed by then)."""
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + vt.scaled(10)
         while time.monotonic() < deadline:
             self.assertIsNone(self.proc.poll(), "".join(self.stderr_text))
             conn.store(x, y, z, self.PROBE, overwrite=True)
             try:
-                line = self.lines.get(timeout=0.3)
+                line = self.lines.get(timeout=vt.scaled(0.3))
             except queue.Empty:
                 continue
             if line is None:
-                self.proc.wait(5)
-                self.err_thread.join(5)
+                self.proc.wait(vt.scaled(5))
+                self.err_thread.join(vt.scaled(5))
                 self.fail("vmem watch closed its output (exit %s): %s"
                           % (self.proc.returncode,
                              "".join(self.stderr_text)))
@@ -400,10 +400,10 @@ class Watch(CliTestCase):
     def stop_with(self, sig):
         self.proc.send_signal(sig)
         try:
-            rc = self.proc.wait(5)
+            rc = self.proc.wait(vt.scaled(5))
         except subprocess.TimeoutExpired:
             self.fail("vmem watch ignores signal %d" % sig)
-        self.err_thread.join(5)
+        self.err_thread.join(vt.scaled(5))
         return rc
 
     def test_json_lines_in_range(self):
@@ -479,10 +479,10 @@ class Watch(CliTestCase):
         conn.close()
         self.daemon.stop()
         try:
-            rc = self.proc.wait(5)
+            rc = self.proc.wait(vt.scaled(5))
         except subprocess.TimeoutExpired:
             self.fail("vmem watch still running after the daemon stopped")
-        self.err_thread.join(5)
+        self.err_thread.join(vt.scaled(5))
         self.assertEqual(rc, 1, "".join(self.stderr_text))
         self.assertTrue("".join(self.stderr_text).strip(),
                         "no message on stderr")
@@ -490,9 +490,9 @@ class Watch(CliTestCase):
     def test_bad_ranges(self):
         for args in (["--x", "a-b"], ["--x"], ["--z", "1-x"], ["--bogus"]):
             with self.subTest(args=args):
-                self.fails(2, "watch", *args, timeout=10)
+                self.fails(2, "watch", *args, timeout=vt.scaled(10))
         self.fails(1, "watch", "--x", "7-3", type_name="QueryError",
-                   timeout=10)
+                   timeout=vt.scaled(10))
 
 
 if __name__ == "__main__":

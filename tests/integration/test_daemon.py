@@ -24,7 +24,7 @@ def mode_of(path):
 class SingleInstance(vt.VmemTestCase):
     def assertRefusedAsRunning(self, second):
         second.spawn()
-        rc = second.wait(10)
+        rc = second.wait(vt.scaled(10))
         self.assertEqual(rc, 3, second.stderr())
         self.assertIn("already running", second.stderr())
 
@@ -121,7 +121,7 @@ class SocketSafety(vt.VmemTestCase):
         os.chmod(d.sock, 0o666)  # let the kernel pass; the daemon must not
         probe = ("import socket, sys\n"
                  "s = socket.socket(socket.AF_UNIX)\n"
-                 "s.settimeout(5)\n"
+                 "s.settimeout(vt.scaled(5))\n"
                  "s.connect(sys.argv[1])\n"
                  "try:\n"
                  "    s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,"
@@ -131,7 +131,7 @@ class SocketSafety(vt.VmemTestCase):
                  "    print('error', e)\n")
         p = subprocess.run([python, "-c", probe, d.sock],
                            user=65534, group=65534, capture_output=True,
-                           text=True, timeout=20)
+                           text=True, timeout=vt.scaled(20))
         self.assertEqual(p.returncode, 0, p.stderr)
         vt.diag("another user got: %r" % p.stdout.strip())
         self.assertNotIn('"result"', p.stdout)

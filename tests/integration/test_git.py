@@ -347,7 +347,7 @@ class Deferral(GitCase):
         lock = os.path.join(self.repo.gitdir, "index.lock")
         with open(lock, "w"):
             pass
-        held_until = time.monotonic() + 2.0
+        held_until = time.monotonic() + vt.scaled(2.0)
         recs = [conn.store(6, 1, 1, "while locked")]
         self.assertDeferred(conn, "index.lock")
         recs.append(conn.store(6, 2, 2, "still accepted"))
@@ -560,7 +560,7 @@ class Restart(GitCase):
         wal = os.path.join(self.repo.gitdir, "vmem", "wal")
         self.assertTrue(vt.wait_until(
             lambda: self.health(conn)["pending"] == 1 and
-            os.path.getsize(wal) == 0 or self.wal_empty(wal), timeout=5))
+            os.path.getsize(wal) == 0 or self.wal_empty(wal), timeout=vt.scaled(5)))
         self.daemon.kill()
         self.assertEqual(self.commits(), [base])
         self.daemon.args = ["--commit-delay-ms", "200"]
@@ -744,7 +744,7 @@ class Reload(GitCase):
                   % (x, y)} for x in range(1, 301) for y in range(1, 6)]
         for at in range(0, len(items), 500):
             conn.call("decision.store_many", {"items": items[at:at + 500]},
-                      timeout=60)
+                      timeout=vt.scaled(60))
         self.sync(conn, timeout=60)
         with open(self.repo.decision_path(7, 7 % 5 + 1, 3), "w") as f:
             f.write("{broken")
@@ -944,7 +944,7 @@ class Log(GitCase):
         self.assertRpcError(vt.E_VALUE, conn.call, "git.log", {"limit": 0})
         p = subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
                             "--repo", self.repo.root, "log", "--limit", "2"],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=vt.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual([ln.split()[0] for ln in p.stdout.splitlines()],
                          [c[:12] for c in made[::-1][:2]])
@@ -960,7 +960,7 @@ class Cli(GitCase):
         return subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
                                "--repo", self.repo.root] + list(args),
                               capture_output=True, text=True, env=env,
-                              timeout=30)
+                              timeout=vt.scaled(30))
 
     def test_vmem_sync(self):
         conn = self.connect(agent_id="c")

@@ -112,7 +112,7 @@ class HistoryCase(GitCase):
         return subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
                                "--repo", self.repo.root] + list(args),
                               capture_output=True, text=True, env=env,
-                              timeout=30)
+                              timeout=vt.scaled(30))
 
     def assertLineOf(self, line, rev):
         """A human history line starts with an abbreviation of rev (at

@@ -338,7 +338,7 @@ class TestSocketPath(NoDaemonCase):
         self.addCleanup(shutdown_any, expected)
         # vmemd computing the path itself.
         p = subprocess.run([vmemtest.VMEMD, "--repo", sub], env=env,
-                           capture_output=True, timeout=30)
+                           capture_output=True, timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(accepts(expected))
         m = VectorMemoryManager(sub, "agent-p", autostart=False,
@@ -348,7 +348,7 @@ class TestSocketPath(NoDaemonCase):
         self.assertTrue(wait_until(lambda: not self.repo.lock_held(), 5.0))
         # The CLI (libvmem) starting it.
         p = subprocess.run([vmemtest.VMEM, "daemon", "start"], cwd=sub,
-                           env=env, capture_output=True, timeout=30)
+                           env=env, capture_output=True, timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.decode().strip(), expected)
         with mock.patch.dict(os.environ, {"XDG_RUNTIME_DIR": xdg}):
@@ -802,7 +802,7 @@ class TestErrors(ClientCase):
         finally:
             os.unlink(lock)
         self.assertTrue(wait_until(
-            lambda: m.health()["pending"] == 0, 10.0 * TIMEOUT_SCALE))
+            lambda: m.health()["pending"] == 0, 10.0))
 
 
 class TestUnavailable(ClientCase):
@@ -953,8 +953,9 @@ class TestConnections(ClientCase):
         self.assertEqual(m.connections_opened, 1)
 
     def test_latency(self):
-        """Testing contract 7, loosely: the seed's p99 < 50 ms targets are
-        printed; the assertion only catches pathologies (1 s)."""
+        """Testing contract 7: the seed's p99 < 50 ms targets are printed
+        next to the figures (never asserted: a test does not judge
+        time); what is asserted is that every read saw its write."""
         m = self.manager()
         lat = {"store": [], "get": []}
         for i in range(200):
@@ -963,15 +964,15 @@ class TestConnections(ClientCase):
             m.store(c, "latency probe %d" % i)
             lat["store"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            m.get(c)
+            got = m.get(c)
             lat["get"].append(time.perf_counter() - t)
+            self.assertEqual(got.content, "latency probe %d" % i)
         for name, values in lat.items():
             values.sort()
             p50 = values[len(values) // 2] * 1000
             p99 = values[int(len(values) * 0.99)] * 1000
             diag("%s: p50 %.3f ms, p99 %.3f ms (seed target p99 < 50 ms)"
                  % (name, p50, p99))
-            self.assertLess(p99, 1000.0 * TIMEOUT_SCALE)
 
 
 # --------------------------------------------------------------------------
@@ -1029,7 +1030,7 @@ class TestPackaging(NoDaemonCase):
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         p = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                             "--no-index", "--target", target, CLIENT],
-                           capture_output=True, env=env, timeout=120)
+                           capture_output=True, env=env, timeout=vmemtest.scaled(120))
         self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
         env["PYTHONPATH"] = target
         p = subprocess.run([sys.executable, "-c",
@@ -1037,7 +1038,7 @@ class TestPackaging(NoDaemonCase):
                             "print(vmem.VectorCoordinate(5, 2, 1)"
                             ".to_path())"],
                            capture_output=True, env=env, cwd=self.repo.tmp,
-                           timeout=30)
+                           timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = p.stdout.decode().splitlines()
         self.assertTrue(lines[0].startswith(target), lines)

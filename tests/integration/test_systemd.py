@@ -38,11 +38,11 @@ class Notify(vt.VmemTestCase):
         self.nsock.bind(self.npath)
         self.addCleanup(self.nsock.close)
 
-    def recv(self, timeout=5.0):
+    def recv(self, timeout=vt.scaled(5.0)):
         self.nsock.settimeout(timeout)
         return self.nsock.recv(4096).decode()
 
-    def messages_until(self, predicate, timeout=10.0):
+    def messages_until(self, predicate, timeout=vt.scaled(10.0)):
         got = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -134,7 +134,7 @@ class SocketActivation(vt.VmemTestCase):
         self.addCleanup(lambda: p.poll() is None and p.kill())
         # The socket file appears at bind, a moment before listen().
         self.assertTrue(vt.wait_until(lambda: vt.accepts(self.sock),
-                                      timeout=5))
+                                      timeout=vt.scaled(5)))
         return p
 
     def stderr(self):
@@ -151,7 +151,7 @@ class SocketActivation(vt.VmemTestCase):
         self.assertIn("serving", self.stderr())
         self.assertIn("activated.sock", self.stderr())
         p.send_signal(signal.SIGTERM)
-        self.assertEqual(p.wait(timeout=10), 0)
+        self.assertEqual(p.wait(timeout=vt.scaled(10)), 0)
         # The socket is systemd's: vmemd leaves it.
         self.assertTrue(os.path.exists(self.sock))
         self.assertEqual(self.repo.read_decision(2, 1, 2)["content"],
@@ -160,10 +160,10 @@ class SocketActivation(vt.VmemTestCase):
     def test_warns_when_clients_would_look_elsewhere(self):
         p = self.activate()
         self.assertTrue(vt.wait_until(lambda: "clients of this tree look for"
-                                      in self.stderr(), timeout=5),
+                                      in self.stderr(), timeout=vt.scaled(5)),
                         self.stderr())
         p.send_signal(signal.SIGTERM)
-        p.wait(timeout=10)
+        p.wait(timeout=vt.scaled(10))
 
     def test_several_sockets_refused(self):
         other = os.path.join(self.sdir, "second.sock")
@@ -177,8 +177,8 @@ class SocketActivation(vt.VmemTestCase):
         # The activator execs vmemd on the first connection (the socket
         # file appears at bind, a moment before listen()).
         self.assertTrue(vt.wait_until(lambda: vt.accepts(self.sock),
-                                      timeout=5))
-        self.assertNotEqual(p.wait(timeout=10), 0)
+                                      timeout=vt.scaled(5)))
+        self.assertNotEqual(p.wait(timeout=vt.scaled(10)), 0)
         self.assertIn("several sockets", self.stderr())
 
 
@@ -205,7 +205,7 @@ class UnitFiles(vt.VmemTestCase):
             ["systemd-analyze", "--user", "verify", "--man=no",
              os.path.join(tmp, "vmemd@%s.socket" % key),
              os.path.join(tmp, "vmemd@%s.service" % key)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True, text=True, timeout=vt.scaled(60),
             env=dict(os.environ, XDG_CONFIG_HOME=self.repo.path("cfg"),
                      XDG_RUNTIME_DIR=run))
         return p.returncode, (p.stdout + p.stderr).strip()
@@ -249,7 +249,7 @@ class Service(vt.VmemTestCase):
     def vmem(self, *args, **extra):
         return subprocess.run([vt.VMEM, "--repo", self.repo.root] +
                               list(args), capture_output=True, text=True,
-                              env=self.env(**extra), timeout=60)
+                              env=self.env(**extra), timeout=vt.scaled(60))
 
     def calls(self):
         if not os.path.exists(self.log):

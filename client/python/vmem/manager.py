@@ -453,7 +453,8 @@ class VectorMemoryManager:
                                      "strings, not a string")
         terms = list(search_terms)
         if not terms:
-            raise QueryError("search_terms must not be empty")
+            raise QueryError("search_terms must not be empty", code=-32005,
+                             data={"type": "QueryError"})
         params: Dict[str, Any] = {"terms": terms,
                                   "match_all": bool(match_all)}
         if limit is not None:

@@ -904,6 +904,86 @@ class TestConnections(ClientCase):
         self.run_threads(6, work)
         self.assertEqual(m.get(c).version, 61)
 
+    def test_ten_threads_replace_one_coordinate(self):
+        """The seed's rule: plain stores at z=2..4 replace; concurrent
+        ones all succeed, serialised, the last one wins."""
+        m = self.manager()
+        c = VC(301, 2, 3)
+        self.run_threads(10, lambda i: m.store(c, "thread %d" % i))
+        got = m.get(c)
+        self.assertEqual(got.version, 10)
+        self.assertRegex(got.content, r"^thread \d$")
+
+    def test_store_returns_with_its_file_written(self):
+        m = self.manager()
+        for i in range(1, 16):
+            d = m.store(VC(i, 4, 2), "file %d" % i)
+            # No polling: the file is in the tree when store returns.
+            self.assertEqual(self.repo.read_decision_bytes(i, 4, 2),
+                             d.to_file_text().encode())
+        self.assertTrue(m.delete(VC(3, 4, 2)))
+        self.assertIsNone(self.repo.read_decision_bytes(3, 4, 2))
+
+    def test_dropped_manager_closes_without_warning(self):
+        import gc
+        import warnings
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            m = VectorMemoryManager(self.repo.root, "dropped",
+                                    socket_path=self.daemon.sock,
+                                    autostart=False)
+            m.store(VC(5, 5, 4), "then dropped")
+            pool = m._pool
+            del m
+            gc.collect()
+        self.assertEqual([str(w.message) for w in seen], [])
+        self.assertTrue(pool.closed)
+        self.assertEqual(pool.idle, [])
+        # The finalizer waited for the commit of the write.
+        health = self.connect().call("server.health")
+        self.assertEqual(health["pending"], 0)
+        self.assertIsNotNone(health["last_commit"])
+
+    def test_close_waits_for_the_commit(self):
+        with self.manager() as m:
+            m.store(VC(6, 1, 2), "committed by close")
+        self.assertTrue(m.closed)
+        self.assertIsNone(m.flush_error)
+        out = git_out(self.repo.root, "log", "--format=%s")
+        self.assertIn("vector-memory: 1 decisions (x 6, y 1, z 2)", out)
+        wal = os.path.join(self.repo.gitdir, "vmem", "wal")
+        self.assertEqual(os.path.getsize(wal), 0)
+        m.close()  # again: nothing happens
+        # A manager that wrote nothing closes without asking the daemon.
+        calls = self.connect().call("server.stats")["methods"]
+        flushes = calls.get("server.flush", {}).get("count", 0)
+        self.manager().close()
+        calls = self.connect().call("server.stats")["methods"]
+        self.assertEqual(calls.get("server.flush", {}).get("count", 0),
+                         flushes)
+
+    def test_close_with_commits_deferred_does_not_raise(self):
+        m = self.manager()
+        m.store(VC(7, 1, 2), "while detached")
+        subprocess.run(["git", "-C", self.repo.root, "commit", "-q",
+                        "--allow-empty", "-m", "base"], check=True,
+                       env=dict(os.environ, GIT_AUTHOR_NAME="a",
+                                GIT_AUTHOR_EMAIL="a@b", GIT_COMMITTER_NAME="a",
+                                GIT_COMMITTER_EMAIL="a@b"))
+        subprocess.run(["git", "-C", self.repo.root, "checkout", "-q",
+                        "--detach"], check=True)
+        m.store(VC(7, 1, 3), "still detached")
+        m.close()
+        self.assertIsInstance(m.flush_error, StorageError)
+        self.assertIn("detached", str(m.flush_error))
+        self.assertEqual(self.connect().get(7, 1, 3)["content"],
+                         "still detached")
+
+    def test_vector_memory_made_by_the_constructor(self):
+        self.assertFalse(os.path.exists(self.repo.vmdir))
+        self.manager()
+        self.assertTrue(os.path.isdir(self.repo.vmdir))
+
     def test_notifications_are_skipped(self):
         m = self.manager()
         sub = m.call("watch.subscribe", {})

@@ -75,7 +75,7 @@ PROBE = r"""
 import json, socket, sys
 out = {"connected": False, "lines": [], "eof": False, "error": None}
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.settimeout(vt.scaled(5))
+s.settimeout(5)
 try:
     s.connect(sys.argv[1])
     out["connected"] = True

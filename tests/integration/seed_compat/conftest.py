@@ -9,6 +9,7 @@ by then.
 """
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,8 @@ sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "..",
 sys.path.insert(0, HERE)
 
 SCALE = float(os.environ.get("VMEM_TIMEOUT_SCALE", "1"))
+SANITIZER_RE = re.compile(
+    r".*(ERROR: \w+Sanitizer|WARNING: ThreadSanitizer|runtime error:).*")
 RUNTIME = tempfile.mkdtemp(prefix="vmem-seed-run-", dir="/tmp")
 os.chmod(RUNTIME, 0o700)
 os.environ["XDG_RUNTIME_DIR"] = RUNTIME
@@ -78,6 +81,12 @@ def temp_repo():
                     "seed@example.com"], check=True)
     try:
         yield repo
+        # A daemon built with sanitizers reports into its log, which
+        # goes with the repository: look first.
+        log = repo / ".git" / "vmem" / "vmemd.log"
+        if log.exists():
+            found = SANITIZER_RE.search(log.read_text(errors="replace"))
+            assert not found, "%s: %s" % (log, found.group(0))
         shutil.rmtree(tmp)  # must not fail: nothing is written after
     finally:
         _stop_daemons(tmp)

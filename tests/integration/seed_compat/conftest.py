@@ -9,7 +9,6 @@ by then.
 """
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -25,9 +24,9 @@ sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "..",
                                                  "client", "python")))
 sys.path.insert(0, HERE)
 
-SCALE = float(os.environ.get("VMEM_TIMEOUT_SCALE", "1"))
-SANITIZER_RE = re.compile(
-    r".*(ERROR: \w+Sanitizer|WARNING: ThreadSanitizer|runtime error:).*")
+# The harness of the other suites: its sanitizer pattern and waits.
+sys.path.insert(0, os.path.dirname(HERE))
+from vmemtest import SANITIZER_RE, scaled  # noqa: E402
 RUNTIME = tempfile.mkdtemp(prefix="vmem-seed-run-", dir="/tmp")
 os.chmod(RUNTIME, 0o700)
 os.environ["XDG_RUNTIME_DIR"] = RUNTIME
@@ -61,7 +60,7 @@ def _stop_daemons(path):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + 10 * SCALE
+    deadline = time.monotonic() + scaled(10)
     while _daemons_of(path) and time.monotonic() < deadline:
         time.sleep(0.02)
     left = _daemons_of(path)

@@ -1000,6 +1000,25 @@ class TestConnections(ClientCase):
         self.assertTrue(m.delete(VC(3, 4, 2)))
         self.assertIsNone(self.repo.read_decision_bytes(3, 4, 2))
 
+    def test_store_whose_file_cannot_be_written(self):
+        """The write is durable but its file cannot be written (a file
+        where its x-NNN directory belongs): StorageError says so."""
+        m = self.manager(timeout=2.0)
+        os.makedirs(self.repo.vmdir, exist_ok=True)
+        obstacle = os.path.join(self.repo.vmdir, "x-009")
+        with open(obstacle, "w") as f:
+            f.write("in the way")
+        with self.assertRaises(StorageError) as cm:
+            m.store(VC(9, 1, 2), "durable anyway")
+        self.assertIn("the write is durable", cm.exception.message)
+        self.assertIn("timed out", cm.exception.reason)
+        self.assertEqual(m.get(VC(9, 1, 2)).content, "durable anyway")
+        os.unlink(obstacle)
+        # The writer retries with a back-off (up to 5 s): wait longer.
+        self.manager(timeout=vmemtest.scaled(15.0)).store(
+            VC(9, 1, 3), "and the next one is written")
+        self.assertIsNotNone(self.repo.read_decision_bytes(9, 1, 2))
+
     def test_dropped_manager_closes_without_warning(self):
         import gc
         import warnings

@@ -160,7 +160,8 @@ class _Pool:
              timeout: Optional[float], then: Optional[str] = None,
              then_params: Optional[Dict[str, Any]] = None) -> Any:
         """One call (and, with then, a second call on the same connection
-        once the first succeeded; its result is dropped)."""
+        once the first succeeded; its result is dropped, its failure is a
+        StorageError saying that the first one did happen)."""
         if method in _WRITES:
             with self.lock:
                 self.unflushed = True
@@ -169,7 +170,16 @@ class _Pool:
             try:
                 result = conn.call(method, params, timeout)
                 if then is not None:
-                    conn.call(then, then_params, timeout)
+                    try:
+                        conn.call(then, then_params, timeout)
+                    except VectorMemoryError as e:
+                        raise StorageError(
+                            "%s succeeded (the write is durable) but its "
+                            "file is not in the working tree yet: %s"
+                            % (method, e.message),
+                            code=-32004,
+                            data={"type": "StorageError",
+                                  "reason": e.message}) from None
                 return result
             except DaemonConnectionError:
                 if attempt == 2 or not reused or method not in _READ_ONLY:
@@ -299,8 +309,12 @@ class VectorMemoryManager:
         """A write that returns once its file is in the working tree
         (server.flush until written, on the same connection)."""
         timeout = self._write_timeout(timeout_ms)
+        flush: Dict[str, Any] = {"until": "written"}
+        if timeout is not None:
+            # The daemon gives up first, so the answer says why.
+            flush["timeout_ms"] = max(1, min(600000, int(timeout * 900)))
         return self._pool.call(method, params, timeout, "server.flush",
-                               {"until": "written"})
+                               flush)
 
     def _write_timeout(self, timeout_ms: Optional[int]) -> Optional[float]:
         """A write may wait timeout_ms for its lock: allow for it."""

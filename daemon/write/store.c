@@ -1437,6 +1437,8 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 
 void store_close(struct store *s)
 {
+	struct store_reload_wait *waiting;
+
 	if (s->closed)
 		return;
 	s->closed = true;
@@ -1447,6 +1449,13 @@ void store_close(struct store *s)
 		w->next = NULL;
 		w->done(w, -ESHUTDOWN);
 	}
+	/* Reload callers still waiting (a stop that did not wait for
+	 * them): told, not forgotten. */
+	reload_join(s, s->reload_next);
+	s->reload_next = NULL;
+	waiting = s->reload_waiters;
+	s->reload_waiters = NULL;
+	reload_join(s, waiting);
 	locks_done(&s->locks);
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);

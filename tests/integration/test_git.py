@@ -871,20 +871,18 @@ class Flush(GitCase):
         conn = self.connect(agent_id="f")
         conn.store(4, 1, 2, "first")
         self.flush(conn, until="written")
-        # x-004 becomes a file: the writer fails and retries.
-        xdir = os.path.dirname(self.repo.decision_path(4, 1, 2))
-        os.rename(xdir, xdir + ".away")
+        # A file where x-005 belongs: the writer fails and retries.
+        xdir = os.path.dirname(self.repo.decision_path(5, 1, 3))
         with open(xdir, "w") as f:
             f.write("in the way")
-        conn.store(4, 1, 3, "second")
+        conn.store(5, 1, 3, "second")
         err = self.assertRpcError(vt.E_CONCURRENCY, self.flush, conn,
                                   until="written", timeout_ms=300)
         self.assertIn("timed out after 300 ms", err.message)
         os.unlink(xdir)
-        os.rename(xdir + ".away", xdir)
-        res = self.flush(conn, timeout_ms=int(30000 * vt.TIMEOUT_SCALE))
+        res = self.flush(conn, timeout_ms=int(vt.scaled(30000)))
         self.assertTrue(res["committed"])
-        self.assertEqual(self.repo.read_decision(4, 1, 3)["content"],
+        self.assertEqual(self.repo.read_decision(5, 1, 3)["content"],
                          "second")
 
 

@@ -108,10 +108,12 @@ class _Pool:
         self.unflushed = False  # a write since the last flush
         self.flush_error: Optional[BaseException] = None
 
-    def open(self) -> Connection:
+    def open(self, autostart: Optional[bool] = None) -> Connection:
         with self.start_lock:
-            conn = connect_or_start(self.root, self.socket_path,
-                                    self.autostart, self.vmemd)
+            conn = connect_or_start(
+                self.root, self.socket_path,
+                self.autostart if autostart is None else autostart,
+                self.vmemd)
         try:
             hello = conn.call("server.hello",
                               {"agent_id": self.agent_id,
@@ -202,7 +204,9 @@ class _Pool:
             try:
                 if conn is None or not conn.alive():
                     conn = None
-                    conn = self.open()
+                    # A daemon that is gone holds nothing of ours: never
+                    # start one just to ask.
+                    conn = self.open(autostart=False)
                 conn.call("server.flush",
                           {"timeout_ms": max(1, int(timeout * 1000))},
                           timeout + 5.0)

@@ -107,6 +107,8 @@ static char *widen_big_integers(const char *s, size_t len, size_t *out_len)
 			for (j = i + 1; j < len && s[j] != '"'; j++)
 				if (s[j] == '\\')
 					j++;
+			if (j > len)
+				j = len; /* a backslash ended the line */
 			if (depth <= 2 && type[depth] == '{' &&
 			    expect_key[depth])
 				key_is_id[depth] =
@@ -121,7 +123,8 @@ static char *widen_big_integers(const char *s, size_t len, size_t *out_len)
 		if (c == '-' || (c >= '0' && c <= '9')) {
 			bool integer = true;
 
-			for (j = i; j < len && strchr("+-.eE0123456789", s[j]);
+			for (j = i;
+			     j < len && s[j] && strchr("+-.eE0123456789", s[j]);
 			     j++)
 				if (s[j] == '.' || s[j] == 'e' || s[j] == 'E')
 					integer = false;

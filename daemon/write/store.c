@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "progress.h"
 #include "protocol/errors.h"
 
 /* Delay that lets bursts of writes coalesce before files are written. */
@@ -335,7 +336,7 @@ static void wal_work_cb(struct lane_job *job)
 	if (j->head)
 		j->rc = wal_append(&j->s->wal, j->iov, j->n);
 	else
-		j->rc = wal_cut_head(&j->s->wal, j->s->wal_path, j->cut);
+		j->rc = wal_cut_head(&j->s->wal, j->cut);
 }
 
 /* A group is over: unlock (as for a single write, see finish), then
@@ -969,6 +970,44 @@ static int replay_cb(void *ctx, const char *payload, size_t len)
 	return 0;
 }
 
+/* ---- start-up progress (progress.h) ---- */
+
+static void replay_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			       uint64_t records)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("replaying the write-ahead log: %.1f of %.1f MiB, "
+			     "%llu records",
+			     (double)done / (1 << 20),
+			     (double)total / (1 << 20),
+			     (unsigned long long)records);
+}
+
+static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			      uint64_t files)
+{
+	(void)ctx;
+	(void)files;
+	if (progress_due())
+		progress_say("writing the replayed decisions to their files: "
+			     "%llu of %llu",
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			     uint64_t files)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("loading the decision files: %llu loaded, %llu of "
+			     "%llu entries of " VMDIR_DIRNAME,
+			     (unsigned long long)files,
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
 /* Start-up load: each decision into the index, with its file's stamp. */
 static int load_cb(void *ctx, struct decision *d,
 		   const struct vmdir_stamp *stamp)
@@ -1359,6 +1398,11 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	       int max_x, struct vmdir_load_report *rep, char *errmsg,
 	       size_t errn)
 {
+	const struct wal_replay replay = {
+		.record = replay_cb,
+		.progress = replay_progress_cb,
+		.ctx = s,
+	};
 	struct wal_report wrep = {0};
 	struct writer_item *items = NULL;
 	size_t n = 0;
@@ -1372,16 +1416,13 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (rc == 0)
 		rc = locks_init(&s->locks, loop, s->index.n_slots);
 	if (rc == 0)
-		rc = vmdir_init(&s->dir, r->root, r->quarantine, max_x);
+		rc = vmdir_init(&s->dir, r->root, &r->state, max_x);
+	s->dir.file_mode = r->file_mode;
+	s->dir.dir_mode = r->dir_mode;
 	s->dirty = calloc(s->index.n_slots, 1);
 	s->stamps = calloc(s->index.n_slots, sizeof(*s->stamps));
 	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
 	if (rc < 0 || !s->dirty || !s->dirty_list || !s->stamps) {
-		snprintf(errmsg, errn, "out of memory");
-		return -ENOMEM;
-	}
-	s->wal_path = strdup(r->wal_path);
-	if (!s->wal_path) {
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
@@ -1399,7 +1440,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	/* The log first: its writes are newer than any file, and a file it
 	 * covers may be incomplete after a crash (vmdir.h), so they are
 	 * materialised before the files are loaded and judged. */
-	rc = wal_open(&s->wal, r->wal_path, replay_cb, s, &wrep, errmsg, errn);
+	rc = wal_open(&s->wal, &r->state, "wal", &replay, &wrep, errmsg, errn);
 	if (rc < 0)
 		return rc;
 	if (wrep.torn_bytes)
@@ -1417,8 +1458,11 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		       s->n_dirty * sizeof(*s->replayed));
 		s->n_replayed = s->n_dirty;
 		rc = writer_snapshot(s, &items, &n);
+		s->dir.progress = apply_progress_cb;
+		s->dir.progress_ctx = s;
 		if (rc == 0)
 			rc = writer_run(&s->dir, items, n, true, errmsg, errn);
+		s->dir.progress = NULL;
 		writer_items_free(items, n);
 		if (rc < 0)
 			return rc;
@@ -1432,7 +1476,10 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			return rc;
 		}
 	}
-	return vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+	s->dir.progress = load_progress_cb;
+	rc = vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+	s->dir.progress = NULL;
+	return rc;
 }
 
 void store_close(struct store *s)
@@ -1460,8 +1507,6 @@ void store_close(struct store *s)
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
-	free(s->wal_path);
-	s->wal_path = NULL;
 	free(s->replayed);
 	s->replayed = NULL;
 	wal_close(&s->wal);

@@ -145,7 +145,6 @@ struct store {
 	size_t filling_n;
 	bool wal_busy;
 	bool wal_failing; /* the last append failed */
-	char *wal_path;	  /* (owned) */
 	uint64_t wal_end; /* log bytes, as of the last finished log job */
 	size_t in_flight; /* writes inside the running log job */
 

@@ -463,7 +463,7 @@ class IdleExit(vt.VmemTestCase):
         p = subprocess.run([vt.VMEM, "--socket", self.repo.path("cli.sock"),
                             "--repo", self.repo.root] + list(args),
                            capture_output=True, text=True, env=env,
-                           timeout=60)
+                           timeout=vt.scaled(60))
         self.assertEqual(p.returncode, 0, p.stderr)
         return p.stdout
 

@@ -1003,7 +1003,7 @@ class TestConnections(ClientCase):
     def test_store_whose_file_cannot_be_written(self):
         """The write is durable but its file cannot be written (a file
         where its x-NNN directory belongs): StorageError says so."""
-        m = self.manager(timeout=2.0)
+        m = self.manager(timeout=vmemtest.scaled(2.0))
         os.makedirs(self.repo.vmdir, exist_ok=True)
         obstacle = os.path.join(self.repo.vmdir, "x-009")
         with open(obstacle, "w") as f:

@@ -1070,7 +1070,7 @@ def _retry(argv):
     """Run an account tool, retrying while another one holds the lock
     of /etc/passwd (other test runs on this machine)."""
     for attempt in range(20):
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=vt.scaled(30))
         if p.returncode == 0:
             return
         if "lock" not in p.stderr or attempt == 19:
@@ -1136,7 +1136,7 @@ class SharedRepository(vt.VmemTestCase):
         p = subprocess.run([SETPRIV, "--reuid=%d" % self.uid,
                             "--regid=%d" % self.gid, "--clear-groups"] +
                            list(argv), capture_output=True, text=True,
-                           timeout=30)
+                           timeout=vt.scaled(30))
         self.assertEqual(p.returncode, 0, "%s: %s" % (argv, p.stderr))
 
     def snapshot(self):
@@ -1178,7 +1178,7 @@ class SharedRepository(vt.VmemTestCase):
         # vmem, which starts the daemon, shows the same message
         p = subprocess.run([vt.VMEM, "--repo", self.repo.root, "--socket",
                             self.repo.path("cli.sock"), "status"],
-                           capture_output=True, text=True, timeout=60,
+                           capture_output=True, text=True, timeout=vt.scaled(60),
                            env=dict(os.environ, VMEMD=vt.VMEMD))
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("%s: owner %s (uid %d)" % (self.vmem, self.other,

@@ -818,7 +818,8 @@ static void scan_after_cb(uv_work_t *req, int status)
 		free(s->paths[i]);
 	}
 	free(s->paths);
-	log_info("start-up: %zu paths differ from HEAD", marked);
+	log_info("%zu paths under .vector-memory differ from HEAD (git status)",
+		 marked);
 	free(s);
 	if (q->n_pending == 0) {
 		/* Nothing to commit: whoever waited for the scan is done. */

@@ -21,11 +21,11 @@
 #include "log.h"
 #include "protocol/errors.h"
 
-#define RETRY_FIRST_MS 250
-#define RETRY_MAX_MS   5000
+#define RETRY_FIRST_MS	  250
+#define RETRY_MAX_MS	  5000
 #define RETRY_LOCK_MAX_MS 1000
-#define FILES_WAIT_MS  1
-#define TABLE_MIN      64
+#define FILES_WAIT_MS	  1
+#define TABLE_MIN	  64
 
 #define P_PENDING    1
 #define P_COMMITTING 2
@@ -456,8 +456,8 @@ static void set_stopped(struct gitq *q, const char *why)
 			"the files; retrying)",
 			why);
 	snprintf(q->stopped, sizeof(q->stopped), "%s", why);
-	snprintf(q->last_error, sizeof(q->last_error),
-		 "commits stopped: %s", why);
+	snprintf(q->last_error, sizeof(q->last_error), "commits stopped: %s",
+		 why);
 }
 
 static void job_after_cb(uv_work_t *req, int status)
@@ -511,7 +511,7 @@ static void job_after_cb(uv_work_t *req, int status)
 		/* A lock is held for moments (a git command): look again
 		 * soon; anything else may take a while. */
 		kick(q, backoff(q, rc == 1 && strstr(j->res.deferred,
-						      ".lock is held")
+						     ".lock is held")
 					   ? RETRY_LOCK_MAX_MS
 					   : RETRY_MAX_MS));
 	} else {
@@ -834,10 +834,10 @@ static void scan_after_cb(uv_work_t *req, int status)
 	}
 	/* What the scan found is committed now; writes made meanwhile wait
 	 * for their delay as usual. */
-	kick(q, marked || q->waiters || q->idle_cb ||
-			q->n_pending >= q->max_batch
-		? 0
-		: q->delay_ms);
+	kick(q,
+	     marked || q->waiters || q->idle_cb || q->n_pending >= q->max_batch
+		     ? 0
+		     : q->delay_ms);
 }
 
 void gitq_start(struct gitq *q)

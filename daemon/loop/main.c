@@ -234,7 +234,7 @@ static void redirect_stdio(const char *log_path)
 static void report_ready(struct daemon *d)
 {
 	sdnotify("READY=1\nSTATUS=serving %s (%zu decisions)", d->repo.root,
-		 d->store.index.count);
+		 d->decisions.index.count);
 	if (sdnotify_watchdog_start(d->loop) < 0)
 		log_warn("cannot start the systemd watchdog timer");
 	if (ready_fd < 0)
@@ -450,18 +450,27 @@ static void committed_cb(void *ctx)
 	watch_settle(ctx);
 }
 
-/* A change is in the index: commit it, and tell the subscribers. */
-static void applied_cb(void *ctx, size_t slot, bool reloaded)
+/*
+ * A decision changed (a write, or a reload): into the next commit, and to
+ * the subscribers. The commit queue still counts decision slots; once it
+ * takes tree paths, the gitq_mark line is all that changes here.
+ */
+static void decision_changed(struct daemon *d, enum kind_change_type type,
+			     const struct decision_change *ch)
 {
-	struct daemon *d = ctx;
-	const struct record *rec = d->store.index.slots[slot];
-	struct coord c = index_coord(&d->store.index, slot);
+	gitq_mark(&d->gitq, ch->slot);
+	subs_notify(&d->subs, &ch->coord,
+		    type == KIND_RELOADED ? SUBS_RELOADED
+		    : ch->rec	  ? SUBS_STORED
+				  : SUBS_DELETED,
+		    ch->rec);
+}
 
-	gitq_mark(&d->gitq, slot);
-	subs_notify(&d->subs, &c,
-		    reloaded ? SUBS_RELOADED
-			     : (rec ? SUBS_STORED : SUBS_DELETED),
-		    rec);
+/* A kind changed its state: each kind's changes go where they belong. */
+static void changed_cb(void *ctx, const struct kind_change *ch)
+{
+	if (ch->kind == &decision_kind)
+		decision_changed(ctx, ch->type, ch->detail);
 }
 
 /* A decision in HEAD that the files no longer hold: a deletion that a
@@ -470,8 +479,8 @@ static int mark_if_gone_cb(void *ctx, const struct coord *c)
 {
 	struct daemon *d = ctx;
 
-	if (!index_get(&d->store.index, c))
-		gitq_mark(&d->gitq, index_slot(&d->store.index, c));
+	if (!index_get(&d->decisions.index, c))
+		gitq_mark(&d->gitq, index_slot(&d->decisions.index, c));
 	return 0;
 }
 
@@ -481,14 +490,14 @@ static int mark_if_gone_cb(void *ctx, const struct coord *c)
  * commit keeps only real differences). */
 static void start_commits(struct daemon *d)
 {
-	struct store *s = &d->store;
+	struct decisions *ds = &d->decisions;
 	int rc;
 
-	for (size_t i = 0; i < s->index.n_slots; i++)
-		if (s->index.slots[i])
+	for (size_t i = 0; i < ds->index.n_slots; i++)
+		if (ds->index.slots[i])
 			gitq_mark(&d->gitq, i);
-	for (size_t i = 0; i < s->n_replayed; i++)
-		gitq_mark(&d->gitq, s->replayed[i]);
+	for (size_t i = 0; i < ds->n_replayed; i++)
+		gitq_mark(&d->gitq, ds->replayed[i]);
 	rc = gitc_head_coords(d->gitq.gitc, d->limits.max_x, mark_if_gone_cb,
 			      d);
 	if (rc < 0)
@@ -498,8 +507,8 @@ static void start_commits(struct daemon *d)
 	/* What differs is known only once the first job compared: run it
 	 * now, so health's pending soon counts only real differences. */
 	gitq_commit_soon(&d->gitq);
-	s->on_applied = applied_cb;
-	s->on_applied_ctx = d;
+	d->store.on_change = changed_cb;
+	d->store.on_change_ctx = d;
 }
 
 /*
@@ -641,7 +650,11 @@ int main(int argc, char **argv)
 	if (stats_init(&d->stats, method_count()) < 0)
 		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
-	rc = store_open(&d->store, d->loop, &d->repo, d->limits.max_x,
+	if (decisions_init(&d->decisions, d->repo.root, d->repo.quarantine,
+			   d->limits.max_x) < 0)
+		fail_startup(1, "out of memory");
+	rc = store_open(&d->store, d->loop, d->repo.wal_path,
+			(struct store_kind *const[]){&d->decisions.sk}, 1,
 			&d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
@@ -649,7 +662,8 @@ int main(int argc, char **argv)
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
-	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
+	rc = gitq_init(&d->gitq, d->loop, &d->store, &d->decisions.index,
+		       d->repo.root,
 		       d->limits.commit_delay_ms, d->limits.commit_max_batch,
 		       errmsg, sizeof(errmsg));
 	if (rc < 0)
@@ -685,7 +699,7 @@ int main(int argc, char **argv)
 		log_info("configuration from %s", cfg.path);
 	log_config(&cfg.cur);
 	log_info("serving %s on %s (%zu decisions)", d->repo.root,
-		 d->server.path, d->store.index.count);
+		 d->server.path, d->decisions.index.count);
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
@@ -693,6 +707,7 @@ int main(int argc, char **argv)
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
 	store_close(&d->store);
+	decisions_done(&d->decisions);
 	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);

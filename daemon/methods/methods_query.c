@@ -58,7 +58,7 @@ int decision_query_range(struct call *call)
 			   msg);
 		return CALL_DONE;
 	}
-	if (query_range(&call->d->store.index, &x, &y, &z,
+	if (query_range(&call->d->decisions.index, &x, &y, &z,
 			after_v && !json_is_null(after_v) ? &after : NULL,
 			(size_t)limit, &recs, &n) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
@@ -83,7 +83,7 @@ int decision_query_partial_order(struct call *call)
 	    !param_threshold(call, "y_threshold", VMEM_MAX_Y + 1, 0, &yt) ||
 	    !param_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf))
 		return CALL_DONE;
-	if (query_before(&call->d->store.index, xt, yt, zf, &recs, &n) < 0) {
+	if (query_before(&call->d->decisions.index, xt, yt, zf, &recs, &n) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}
@@ -118,7 +118,7 @@ int decision_search(struct call *call)
 {
 	static const char *const allowed[] = {"terms", "match_all", "limit",
 					      NULL};
-	struct index *ix = &call->d->store.index;
+	struct index *ix = &call->d->decisions.index;
 	json_t *terms = json_object_get(call->params, "terms");
 	const char *texts[SEARCH_TERMS_MAX];
 	size_t lens[SEARCH_TERMS_MAX];

@@ -268,7 +268,8 @@ static bool all_zero(const unsigned char *p, size_t n)
 
 /* Replay the records of one complete batch, buf[from..to). */
 static int replay_batch(const unsigned char *buf, size_t from, size_t to,
-			wal_replay_fn cb, void *ctx, struct wal_report *rep)
+			wal_replay_fn cb, void *ctx, struct wal_report *rep,
+			char *why, size_t whyn)
 {
 	size_t rl;
 	uint64_t b;
@@ -278,7 +279,7 @@ static int replay_batch(const unsigned char *buf, size_t from, size_t to,
 		rec_valid(buf, to, from, &rl, &b, &end);
 		if (cb) {
 			int ret = cb(ctx, (const char *)buf + from + WAL_HDR,
-				     rl - WAL_HDR);
+				     rl - WAL_HDR, why, whyn);
 
 			if (ret < 0)
 				return ret;
@@ -297,6 +298,7 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 	size_t size = 0, off = 0, rl, batch_start = 0;
 	uint64_t b, last = 0;
 	bool have_last = false, created = false, end, cut = false;
+	char why[256];
 	int fd = -1, ret;
 
 	wal_init(w);
@@ -353,12 +355,15 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		off += rl;
 		if (!end)
 			continue;
-		ret = replay_batch(buf, batch_start, off, cb, ctx, rep);
+		why[0] = '\0';
+		ret = replay_batch(buf, batch_start, off, cb, ctx, rep, why,
+				   sizeof(why));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn,
 				   "%s: replay stopped in the batch at offset "
-				   "%zu (%d)",
-				   path, batch_start, ret);
+				   "%zu: %s",
+				   path, batch_start,
+				   why[0] ? why : strerror(-ret));
 			goto out;
 		}
 		batch_start = off;

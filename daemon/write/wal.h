@@ -35,8 +35,10 @@ struct wal_report {
 	uint64_t torn_bytes; /* bytes cut off the tail */
 };
 
-/* Called for each valid record in log order; a negative return aborts. */
-typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len);
+/* Called for each valid record in log order; a negative return aborts,
+ * with a reason in errmsg (errn bytes; may be NULL). */
+typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len,
+			     char *errmsg, size_t errn);
 
 /* Mark a wal closed (fd -1, next_batch 1); wal_close is then a no-op. */
 void wal_init(struct wal *w);

@@ -49,9 +49,8 @@ static void kick(struct gitq *q, unsigned delay_ms);
 static void timer_cb(uv_timer_t *t);
 
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const struct index *index, const char *workdir,
-	      unsigned delay_ms, unsigned max_batch, char *errmsg,
-	      size_t errn)
+	      const struct index *index, const char *workdir, unsigned delay_ms,
+	      unsigned max_batch, char *errmsg, size_t errn)
 {
 	int rc;
 
@@ -63,8 +62,7 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	q->max_batch = max_batch ? max_batch : 1;
 	q->pending = calloc(index->n_slots, 1);
 	q->committing = calloc(index->n_slots, 1);
-	q->pending_list =
-		calloc(index->n_slots, sizeof(*q->pending_list));
+	q->pending_list = calloc(index->n_slots, sizeof(*q->pending_list));
 	uv_timer_init(loop, &q->timer);
 	q->timer.data = q;
 	if (!q->pending || !q->committing || !q->pending_list) {
@@ -243,15 +241,14 @@ static void job_after_cb(uv_work_t *req, int status)
 	q->busy = false;
 	q->in_flight = 0;
 	for (size_t i = 0; i < j->n; i++)
-		q->committing[index_slot(q->index,
-					 &j->items[i].coord)] = 0;
+		q->committing[index_slot(q->index, &j->items[i].coord)] = 0;
 	if (rc != 0) {
 		char msg[400];
 
 		/* The batch stays pending; try again later. */
 		for (size_t i = 0; i < j->n; i++)
-			set_pending(q, index_slot(q->index,
-						  &j->items[i].coord));
+			set_pending(q,
+				    index_slot(q->index, &j->items[i].coord));
 		if (rc == 1) {
 			if (strcmp(q->deferred, j->res.deferred) != 0)
 				log_notice("commit deferred: %s",
@@ -378,8 +375,8 @@ static void job_start(struct gitq *q)
 	j->started_ms = uv_now(q->loop);
 	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {
 		for (size_t i = 0; i < j->n; i++)
-			set_pending(q, index_slot(q->index,
-						  &j->items[i].coord));
+			set_pending(q,
+				    index_slot(q->index, &j->items[i].coord));
 		q->message = j->message;
 		j->message = NULL;
 		goto fail;

@@ -91,10 +91,11 @@ static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 	dw->existed = false;
 	if (z == 1 && (cur || dw->is_delete)) {
 		snprintf(msg, n,
-			 dw->is_delete ? "layer z=1 is write-once: (%d, %d, %d) "
-					 "cannot be deleted"
-				       : "layer z=1 is write-once: (%d, %d, %d) "
-					 "already holds a decision",
+			 dw->is_delete
+				 ? "layer z=1 is write-once: (%d, %d, %d) "
+				   "cannot be deleted"
+				 : "layer z=1 is write-once: (%d, %d, %d) "
+				   "already holds a decision",
 			 x, y, z);
 		return RPC_IMMUTABLE_LAYER;
 	}
@@ -200,7 +201,8 @@ static int replay(struct store_kind *k, const char *payload, size_t len,
 	int rc;
 
 	if (!ds->replayed) {
-		ds->replayed = malloc(ds->index.n_slots * sizeof(*ds->replayed));
+		ds->replayed =
+			malloc(ds->index.n_slots * sizeof(*ds->replayed));
 		if (!ds->replayed) {
 			json_decref(doc);
 			errmsg_set(msg, n, "out of memory");
@@ -493,8 +495,8 @@ static int changed_cb(void *ctx, struct decision *d,
 static int rescan(struct store_kind *k, void *job,
 		  struct vmdir_load_report *rep, char *errmsg, size_t n)
 {
-	return vmdir_rescan(&of(k)->dir, known_cb, changed_cb, job, rep,
-			    errmsg, n);
+	return vmdir_rescan(&of(k)->dir, known_cb, changed_cb, job, rep, errmsg,
+			    n);
 }
 
 static bool record_same(const struct record *a, const struct record *b)

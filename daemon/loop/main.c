@@ -461,8 +461,8 @@ static void decision_changed(struct daemon *d, enum kind_change_type type,
 	gitq_mark(&d->gitq, ch->slot);
 	subs_notify(&d->subs, &ch->coord,
 		    type == KIND_RELOADED ? SUBS_RELOADED
-		    : ch->rec	  ? SUBS_STORED
-				  : SUBS_DELETED,
+		    : ch->rec		  ? SUBS_STORED
+					  : SUBS_DELETED,
 		    ch->rec);
 }
 
@@ -663,9 +663,8 @@ int main(int argc, char **argv)
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
 	rc = gitq_init(&d->gitq, d->loop, &d->store, &d->decisions.index,
-		       d->repo.root,
-		       d->limits.commit_delay_ms, d->limits.commit_max_batch,
-		       errmsg, sizeof(errmsg));
+		       d->repo.root, d->limits.commit_delay_ms,
+		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
 			     errmsg);

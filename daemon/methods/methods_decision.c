@@ -38,8 +38,8 @@ int decision_exists(struct call *call)
 
 	if (!param_only(call, allowed) || !param_coord(call, &c))
 		return CALL_DONE;
-	call_reply(call,
-		   json_boolean(index_get(&call->d->decisions.index, &c) != NULL));
+	call_reply(call, json_boolean(index_get(&call->d->decisions.index,
+						&c) != NULL));
 	return CALL_DONE;
 }
 
@@ -192,7 +192,7 @@ int decision_delete(struct call *call)
 struct many_call {
 	struct store_group g;
 	struct call *call;
-	size_t n_parsed;	     /* items whose decision holds copies */
+	size_t n_parsed;	   /* items whose decision holds copies */
 	struct store_write **ptrs; /* the group's items: &items[i].w */
 	struct decision_write items[];
 };

@@ -83,7 +83,8 @@ int decision_query_partial_order(struct call *call)
 	    !param_threshold(call, "y_threshold", VMEM_MAX_Y + 1, 0, &yt) ||
 	    !param_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf))
 		return CALL_DONE;
-	if (query_before(&call->d->decisions.index, xt, yt, zf, &recs, &n) < 0) {
+	if (query_before(&call->d->decisions.index, xt, yt, zf, &recs, &n) <
+	    0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}

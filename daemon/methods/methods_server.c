@@ -203,8 +203,8 @@ int server_stats(struct call *call)
 			layers[0], "2", layers[1], "3", layers[2], "4",
 			layers[3], "queues", "log",
 			(json_int_t)(d->store.filling_n + d->store.in_flight),
-			"files", (json_int_t)store_unwritten(&d->store), "commit",
-			(json_int_t)gitq_pending(&d->gitq), "leases",
+			"files", (json_int_t)store_unwritten(&d->store),
+			"commit", (json_int_t)gitq_pending(&d->gitq), "leases",
 			(json_int_t)leases_count(&d->leases), "subscriptions",
 			(json_int_t)d->subs.n, "resident_bytes",
 			resident_bytes()));

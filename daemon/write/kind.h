@@ -30,8 +30,12 @@ struct store_kind;
 struct store_write;
 struct vmdir_load_report;
 
-#define KIND_CONTAINER(ptr, type, member)                                     \
+/* The struct of type whose member is at ptr. (clang-format would take
+ * "(ptr) -" for a cast.) */
+/* clang-format off */
+#define KIND_CONTAINER(ptr, type, member)                                      \
 	((type *)((char *)(ptr) - offsetof(type, member)))
+/* clang-format on */
 
 /* What prepare decided (else a negative RPC domain code, errors.h). */
 enum {

@@ -633,8 +633,8 @@ static void group_start(struct store *s, struct store_group *g)
 }
 
 /* The message of a lock wait that ended with status, waiting for what. */
-static int lock_message(struct store *s, const struct lock_set *set,
-			int status, const char *what, char *msg, size_t n)
+static int lock_message(struct store *s, const struct lock_set *set, int status,
+			const char *what, char *msg, size_t n)
 {
 	const void *holder;
 
@@ -1199,8 +1199,8 @@ static int materialise_replay(struct store *s, char *errmsg, size_t errn)
 
 /* Register the kinds: their lock slots one after the other, then the
  * shared key slots; log tags must differ. */
-static int add_kinds(struct store *s, struct store_kind *const *kinds,
-		     size_t n, size_t *n_slots, char *errmsg, size_t errn)
+static int add_kinds(struct store *s, struct store_kind *const *kinds, size_t n,
+		     size_t *n_slots, char *errmsg, size_t errn)
 {
 	size_t slots = 0;
 
@@ -1210,7 +1210,8 @@ static int add_kinds(struct store *s, struct store_kind *const *kinds,
 	}
 	for (size_t i = 0; i < n; i++) {
 		for (size_t j = 0; j < i; j++)
-			if (kinds[j]->kind->log_tag == kinds[i]->kind->log_tag) {
+			if (kinds[j]->kind->log_tag ==
+			    kinds[i]->kind->log_tag) {
 				errmsg_set(errmsg, errn,
 					   "kinds %s and %s share a log tag",
 					   kinds[j]->kind->name,

@@ -105,8 +105,8 @@ static struct note *note_find(struct notes *ns, const char *key)
 	return NULL;
 }
 
-static struct note *note_put(struct notes *ns, const char *key,
-			     const char *val, int version)
+static struct note *note_put(struct notes *ns, const char *key, const char *val,
+			     int version)
 {
 	struct note *n = note_find(ns, key);
 
@@ -123,8 +123,7 @@ static struct note *note_put(struct notes *ns, const char *key,
 static int note_lock(struct store_kind *k, const struct store_write *w,
 		     struct kind_lock *out)
 {
-	const struct note_write *nw =
-		KIND_CONTAINER(w, struct note_write, w);
+	const struct note_write *nw = KIND_CONTAINER(w, struct note_write, w);
 
 	(void)k;
 	out->key = nw->key;
@@ -145,8 +144,8 @@ static int note_prepare(struct store_kind *k, struct store_write *w, char *msg,
 	}
 	nw->next_version = cur ? cur->version + 1 : 1;
 	nw->timestamp = store_timestamp(k);
-	ck_assert_int_ge(asprintf(&nw->payload, "%c%s=%d=%s", NOTE_TAG,
-				  nw->key, nw->next_version, nw->val),
+	ck_assert_int_ge(asprintf(&nw->payload, "%c%s=%d=%s", NOTE_TAG, nw->key,
+				  nw->next_version, nw->val),
 			 0);
 	w->payload = nw->payload;
 	w->payload_len = strlen(nw->payload);
@@ -267,7 +266,8 @@ static int note_write_files(struct store_kind *k, void *snap, bool sync,
 		char path[600], tmp[610];
 		FILE *f;
 
-		snprintf(path, sizeof(path), "%s/%s", ns->dir, sn->items[i].key);
+		snprintf(path, sizeof(path), "%s/%s", ns->dir,
+			 sn->items[i].key);
 		snprintf(tmp, sizeof(tmp), "%s/.tmp", ns->dir);
 		f = fopen(tmp, "w");
 		if (!f) {
@@ -415,8 +415,7 @@ static void open_ok(void)
 {
 	char msg[512] = "";
 
-	ck_assert_msg(open_store(msg, sizeof(msg)) == 0, "store_open: %s",
-		      msg);
+	ck_assert_msg(open_store(msg, sizeof(msg)) == 0, "store_open: %s", msg);
 }
 
 /* Without a flush: what the log holds stays there. */
@@ -449,8 +448,7 @@ static void note_init(struct note_write *nw, const char *key, const char *val)
 	snprintf(nw->val, sizeof(nw->val), "%s", val);
 }
 
-static void decision_init_write(struct decision_write *dw, int x, int y,
-				int z)
+static void decision_init_write(struct decision_write *dw, int x, int y, int z)
 {
 	memset(dw, 0, sizeof(*dw));
 	dw->w.kind = &ds.sk;
@@ -741,9 +739,8 @@ START_TEST(test_group_across_kinds)
 	{
 		struct wal w;
 
-		ck_assert_int_eq(wal_open(&w, wal_path, NULL, NULL, NULL, NULL,
-					  0),
-				 0);
+		ck_assert_int_eq(
+			wal_open(&w, wal_path, NULL, NULL, NULL, NULL, 0), 0);
 		ck_assert_int_eq(truncate(wal_path, (off_t)w.end - 3), 0);
 		wal_close(&w);
 	}

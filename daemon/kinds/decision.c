@@ -23,7 +23,7 @@ static struct decisions *of(struct store_kind *k)
 	return KIND_CONTAINER(k, struct decisions, sk);
 }
 
-struct decision_write *decision_write_of(struct store_write *w)
+static struct decision_write *decision_write_of(struct store_write *w)
 {
 	return KIND_CONTAINER(w, struct decision_write, w);
 }

@@ -93,9 +93,6 @@ int decisions_init(struct decisions *ds, const char *root,
  * failed decisions_init. */
 void decisions_done(struct decisions *ds);
 
-/* The decision write embedding w (w must be a decision's). */
-struct decision_write *decision_write_of(struct store_write *w);
-
 /* The store's lock slot of a coordinate, as leases take it. */
 size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c);
 

@@ -59,7 +59,7 @@ struct kind_lock {
 
 /* What a change did, as reported to the daemon (struct kind_change). */
 enum kind_change_type {
-	KIND_STORED,   /* by a write, or by the log replay */
+	KIND_STORED,   /* by a write */
 	KIND_DELETED,  /* by a write */
 	KIND_RELOADED, /* by a reload from the files (either way) */
 };
@@ -123,7 +123,8 @@ struct kind {
 		      char *msg, size_t n);
 	/* Load the materialised state (after the replay was materialised
 	 * and the log emptied). Quarantined files go into rep (zeroed,
-	 * the caller's). 0 or -errno with errmsg. */
+	 * the caller's). 0 or -errno with errmsg. Required, as are lock,
+	 * prepare, unprepare, apply, replay and the writer's four. */
 	int (*load)(struct store_kind *k, struct vmdir_load_report *rep,
 		    char *errmsg, size_t n);
 
@@ -144,7 +145,8 @@ struct kind {
 	 * snap. */
 	void (*written)(struct store_kind *k, void *snap, int rc);
 	/* Pool: make everything written so far durable (a checkpoint cuts
-	 * the log only after every kind's sync). 0 or -errno with errmsg. */
+	 * the log only after every kind's sync). 0 or -errno with errmsg.
+	 * NULL only for a kind whose write is durable on return. */
 	int (*sync)(struct store_kind *k, char *errmsg, size_t n);
 
 	/* ---- reload after a change made under us (NULL: never) ---- */

@@ -706,10 +706,11 @@ int main(int argc, char **argv)
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
 	store_close(&d->store);
-	decisions_done(&d->decisions);
 	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	/* After the loop's last run: a job's end may still touch it. */
+	decisions_done(&d->decisions);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
 	vmdir_load_report_done(&d->loaded);

@@ -806,6 +806,36 @@ START_TEST(test_checkpoint_waits_for_sync)
 }
 END_TEST
 
+/* A write still queued for its key's lock can be given up (store_cancel:
+ * never prepared, never logged, done never called); one past its lock
+ * cannot, and completes. */
+START_TEST(test_cancel_waiting_write)
+{
+	struct note_write w[3];
+	char payloads[256];
+
+	open_ok();
+	note_init(&w[0], "k", "held");
+	note_init(&w[1], "k", "given up");
+	note_init(&w[2], "k", "after");
+	for (int i = 0; i < 3; i++)
+		store_submit(&st, &w[i].w);
+	ck_assert(!store_cancel(&st, &w[0].w)); /* holds the lock */
+	ck_assert(store_cancel(&st, &w[1].w));
+	w[1].finished = true;
+	w[1].code = 12345; /* its done would overwrite this */
+	run_until_finished(w, 3);
+	ck_assert_int_eq(w[1].code, 12345);
+	ck_assert_int_eq(w[0].code, 0);
+	ck_assert_int_eq(w[2].code, 0);
+	ck_assert_int_eq(w[2].version, 2); /* the cancelled one left no trace */
+	ck_assert_int_eq(event_at("prepare k 3"), -1);
+	log_payloads(payloads, sizeof(payloads));
+	ck_assert_str_eq(payloads, "Nk=1=held|Nk=2=after");
+	close_store();
+}
+END_TEST
+
 /* Append payloads to the log as one batch, as a daemon would have. */
 static void write_log(const char *const *payloads)
 {
@@ -918,6 +948,7 @@ int main(void)
 	tcase_add_test(tc, test_crash_then_replay);
 	tcase_add_test(tc, test_group_across_kinds);
 	tcase_add_test(tc, test_checkpoint_waits_for_sync);
+	tcase_add_test(tc, test_cancel_waiting_write);
 	tcase_add_test(tc, test_unknown_kind_refused);
 	tcase_add_test(tc, test_old_decision_log_replays);
 	suite_add_tcase(s, tc);

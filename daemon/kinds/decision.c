@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "errmsg.h"
+#include "progress.h"
 #include "protocol/errors.h"
 
 static struct decisions *of(struct store_kind *k)
@@ -251,12 +252,44 @@ static int load_cb(void *ctx, struct decision *d,
 	return 0;
 }
 
+/* Start-up progress (progress.h) of the replay's files... */
+static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			      uint64_t files)
+{
+	(void)ctx;
+	(void)files;
+	if (progress_due())
+		progress_say("writing the replayed decisions to their files: "
+			     "%llu of %llu",
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+/* ... and of the load. */
+static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			     uint64_t files)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("loading the decision files: %llu loaded, %llu of "
+			     "%llu entries of " VMDIR_DIRNAME,
+			     (unsigned long long)files,
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+/* The last step of the start: after it, the files are written on the
+ * thread pool only, where progress is not reported (vmdir.h). */
 static int load(struct store_kind *k, struct vmdir_load_report *rep,
 		char *errmsg, size_t n)
 {
 	struct decisions *ds = of(k);
+	int rc;
 
-	return vmdir_load(&ds->dir, load_cb, ds, rep, errmsg, n);
+	ds->dir.progress = load_progress_cb;
+	rc = vmdir_load(&ds->dir, load_cb, ds, rep, errmsg, n);
+	ds->dir.progress = NULL;
+	return rc;
 }
 
 /* ---- materialisation ---- */
@@ -593,7 +626,7 @@ const struct kind decision_kind = {
 /* ---- set-up ---- */
 
 int decisions_init(struct decisions *ds, const char *root,
-		   const char *quarantine, int max_x)
+		   const struct statedir *state, int max_x)
 {
 	int rc;
 
@@ -604,9 +637,12 @@ int decisions_init(struct decisions *ds, const char *root,
 	if (rc < 0)
 		return rc;
 	ds->sk.n_lock_slots = ds->index.n_slots;
-	rc = vmdir_init(&ds->dir, root, quarantine, max_x);
+	rc = vmdir_init(&ds->dir, root, state, max_x);
 	if (rc < 0)
 		return rc;
+	/* Start-up writes the replay's files on this thread: say how far
+	 * it got (load ends it). */
+	ds->dir.progress = apply_progress_cb;
 	ds->dirty = calloc(ds->index.n_slots, 1);
 	ds->dirty_list = calloc(ds->index.n_slots, sizeof(*ds->dirty_list));
 	ds->stamps = calloc(ds->index.n_slots, sizeof(*ds->stamps));

@@ -83,11 +83,13 @@ struct decision_change {
 
 /*
  * Set up the index and the files' paths (no I/O) for coordinates up to
- * max_x; root is the working tree, quarantine where bad files go (both
- * copied). 0 or -ENOMEM (then decisions_done cleans up).
+ * max_x; root is the working tree (copied), state the state directory
+ * whose quarantine/ takes bad files (borrowed: it must outlive ds). The
+ * modes of the files written (dir.file_mode, dir.dir_mode) are the
+ * caller's to set. 0 or -ENOMEM (then decisions_done cleans up).
  */
 int decisions_init(struct decisions *ds, const char *root,
-		   const char *quarantine, int max_x);
+		   const struct statedir *state, int max_x);
 
 /* Release the index and the rest; after store_close. Safe after a
  * failed decisions_init. */

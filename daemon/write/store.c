@@ -32,6 +32,7 @@
 
 #include "errmsg.h"
 #include "log.h"
+#include "progress.h"
 #include "protocol/errors.h"
 #include "protocol/sockpath.h"
 
@@ -135,6 +136,11 @@ size_t store_unwritten(const struct store *s)
 	for (size_t i = 0; i < s->n_kinds; i++)
 		n += s->kinds[i]->kind->pending(s->kinds[i]);
 	return n;
+}
+
+size_t store_pending(const struct store *s)
+{
+	return store_unwritten(s) + s->filling_n + s->in_flight;
 }
 
 /* ---- file writer ---- */
@@ -330,7 +336,7 @@ static void wal_work_cb(struct lane_job *job)
 	if (j->head)
 		j->rc = wal_append(&j->s->wal, j->iov, j->n);
 	else
-		j->rc = wal_cut_head(&j->s->wal, j->s->wal_path, j->cut);
+		j->rc = wal_cut_head(&j->s->wal, j->cut);
 }
 
 /* A group is over: unlock (as for a single write, see finish), then
@@ -909,6 +915,19 @@ static int replay_cb(void *ctx, const char *payload, size_t len, char *errmsg,
 	return -EPROTO;
 }
 
+/* Start-up progress (progress.h): the log's replay. */
+static void replay_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			       uint64_t records)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("replaying the write-ahead log: %.1f of %.1f MiB, "
+			     "%llu records",
+			     (double)done / (1 << 20),
+			     (double)total / (1 << 20),
+			     (unsigned long long)records);
+}
+
 /* ---- reload ---- */
 
 /* One kind's share of a rescan. */
@@ -1236,10 +1255,15 @@ static int add_kinds(struct store *s, struct store_kind *const *kinds, size_t n,
 	return 0;
 }
 
-int store_open(struct store *s, uv_loop_t *loop, const char *wal_path,
+int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
 	       struct store_kind *const *kinds, size_t n_kinds,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
+	const struct wal_replay replay = {
+		.record = replay_cb,
+		.progress = replay_progress_cb,
+		.ctx = s,
+	};
 	struct wal_report wrep = {0};
 	size_t n_slots = 0;
 	int rc;
@@ -1257,8 +1281,7 @@ int store_open(struct store *s, uv_loop_t *loop, const char *wal_path,
 	if (rc < 0)
 		return rc;
 	rc = locks_init(&s->locks, loop, n_slots);
-	s->wal_path = strdup(wal_path);
-	if (rc < 0 || !s->wal_path) {
+	if (rc < 0) {
 		errmsg_set(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
@@ -1272,7 +1295,8 @@ int store_open(struct store *s, uv_loop_t *loop, const char *wal_path,
 	/* The log first: its writes are newer than any file, and a file it
 	 * covers may be incomplete after a crash (vmdir.h), so they are
 	 * materialised before the files are loaded and judged. */
-	rc = wal_open(&s->wal, wal_path, replay_cb, s, &wrep, errmsg, errn);
+	rc = wal_open(&s->wal, dir, STORE_WAL_NAME, &replay, &wrep, errmsg,
+		      errn);
 	if (rc < 0)
 		return rc;
 	if (wrep.torn_bytes)
@@ -1317,7 +1341,5 @@ void store_close(struct store *s)
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
-	free(s->wal_path);
-	s->wal_path = NULL;
 	wal_close(&s->wal);
 }

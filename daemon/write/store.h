@@ -33,6 +33,8 @@
 #define STORE_MAX_KINDS 8
 /* Lock slots shared by the kinds that lock by key (kind.h). */
 #define STORE_KEY_SLOTS 4096
+/* The write-ahead log's name in the state directory. */
+#define STORE_WAL_NAME "wal"
 
 struct store;
 struct store_write;
@@ -147,7 +149,6 @@ struct store {
 	size_t filling_n;
 	bool wal_busy;
 	bool wal_failing; /* the last append failed */
-	char *wal_path;	  /* (owned) */
 	uint64_t wal_end; /* log bytes, as of the last finished log job */
 	size_t in_flight; /* writes inside the running log job */
 
@@ -188,15 +189,17 @@ struct store {
 };
 
 /*
- * Open the write-ahead log at wal_path for the kinds given (at most
+ * Open the write-ahead log (STORE_WAL_NAME in the state directory dir,
+ * which must outlive the store) for the kinds given (at most
  * STORE_MAX_KINDS, each initialised by its kind, borrowed until
  * store_close): replay it through the kinds (a record of a kind not
  * given stops the start), have every kind materialise what it replayed
  * durably, empty the log, then have every kind load its state (what
  * they quarantined goes into rep, which is zeroed first). Blocking;
- * called once at start-up. Returns 0 or -errno with errmsg.
+ * called once at start-up, before the loop runs. Returns 0 or -errno
+ * with errmsg; store_close releases what was set up either way.
  */
-int store_open(struct store *s, uv_loop_t *loop, const char *wal_path,
+int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
 	       struct store_kind *const *kinds, size_t n_kinds,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 
@@ -272,6 +275,10 @@ bool store_failing(const struct store *s);
 
 /* Applied writes not yet handed to a writer pass, over all kinds. */
 size_t store_unwritten(const struct store *s);
+
+/* Writes accepted but not yet materialised: being logged, or applied
+ * and not yet handed to a writer pass. */
+size_t store_pending(const struct store *s);
 
 /* Release everything; waiting writes fail with UnavailableError. The
  * loop must run afterwards to close the store's handles. The kinds'

@@ -214,31 +214,6 @@ out:
 	return ret;
 }
 
-/* fsync the directory holding path, so a newly created file stays. */
-static int sync_parent(const char *path)
-{
-	char *dir = NULL, *slash;
-	int fd = -1, ret = 0;
-
-	dir = strdup(path);
-	if (!dir)
-		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		dir[1] = '\0';
-	else
-		*slash = '\0';
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	free(dir);
-	return ret;
-}
-
 void wal_init(struct wal *w)
 {
 	memset(w, 0, sizeof(*w));
@@ -246,16 +221,10 @@ void wal_init(struct wal *w)
 	w->next_batch = 1;
 }
 
-/* A <path>.tmp left by a wal_cut_head cut short: the log itself is
- * intact (the rename had not happened), so the copy goes. */
-static void remove_cut_leftover(const char *path)
+/* The name of the log's cut copy, <name>.tmp. */
+static void tmp_name(const struct wal *w, char *buf, size_t n)
 {
-	char *tmp;
-
-	if (asprintf(&tmp, "%s.tmp", path) < 0)
-		return;
-	unlink(tmp);
-	free(tmp);
+	snprintf(buf, n, "%s.tmp", w->name);
 }
 
 static bool all_zero(const unsigned char *p, size_t n)
@@ -268,9 +237,10 @@ static bool all_zero(const unsigned char *p, size_t n)
 
 /* Replay the records of one complete batch, buf[from..to). */
 static int replay_batch(const unsigned char *buf, size_t from, size_t to,
-			wal_replay_fn cb, void *ctx, struct wal_report *rep,
+			const struct wal_replay *replay, struct wal_report *rep,
 			char *why, size_t whyn)
 {
+	wal_replay_fn cb = replay ? replay->record : NULL;
 	size_t rl;
 	uint64_t b;
 	bool end;
@@ -278,44 +248,57 @@ static int replay_batch(const unsigned char *buf, size_t from, size_t to,
 	while (from < to) {
 		rec_valid(buf, to, from, &rl, &b, &end);
 		if (cb) {
-			int ret = cb(ctx, (const char *)buf + from + WAL_HDR,
+			int ret = cb(replay->ctx,
+				     (const char *)buf + from + WAL_HDR,
 				     rl - WAL_HDR, why, whyn);
 
 			if (ret < 0)
 				return ret;
 		}
-		if (rep)
-			rep->records++;
+		rep->records++;
 		from += rl;
 	}
 	return 0;
 }
 
-int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
-	     struct wal_report *rep, char *errmsg, size_t errn)
+int wal_open(struct wal *w, const struct statedir *dir, const char *name,
+	     const struct wal_replay *replay, struct wal_report *rep,
+	     char *errmsg, size_t errn)
 {
+	wal_progress_fn progress = replay ? replay->progress : NULL;
+	struct wal_report local;
 	unsigned char *buf = NULL;
-	size_t size = 0, off = 0, rl, batch_start = 0;
+	size_t size = 0, off = 0, rl, batch_start = 0, reported = 0;
 	uint64_t b, last = 0;
 	bool have_last = false, created = false, end, cut = false;
+	char tmp[WAL_NAME_MAX + 8];
 	char why[256];
 	int fd = -1, ret;
 
 	wal_init(w);
-	if (rep)
-		memset(rep, 0, sizeof(*rep));
-	remove_cut_leftover(path);
-	fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT) {
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (!rep)
+		rep = &local;
+	memset(rep, 0, sizeof(*rep));
+	if (strlen(name) >= sizeof(w->name)) {
+		errmsg_set(errmsg, errn, "%s: log name too long", name);
+		return -ENAMETOOLONG;
+	}
+	w->dir = dir;
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	tmp_name(w, tmp, sizeof(tmp));
+	/* The log itself is intact when a cut stopped before its rename. */
+	(void)statedir_unlink(dir, tmp);
+	fd = statedir_open(dir, name, O_RDWR, 0, errmsg, errn);
+	if (fd == -ENOENT) {
+		fd = statedir_open(dir, name, O_RDWR | O_CREAT | O_EXCL, 0600,
+				   errmsg, errn);
 		created = fd >= 0;
-		if (fd < 0 && errno == EEXIST)
-			fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd == -EEXIST)
+			fd = statedir_open(dir, name, O_RDWR, 0, errmsg, errn);
 	}
 	if (fd < 0) {
-		ret = -errno;
-		errmsg_set(errmsg, errn, "cannot open %s: %s", path,
-			   strerror(-ret));
+		ret = fd;
+		fd = -1;
 		goto out;
 	}
 	if (fd == 0) {
@@ -325,26 +308,27 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		fd = ret;
 		if (fd < 0) {
 			ret = -errno;
-			errmsg_set(errmsg, errn, "cannot dup %s: %s", path,
-				   strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot dup %s/%s: %s",
+				   dir->path, name, strerror(-ret));
 			goto out;
 		}
 	}
 	if (created) {
-		ret = sync_parent(path);
+		ret = statedir_sync(dir);
 		if (ret < 0) {
-			errmsg_set(errmsg, errn,
-				   "cannot sync directory of %s: %s", path,
-				   strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot sync %s: %s",
+				   dir->path, strerror(-ret));
 			goto out;
 		}
 	}
 	ret = read_all(fd, &buf, &size);
 	if (ret < 0) {
-		errmsg_set(errmsg, errn, "cannot read %s: %s", path,
-			   strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot read %s/%s: %s", dir->path,
+			   name, strerror(-ret));
 		goto out;
 	}
+	if (progress && size)
+		progress(replay->ctx, 0, size, 0);
 	/* A batch is replayed once its last record is seen, so a batch cut
 	 * short by a crash (never acknowledged) is dropped whole. */
 	while (off < size) {
@@ -356,19 +340,23 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		if (!end)
 			continue;
 		why[0] = '\0';
-		ret = replay_batch(buf, batch_start, off, cb, ctx, rep, why,
+		ret = replay_batch(buf, batch_start, off, replay, rep, why,
 				   sizeof(why));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn,
-				   "%s: replay stopped in the batch at offset "
-				   "%zu: %s",
-				   path, batch_start,
+				   "%s/%s: replay stopped in the batch at "
+				   "offset %zu: %s",
+				   dir->path, name, batch_start,
 				   why[0] ? why : strerror(-ret));
 			goto out;
 		}
 		batch_start = off;
 		last = b;
 		have_last = true;
+		if (progress && off - reported >= WAL_PROGRESS_BYTES) {
+			progress(replay->ctx, off, size, rep->records);
+			reported = off;
+		}
 	}
 	/*
 	 * Past the last complete batch: the zeros the log grows into, a
@@ -389,21 +377,20 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 			ret = -EBADMSG;
 			errmsg_set(
 				errmsg, errn,
-				"%s: corrupt record at offset %zu followed by "
-				"a later complete batch",
-				path, off);
+				"%s/%s: corrupt record at offset %zu followed "
+				"by a later complete batch",
+				dir->path, name, off);
 			goto out;
 		}
 		if (ftruncate(fd, (off_t)batch_start) < 0 ||
 		    fdatasync(fd) < 0) {
 			ret = -errno;
 			errmsg_set(errmsg, errn,
-				   "cannot cut torn tail of %s: %s", path,
-				   strerror(-ret));
+				   "cannot cut torn tail of %s/%s: %s",
+				   dir->path, name, strerror(-ret));
 			goto out;
 		}
-		if (rep)
-			rep->torn_bytes = size - batch_start;
+		rep->torn_bytes = size - batch_start;
 		cut = true;
 	}
 	w->fd = fd;
@@ -507,12 +494,12 @@ out:
 	return ret;
 }
 
-int wal_cut_head(struct wal *w, const char *path, uint64_t head)
+int wal_cut_head(struct wal *w, uint64_t head)
 {
 	unsigned char *tail = NULL;
 	size_t len, got = 0;
-	char *tmp = NULL, *dir = NULL, *slash;
-	int fd = -1, dfd = -1, ret;
+	char tmp[WAL_NAME_MAX + 8];
+	int fd = -1, ret;
 
 	if (w->fd < 0)
 		return -EBADF;
@@ -524,9 +511,7 @@ int wal_cut_head(struct wal *w, const char *path, uint64_t head)
 		return wal_truncate(w);
 	len = (size_t)(w->end - head);
 	tail = malloc(len);
-	if (!tail || asprintf(&tmp, "%s.tmp", path) < 0 ||
-	    !(dir = strdup(path))) {
-		tmp = NULL;
+	if (!tail) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -542,41 +527,33 @@ int wal_cut_head(struct wal *w, const char *path, uint64_t head)
 		}
 		got += (size_t)n;
 	}
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0600);
+	tmp_name(w, tmp, sizeof(tmp));
+	fd = statedir_open(w->dir, tmp, O_RDWR | O_CREAT | O_TRUNC, 0600, NULL,
+			   0);
 	if (fd < 0) {
-		ret = -errno;
+		ret = fd;
+		fd = -1;
 		goto out;
 	}
 	ret = write_all_at(fd, tail, len, 0);
 	if (ret == 0 && fdatasync(fd) < 0)
 		ret = -errno;
-	if (ret == 0 && rename(tmp, path) < 0)
-		ret = -errno;
+	if (ret == 0)
+		ret = statedir_rename(w->dir, tmp, w->name);
 	if (ret < 0) {
-		unlink(tmp);
+		(void)statedir_unlink(w->dir, tmp);
 		goto out;
 	}
-	slash = strrchr(dir, '/');
-	if (slash)
-		*slash = '\0';
-	dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || fsync(dfd) < 0) {
-		/* The new log is in place but maybe not its name: keep it. */
-		ret = -errno;
-	}
+	/* The new log is in place but maybe not its name: keep it. */
+	ret = statedir_sync(w->dir);
 	close(w->fd);
 	w->fd = fd;
 	fd = -1;
 	w->end = w->size = len;
 out:
-	if (dfd >= 0)
-		close(dfd);
 	if (fd >= 0)
 		close(fd);
 	free(tail);
-	free(tmp);
-	free(dir);
 	return ret;
 }
 

@@ -73,6 +73,33 @@ class Notify(vt.VmemTestCase):
         self.assertIn("STATUS=stopping", got[-1])
         self.assertEqual(d.wait(), 0)
 
+    def test_long_start_extends_the_timeout(self):
+        # a log to replay; every progress report sent (VMEMD_PROGRESS_MS=0)
+        os.makedirs(os.path.join(self.repo.gitdir, "vmem"), mode=0o700)
+        batches = [[vt.wal_record_payload(x, 1, 2, "replayed %d" % x)
+                    for x in range(1, 21)]]
+        with open(os.path.join(self.repo.gitdir, "vmem", "wal"), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(vt.wal_bytes(batches))
+        d = self.start_notified(VMEMD_PROGRESS_MS="0")
+        got = self.messages_until(lambda m: "READY=1" in m.split("\n"))
+        progress = [m for m in got if "EXTEND_TIMEOUT_USEC=" in m]
+        vt.diag(*progress[:3])
+        self.assertTrue(progress, got)
+        for m in progress:
+            fields = dict(f.split("=", 1) for f in m.split("\n"))
+            self.assertEqual(fields["EXTEND_TIMEOUT_USEC"], "60000000")
+            self.assertTrue(fields["STATUS"].startswith("starting: "), m)
+        self.assertRegex(progress[0], r"STATUS=starting: replaying the "
+                         r"write-ahead log: 0\.0 of \d+\.\d MiB, 0 records")
+        self.assertTrue(any("loading the decision files" in m
+                            for m in progress), progress)
+        # none after READY=1: the start is over
+        self.assertNotIn("EXTEND_TIMEOUT_USEC", got[-1])
+        self.assertEqual(self.connect(daemon=d).get(20, 1, 2)["content"],
+                         "replayed 20")
+        d.stop()
+
     def test_watchdog_pings_from_the_loop(self):
         d = self.start_notified(WATCHDOG_USEC="400000")
         self.messages_until(lambda m: "READY=1" in m.split("\n"))

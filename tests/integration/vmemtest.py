@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -173,6 +174,55 @@ def wait_until(predicate, timeout=2.0, interval=0.01):
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# The write-ahead log, written by hand (docs/architecture.md section 4)
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli) of data, continuing from crc."""
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def wal_bytes(batches, first=1):
+    """A log holding batches (lists of payloads, bytes), numbered from
+    first, each complete (its last record marked)."""
+    out = bytearray()
+    for number, payloads in enumerate(batches, first):
+        for i, payload in enumerate(payloads):
+            lenf = len(payload) | (0x80000000 if i == len(payloads) - 1
+                                   else 0)
+            head = struct.pack("<QI", number, lenf)
+            crc = crc32c(payload, crc32c(head))
+            out += struct.pack("<I", 0x32574D56) + head + \
+                struct.pack("<I", crc) + payload
+    return bytes(out)
+
+
+def wal_record_payload(x, y, z, content, agent_id="wal-writer", version=1):
+    """The compact form of a decision record, as the log holds it."""
+    return json.dumps({
+        "coordinate": coord(x, y, z), "content": content,
+        "timestamp": "2025-01-06T15:30:00.123456Z", "agent_id": agent_id,
+        "issue_context": None, "version": version,
+    }, separators=(",", ":")).encode()
 
 
 # --------------------------------------------------------------------------

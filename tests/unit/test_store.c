@@ -349,7 +349,8 @@ static const struct kind note_kind = {
 
 /* ---- fixture: a store with decisions and notes ---- */
 
-static char tmp[200], wal_path[300], tree[300], qdir[300];
+static char tmp[200], wal_path[400], tree[300], gitdir[300];
+static struct statedir sd; /* <tmp>/git/vmem: the log, quarantine/ */
 static uv_loop_t loop;
 static struct store st;
 static struct decisions ds;
@@ -370,11 +371,13 @@ static void setup(void)
 {
 	snprintf(tmp, sizeof(tmp), "/tmp/vmem-store-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tmp));
-	snprintf(wal_path, sizeof(wal_path), "%s/wal", tmp);
 	snprintf(tree, sizeof(tree), "%s/tree", tmp);
-	snprintf(qdir, sizeof(qdir), "%s/quarantine", tmp);
+	snprintf(gitdir, sizeof(gitdir), "%s/git", tmp);
+	snprintf(wal_path, sizeof(wal_path), "%s/" STATEDIR_NAME "/%s", gitdir,
+		 STORE_WAL_NAME);
 	ck_assert_int_eq(mkdir(tree, 0700), 0);
-	ck_assert_int_eq(mkdir(qdir, 0700), 0);
+	ck_assert_int_eq(mkdir(gitdir, 0700), 0);
+	ck_assert_int_eq(statedir_init(&sd, gitdir, NULL, 0, NULL, 0), 0);
 	memset(&ns, 0, sizeof(ns));
 	snprintf(ns.dir, sizeof(ns.dir), "%s/notes", tmp);
 	ck_assert_int_eq(mkdir(ns.dir, 0700), 0);
@@ -386,6 +389,7 @@ static void teardown(void)
 	char cmd[256];
 
 	ck_assert_int_eq(uv_loop_close(&loop), 0);
+	statedir_done(&sd);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tmp);
 	ck_assert_int_eq(system(cmd), 0);
 }
@@ -402,8 +406,8 @@ static int open_store(char *errmsg, size_t n)
 	ns.fail_syncs = fail_syncs;
 	ns.sk = (struct store_kind){.kind = &note_kind};
 	ns.wal_path = wal_path;
-	ck_assert_int_eq(decisions_init(&ds, tree, qdir, 10), 0);
-	rc = store_open(&st, &loop, wal_path,
+	ck_assert_int_eq(decisions_init(&ds, tree, &sd, 10), 0);
+	rc = store_open(&st, &loop, &sd,
 			(struct store_kind *const[]){&ds.sk, &ns.sk}, 2, &rep,
 			errmsg, n);
 	st.on_change = changed_cb;
@@ -740,7 +744,7 @@ START_TEST(test_group_across_kinds)
 		struct wal w;
 
 		ck_assert_int_eq(
-			wal_open(&w, wal_path, NULL, NULL, NULL, NULL, 0), 0);
+			wal_open(&w, &sd, STORE_WAL_NAME, NULL, NULL, NULL, 0), 0);
 		ck_assert_int_eq(truncate(wal_path, (off_t)w.end - 3), 0);
 		wal_close(&w);
 	}
@@ -843,7 +847,7 @@ static void write_log(const char *const *payloads)
 	struct iovec iov[8];
 	size_t n = 0;
 
-	ck_assert_int_eq(wal_open(&w, wal_path, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, STORE_WAL_NAME, NULL, NULL, NULL, 0), 0);
 	for (; payloads[n]; n++)
 		iov[n] = (struct iovec){(void *)payloads[n],
 					strlen(payloads[n])};
@@ -930,10 +934,12 @@ static int join_cb(void *ctx, const char *payload, size_t len, char *errmsg,
 static void log_payloads(char *out, size_t n)
 {
 	struct joined j = {out, n, 0};
+	const struct wal_replay replay = {.record = join_cb, .ctx = &j};
 	struct wal w;
 
 	out[0] = '\0';
-	ck_assert_int_eq(wal_open(&w, wal_path, join_cb, &j, NULL, NULL, 0), 0);
+	ck_assert_int_eq(
+		wal_open(&w, &sd, STORE_WAL_NAME, &replay, NULL, NULL, 0), 0);
 	wal_close(&w);
 }
 

@@ -744,7 +744,8 @@ START_TEST(test_group_across_kinds)
 		struct wal w;
 
 		ck_assert_int_eq(
-			wal_open(&w, &sd, STORE_WAL_NAME, NULL, NULL, NULL, 0), 0);
+			wal_open(&w, &sd, STORE_WAL_NAME, NULL, NULL, NULL, 0),
+			0);
 		ck_assert_int_eq(truncate(wal_path, (off_t)w.end - 3), 0);
 		wal_close(&w);
 	}
@@ -847,7 +848,8 @@ static void write_log(const char *const *payloads)
 	struct iovec iov[8];
 	size_t n = 0;
 
-	ck_assert_int_eq(wal_open(&w, &sd, STORE_WAL_NAME, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, STORE_WAL_NAME, NULL, NULL, NULL, 0),
+			 0);
 	for (; payloads[n]; n++)
 		iov[n] = (struct iovec){(void *)payloads[n],
 					strlen(payloads[n])};

@@ -31,6 +31,7 @@
 #define TMP_PREFIX     ".tmp-"
 #define METADATA       "metadata.json"
 #define METADATA_TEXT  "{\n  \"format\": 1\n}\n"
+#define SEED_INDEX     "index.json" /* the seed library's optional index */
 #define MOVE_DEPTH_MAX 8
 
 static atomic_ulong tmp_counter;
@@ -602,11 +603,16 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 			   VMDIR_DIRNAME, name, strerror(-type));
 		return type;
 	}
-	if (!strcmp(name, METADATA)) {
+	if (!strcmp(name, METADATA) || !strcmp(name, SEED_INDEX)) {
+		/* Ours, or a seed library's index of its files: never read,
+		 * kept as it is. */
 		if (type == S_IFREG)
 			return 0;
-		return quarantine(l, vfd, name, name,
-				  "metadata.json is not a regular file");
+		return quarantine(
+			l, vfd, name, name,
+			!strcmp(name, METADATA)
+				? "metadata.json is not a regular file"
+				: "index.json is not a regular file");
 	}
 	if (has_prefix(name, TMP_PREFIX))
 		return remove_temp(l, vfd, name, name, dirty);

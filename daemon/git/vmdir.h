@@ -4,8 +4,9 @@
  * through directory fds opened with O_NOFOLLOW, so a symlink anywhere
  * under .vector-memory is refused rather than followed.
  *
- * Invariants: only decision files (x-NNN/y-Y-z-Z.json) and metadata.json
- * live there; temporary files are ".tmp-*" names that are never committed
+ * Invariants: only decision files (x-NNN/y-Y-z-Z.json), metadata.json
+ * and the seed library's optional index.json (left as it is) live there;
+ * temporary files are ".tmp-*" names that are never committed
  * and are removed at start-up; a file that does not parse or validate is
  * moved to the quarantine directory, never skipped silently or emptied.
  *

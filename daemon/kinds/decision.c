@@ -91,12 +91,16 @@ static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 	dw->stored = NULL;
 	dw->existed = false;
 	if (z == 1 && (cur || dw->is_delete)) {
+		/* "Cannot modify decision" and "immutable": the seed's
+		 * words, which its users match on. */
 		snprintf(msg, n,
 			 dw->is_delete
-				 ? "layer z=1 is write-once: (%d, %d, %d) "
-				   "cannot be deleted"
-				 : "layer z=1 is write-once: (%d, %d, %d) "
-				   "already holds a decision",
+				 ? "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once), it cannot be deleted"
+				 : "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once) and already holds a decision",
 			 x, y, z);
 		return RPC_IMMUTABLE_LAYER;
 	}

@@ -52,7 +52,8 @@ struct daemon {
 	struct stats stats; /* per method of the method table */
 	struct server server;
 	struct vmdir_load_report loaded; /* what start-up quarantined */
-	uint64_t started_ms;		 /* uv_now at start */
+	uint64_t reload_seen; /* store.reloads_done when loaded last grew */
+	uint64_t started_ms;  /* uv_now at start */
 	uint64_t stop_started_ms;
 	uint64_t flush_started_ms; /* of the store, during a stop; 0: not yet */
 	uint64_t flush_errors;	   /* the store's n_errors when it began */

@@ -319,8 +319,8 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 			return;
 		if (delay_ms < s->writer_retry_ms)
 			delay_ms = s->writer_retry_ms;
-	} else if (s->idle_cb) {
-		delay_ms = 0; /* flushing for a stop: no coalescing delay */
+	} else if (s->idle_cb || s->waits) {
+		delay_ms = 0; /* someone waits: no coalescing delay */
 	}
 	if (uv_is_active((uv_handle_t *)&s->writer_timer) && delay_ms > 0)
 		return;
@@ -842,18 +842,71 @@ void store_submit_group(struct store *s, struct store_group *g)
 static void reload_step(struct store *s);
 static void probe_step(struct store *s);
 
+static bool idle(const struct store *s)
+{
+	return !(s->wal_busy || s->writer_busy || s->filling_n ||
+		 store_unwritten(s) || s->wal_end || s->ckpt || s->reloading ||
+		 s->probing);
+}
+
+/* Answer the store_waits whose condition holds. */
+static void waits_step(struct store *s)
+{
+	struct store_wait **p = &s->waits, *w;
+
+	while ((w = *p)) {
+		if (w->idle ? !idle(s) : s->writer_done_seq < w->need_seq) {
+			p = &w->next;
+			continue;
+		}
+		*p = w->next;
+		w->next = NULL;
+		w->done(w, 0);
+		p = &s->waits; /* done may have cancelled another */
+	}
+}
+
 static void check_idle(struct store *s)
 {
 	store_idle_fn cb = s->idle_cb;
 
 	reload_step(s);
 	probe_step(s);
-	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
-	    store_unwritten(s) || s->wal_end || s->ckpt || s->reloading ||
-	    s->probing)
+	waits_step(s);
+	if (!cb || !idle(s))
 		return;
 	s->idle_cb = NULL;
 	cb(s, s->idle_arg);
+}
+
+void store_wait(struct store *s, struct store_wait *w)
+{
+	if (s->closed) {
+		w->done(w, -ESHUTDOWN);
+		return;
+	}
+	/* As for a checkpoint: the next pass covers what is dirty now, the
+	 * running one what it snapshotted. */
+	w->need_seq = store_unwritten(s) ? s->writer_seq + 1
+		      : s->writer_busy	 ? s->writer_seq
+					 : 0;
+	w->next = s->waits;
+	s->waits = w;
+	writer_kick(s, 0);
+	if (w->idle)
+		checkpoint_start(s);
+	check_idle(s);
+}
+
+void store_wait_cancel(struct store *s, struct store_wait *w)
+{
+	for (struct store_wait **p = &s->waits; *p; p = &(*p)->next) {
+		if (*p == w) {
+			*p = w->next;
+			w->next = NULL;
+			return;
+		}
+	}
 }
 
 void store_flush(struct store *s, store_idle_fn cb, void *arg)
@@ -997,6 +1050,8 @@ static void rescan_job_free(struct rescan_job *j)
 	free(j);
 }
 
+static void reload_join(struct store *s, struct store_reload_wait *list);
+
 /* Every kind that can rescan takes its snapshot; NULL when one cannot
  * (nothing is then left taken). */
 static struct rescan_job *rescan_job_new(struct store *s, bool probe)
@@ -1028,11 +1083,11 @@ static struct rescan_job *rescan_job_new(struct store *s, bool probe)
 static void reload_finish(struct store *s, int rc, const char *errmsg,
 			  const struct vmdir_load_report *rep)
 {
-	store_reload_fn cb = s->reload_cb;
+	struct store_reload_wait *waiter = s->reload_waiters, *next;
 	struct store_write *held = s->filling_head;
 
 	s->reloading = false;
-	s->reload_cb = NULL;
+	s->reload_waiters = NULL;
 	/* Writes held during the reload were validated against the old
 	 * state: validate them again against what the files say now. */
 	s->filling_head = s->filling_tail = NULL;
@@ -1056,7 +1111,19 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 		start(s, w);
 	}
 	wal_kick(s);
-	cb(s, s->reload_arg, rc, errmsg, rep);
+	s->reloads_done++;
+	for (; waiter; waiter = next) {
+		next = waiter->next;
+		waiter->cb(s, waiter->arg, rc, errmsg, rep);
+		free(waiter);
+	}
+	/* Callers that came while this reload was reading the files get a
+	 * reload of their own, started now. */
+	if (s->reload_next) {
+		waiter = s->reload_next;
+		s->reload_next = NULL;
+		reload_join(s, waiter);
+	}
 }
 
 static void probe_done(struct store *s, struct rescan_job *j, int status);
@@ -1183,20 +1250,55 @@ static void reload_step(struct store *s)
 	s->reload_running = true;
 }
 
-void store_reload(struct store *s, store_reload_fn cb, void *arg)
+/* Callers (a list) join the reload to come, which starts unless one is
+ * already on its way. */
+static void reload_join(struct store *s, struct store_reload_wait *list)
 {
-	if (s->reloading || s->closed) {
-		cb(s, arg, s->closed ? -ESHUTDOWN : -EBUSY,
-		   s->closed ? "the daemon is shutting down"
-			     : "a reload is already running",
-		   NULL);
+	struct store_reload_wait **tail = &s->reload_waiters;
+
+	if (s->closed) {
+		while (list) {
+			struct store_reload_wait *next = list->next;
+
+			list->cb(s, list->arg, -ESHUTDOWN,
+				 "the daemon is shutting down", NULL);
+			free(list);
+			list = next;
+		}
 		return;
 	}
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = list;
+	if (s->reloading)
+		return;
 	s->reloading = true;
-	s->reload_cb = cb;
-	s->reload_arg = arg;
 	writer_kick(s, 0);
 	reload_step(s);
+}
+
+void store_reload(struct store *s, store_reload_fn cb, void *arg)
+{
+	struct store_reload_wait *w, **tail;
+
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		cb(s, arg, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	w->cb = cb;
+	w->arg = arg;
+	if (!s->reload_running) {
+		/* A reload not reading the files yet will see every change
+		 * made before this call: join it (or start one). */
+		reload_join(s, w);
+		return;
+	}
+	/* The running one may have read a file before it changed: wait for
+	 * the next reload, which starts when this one ends. */
+	for (tail = &s->reload_next; *tail; tail = &(*tail)->next)
+		;
+	*tail = w;
 }
 
 /* ---- open, close ---- */
@@ -1334,9 +1436,25 @@ int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
 
 void store_close(struct store *s)
 {
+	struct store_reload_wait *waiting;
+
 	if (s->closed)
 		return;
 	s->closed = true;
+	while (s->waits) {
+		struct store_wait *w = s->waits;
+
+		s->waits = w->next;
+		w->next = NULL;
+		w->done(w, -ESHUTDOWN);
+	}
+	/* Reload callers still waiting (a stop that did not wait for
+	 * them): told, not forgotten. */
+	reload_join(s, s->reload_next);
+	s->reload_next = NULL;
+	waiting = s->reload_waiters;
+	s->reload_waiters = NULL;
+	reload_join(s, waiting);
 	locks_done(&s->locks);
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);

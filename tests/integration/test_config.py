@@ -51,7 +51,7 @@ class ConfigCase(GitCase):
         if foreground:
             argv.append("--foreground")
         p = subprocess.run(argv + list(args), capture_output=True,
-                           text=True, env=env or self.env(), timeout=20)
+                           text=True, env=env or self.env(), timeout=vt.scaled(20))
         self.assertFalse(vt.accepts(self.repo.path("never.sock")))
         return p.returncode, p.stderr
 
@@ -277,7 +277,7 @@ class BadFiles(ConfigCase):
         p = subprocess.run([vt.VMEM, "--socket", self.repo.path("cli.sock"),
                             "--repo", self.repo.root, "daemon", "start"],
                            capture_output=True, text=True, env=env,
-                           timeout=30)
+                           timeout=vt.scaled(30))
         self.assertNotEqual(p.returncode, 0, p.stderr)
         self.assertIn("%s:1: max_batch must be" % self.xdg_path(), p.stderr)
 

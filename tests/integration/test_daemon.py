@@ -24,7 +24,7 @@ def mode_of(path):
 class SingleInstance(vt.VmemTestCase):
     def assertRefusedAsRunning(self, second):
         second.spawn()
-        rc = second.wait(10)
+        rc = second.wait(vt.scaled(10))
         self.assertEqual(rc, 3, second.stderr())
         self.assertIn("already running", second.stderr())
 
@@ -131,7 +131,7 @@ class SocketSafety(vt.VmemTestCase):
                  "    print('error', e)\n")
         p = subprocess.run([python, "-c", probe, d.sock],
                            user=65534, group=65534, capture_output=True,
-                           text=True, timeout=20)
+                           text=True, timeout=vt.scaled(20))
         self.assertEqual(p.returncode, 0, p.stderr)
         vt.diag("another user got: %r" % p.stdout.strip())
         self.assertNotIn('"result"', p.stdout)
@@ -463,7 +463,7 @@ class IdleExit(vt.VmemTestCase):
         p = subprocess.run([vt.VMEM, "--socket", self.repo.path("cli.sock"),
                             "--repo", self.repo.root] + list(args),
                            capture_output=True, text=True, env=env,
-                           timeout=60)
+                           timeout=vt.scaled(60))
         self.assertEqual(p.returncode, 0, p.stderr)
         return p.stdout
 

@@ -112,7 +112,7 @@ class NeedsRoot:
         """Run PROBE as uid; its report (a dict)."""
         p = subprocess.run(setpriv_argv(uid, dac_override) +
                            [PYTHON, "-c", PROBE, sock],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=vt.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         return json.loads(p.stdout)
 
@@ -260,7 +260,7 @@ class StracedCase(NeedsRoot, vt.VmemTestCase):
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err,
                                 stderr=err, env=env)
         self.addCleanup(self._kill_traced, proc)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + vt.scaled(30)
         while not vt.accepts(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.fail("traced vmemd not listening (rc %r):\n%s"
@@ -296,7 +296,7 @@ class StracedCase(NeedsRoot, vt.VmemTestCase):
 
     def finish(self, proc):
         try:
-            rc = proc.wait(60)
+            rc = proc.wait(vt.scaled(60))
         except subprocess.TimeoutExpired:
             self.fail("traced vmemd did not stop")
         self.assertEqual(rc, 0, self.traced_stderr())
@@ -570,7 +570,7 @@ class StopsReading(vt.VmemTestCase):
             sent, how = flood(slow, req * 64)
         finally:
             stop.set()
-            t.join(30)
+            t.join(vt.scaled(30))
         growth = self.daemon.rss_kib() - rss_before
         vt.diag("slow client: sent %d bytes (%d requests) then %s; "
                 "RSS grew %d KiB; other client served %d times"
@@ -926,7 +926,7 @@ class ClosedStdio(vt.VmemTestCase):
                             "not held")
         recs = self.store_some(sock)
         proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(20)
+        rc = proc.wait(vt.scaled(20))
         with self.subTest("clean stop"):
             self.assertEqual(rc, 0, "exit status on SIGTERM")
         with self.subTest("stores survive"):
@@ -935,7 +935,7 @@ class ClosedStdio(vt.VmemTestCase):
     def test_background_with_stdio_closed(self):
         sock = self.repo.path("bg.sock")
         argv = [vt.VMEMD, "--repo", self.repo.root, "--socket", sock]
-        parent = subprocess.run(argv, preexec_fn=close_stdio, timeout=30)
+        parent = subprocess.run(argv, preexec_fn=close_stdio, timeout=vt.scaled(30))
         listening = vt.wait_until(lambda: vt.accepts(sock), 10)
         pids = self.repo.processes()
         for pid in pids:
@@ -1070,7 +1070,7 @@ def _retry(argv):
     """Run an account tool, retrying while another one holds the lock
     of /etc/passwd (other test runs on this machine)."""
     for attempt in range(20):
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=vt.scaled(30))
         if p.returncode == 0:
             return
         if "lock" not in p.stderr or attempt == 19:
@@ -1136,7 +1136,7 @@ class SharedRepository(vt.VmemTestCase):
         p = subprocess.run([SETPRIV, "--reuid=%d" % self.uid,
                             "--regid=%d" % self.gid, "--clear-groups"] +
                            list(argv), capture_output=True, text=True,
-                           timeout=30)
+                           timeout=vt.scaled(30))
         self.assertEqual(p.returncode, 0, "%s: %s" % (argv, p.stderr))
 
     def snapshot(self):
@@ -1178,7 +1178,7 @@ class SharedRepository(vt.VmemTestCase):
         # vmem, which starts the daemon, shows the same message
         p = subprocess.run([vt.VMEM, "--repo", self.repo.root, "--socket",
                             self.repo.path("cli.sock"), "status"],
-                           capture_output=True, text=True, timeout=60,
+                           capture_output=True, text=True, timeout=vt.scaled(60),
                            env=dict(os.environ, VMEMD=vt.VMEMD))
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("%s: owner %s (uid %d)" % (self.vmem, self.other,

@@ -204,8 +204,9 @@ static void set_pending(struct gitq *q, struct gitq_path *e)
 }
 
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, const struct statedir *state,
-	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn)
+	      const struct index *index, const char *workdir,
+	      const struct statedir *state, unsigned delay_ms,
+	      unsigned max_batch, char *errmsg, size_t errn)
 {
 	struct gitlock_stale stale;
 	int rc;
@@ -213,6 +214,7 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	memset(q, 0, sizeof(*q));
 	q->loop = loop;
 	q->store = store;
+	q->index = index;
 	q->delay_ms = delay_ms;
 	q->max_batch = max_batch ? max_batch : 1;
 	uv_timer_init(loop, &q->timer);
@@ -260,7 +262,7 @@ static bool committable(const struct gitq *q, const char *path)
 		return false;
 	memcpy(dir, path, (size_t)(slash - path));
 	dir[slash - path] = '\0';
-	return coord_from_path(dir, slash + 1, q->store->max_x, &c) == 0;
+	return coord_from_path(dir, slash + 1, q->index->max_x, &c) == 0;
 }
 
 void gitq_mark(struct gitq *q, const char *path)
@@ -797,7 +799,7 @@ static void scan_after_cb(uv_work_t *req, int status)
 			 uv_strerror(status));
 	}
 	if (s->fallback) {
-		struct index *ix = &q->store->index;
+		const struct index *ix = q->index;
 
 		log_warn("cannot ask git what differs from HEAD (%s): "
 			 "comparing every decision",

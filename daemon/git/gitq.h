@@ -57,7 +57,8 @@ typedef void (*gitq_idle_fn)(void *arg);
 
 struct gitq {
 	uv_loop_t *loop;
-	struct store *store; /* commits wait for its files */
+	struct store *store;	   /* commits wait for its files */
+	const struct index *index; /* the decisions' (borrowed) */
 	struct gitc *gitc;
 	/* Paths not committed yet: a hash set of entries, and the list of
 	 * those pending (marked since the last job took them). */
@@ -100,8 +101,9 @@ struct gitq {
  * (gitc_clear_stale_locks). 0 or -errno (errmsg).
  */
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, const struct statedir *state,
-	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn);
+	      const struct index *index, const char *workdir,
+	      const struct statedir *state, unsigned delay_ms,
+	      unsigned max_batch, char *errmsg, size_t errn);
 
 /*
  * Change commit_delay_ms and commit_max_batch (a reload): they apply from

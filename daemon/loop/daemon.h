@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "decision.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -42,6 +43,7 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
+	struct decisions decisions; /* the decision kind, in the store */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

@@ -122,7 +122,7 @@ int server_health(struct call *call)
 			  d->stopping ? "stopping"
 				      : (degraded ? "degraded" : "ok"),
 			  "version", VMEMD_VERSION, "repo", d->repo.root,
-			  "decisions", (json_int_t)d->store.index.count,
+			  "decisions", (json_int_t)d->decisions.index.count,
 			  "pending", (json_int_t)gitq_pending(&d->gitq),
 			  "last_commit", last_commit_json(&d->gitq),
 			  "commit_deferred",
@@ -363,7 +363,7 @@ int server_stats(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const struct index *ix = &d->store.index;
+	const struct index *ix = &d->decisions.index;
 	json_int_t layers[VMEM_MAX_Z] = {0};
 
 	if (!param_only(call, allowed))
@@ -384,8 +384,8 @@ int server_stats(struct call *call)
 			layers[0], "2", layers[1], "3", layers[2], "4",
 			layers[3], "queues", "log",
 			(json_int_t)(d->store.filling_n + d->store.in_flight),
-			"files", (json_int_t)d->store.n_dirty, "commit",
-			(json_int_t)gitq_pending(&d->gitq), "leases",
+			"files", (json_int_t)store_unwritten(&d->store),
+			"commit", (json_int_t)gitq_pending(&d->gitq), "leases",
 			(json_int_t)leases_count(&d->leases), "subscriptions",
 			(json_int_t)d->subs.n, "resident_bytes",
 			resident_bytes()));

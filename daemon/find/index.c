@@ -27,27 +27,39 @@ struct record *record_new(const struct decision *d)
 	struct record *r;
 	size_t len;
 	char *json = decision_dump_compact(d, &len);
-	const char *key;
 
 	if (!json)
 		return NULL;
+	r = record_from_compact(&d->coord, d->version, json, len);
+	free(json);
+	return r;
+}
+
+struct record *record_from_compact(const struct coord *c, int64_t version,
+				   const char *json, size_t len)
+{
+	struct record *r;
+	const char *key;
+
+	if (memchr(json, '\0', len))
+		return NULL;
+	r = malloc(sizeof(*r) + len + 1);
+	if (!r)
+		return NULL;
+	memcpy(r->json, json, len);
+	r->json[len] = '\0';
 	/* The coordinate object holds only integers, so the first match is
 	 * the content member. */
-	key = strstr(json, content_key);
+	key = strstr(r->json, content_key);
 	if (!key) {
-		free(json);
+		free(r);
 		return NULL;
 	}
-	r = malloc(sizeof(*r) + len + 1);
-	if (r) {
-		r->coord = d->coord;
-		r->version = d->version;
-		r->json_len = len;
-		memcpy(r->json, json, len + 1);
-		r->content_off = (size_t)(key - json) + sizeof(content_key) - 1;
-		r->content_esc_len = escaped_len(r->json + r->content_off);
-	}
-	free(json);
+	r->coord = *c;
+	r->version = version;
+	r->json_len = len;
+	r->content_off = (size_t)(key - r->json) + sizeof(content_key) - 1;
+	r->content_esc_len = escaped_len(r->json + r->content_off);
 	return r;
 }
 

@@ -37,6 +37,13 @@ struct index {
 
 /* A new record holding d's compact JSON, or NULL on allocation failure. */
 struct record *record_new(const struct decision *d);
+
+/* A new record holding json (len bytes, a compact decision as
+ * decision_dump_compact writes it, copied) for coordinate c at version,
+ * or NULL when it has no content member, holds a NUL, or memory runs
+ * out. The JSON is not checked: only for text this daemon wrote. */
+struct record *record_from_compact(const struct coord *c, int64_t version,
+				   const char *json, size_t len);
 void record_free(struct record *r);
 
 /* 0 or -ENOMEM. */

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "errmsg.h"
+#include "indexsnap.h"
+#include "log.h"
 #include "progress.h"
 #include "protocol/errors.h"
 
@@ -241,11 +243,18 @@ static int replay(struct store_kind *k, const char *payload, size_t len,
 	return 0;
 }
 
+/* The start-up load: the kind, and the snapshot it may take records
+ * from (NULL: none). */
+struct load_ctx {
+	struct decisions *ds;
+	struct indexsnap *snap;
+};
+
 /* Start-up load: each decision into the index, with its file's stamp. */
 static int load_cb(void *ctx, struct decision *d,
 		   const struct vmdir_stamp *stamp)
 {
-	struct decisions *ds = ctx;
+	struct decisions *ds = ((struct load_ctx *)ctx)->ds;
 	struct record *r = record_new(d);
 
 	if (!r)
@@ -254,6 +263,22 @@ static int load_cb(void *ctx, struct decision *d,
 	ds->stamps[index_slot(&ds->index, &r->coord)] = *stamp;
 	index_put(&ds->index, r);
 	return 0;
+}
+
+/* A file the snapshot holds as it is now: its record comes from there,
+ * and the file is not read. */
+static bool snap_known_cb(void *ctx, const struct coord *c,
+			  const struct vmdir_stamp *stamp)
+{
+	struct load_ctx *l = ctx;
+	size_t slot = index_slot(&l->ds->index, c);
+	struct record *r = indexsnap_take(l->snap, slot, stamp);
+
+	if (!r)
+		return false;
+	l->ds->stamps[slot] = *stamp;
+	index_put(&l->ds->index, r);
+	return true;
 }
 
 /* Start-up progress (progress.h) of the replay's files... */
@@ -288,12 +313,46 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 		char *errmsg, size_t n)
 {
 	struct decisions *ds = of(k);
-	int rc;
+	struct indexsnap snap = {0};
+	struct load_ctx l = {ds, NULL};
+	char why[VMEM_ERRMSG_LEN];
+	int rc = -ENOENT;
 
+	if (ds->dir.state) {
+		if (progress_due())
+			progress_say("reading the index snapshot");
+		rc = indexsnap_load(&snap, ds->dir.state, &ds->index, why,
+				    sizeof(why));
+	}
+	if (rc == 0)
+		l.snap = &snap;
+	else if (rc != -ENOENT)
+		log_warn("ignoring the index snapshot %s (%s): reading every "
+			 "decision file",
+			 INDEXSNAP_NAME, why);
 	ds->dir.progress = load_progress_cb;
-	rc = vmdir_load(&ds->dir, load_cb, ds, rep, errmsg, n);
+	if (l.snap)
+		rc = vmdir_rescan(&ds->dir, snap_known_cb, load_cb, &l, rep,
+				  errmsg, n);
+	else
+		rc = vmdir_load(&ds->dir, load_cb, &l, rep, errmsg, n);
 	ds->dir.progress = NULL;
+	if (rc == 0 && l.snap)
+		log_info("index snapshot: %zu decisions taken from it, %zu "
+			 "files read (changed since, or not in it)",
+			 snap.taken, rep ? rep->loaded : (size_t)0);
+	indexsnap_done(&snap);
 	return rc;
+}
+
+long decisions_save_snapshot(struct decisions *ds, char *errmsg, size_t n)
+{
+	if (!ds->dir.state) {
+		errmsg_set(errmsg, n, "no state directory");
+		return -EINVAL;
+	}
+	return indexsnap_save(ds->dir.state, &ds->index, ds->stamps, ds->dirty,
+			      errmsg, n);
 }
 
 /* ---- materialisation ---- */

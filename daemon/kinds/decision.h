@@ -95,6 +95,14 @@ int decisions_init(struct decisions *ds, const char *root,
  * failed decisions_init. */
 void decisions_done(struct decisions *ds);
 
+/*
+ * Save the index with its files' stamps as the state directory's
+ * snapshot (find/indexsnap), which the next start's load takes records
+ * from instead of reading files that did not change. Blocking: after the
+ * loop has stopped. The number of decisions saved, or -errno (errmsg).
+ */
+long decisions_save_snapshot(struct decisions *ds, char *errmsg, size_t n);
+
 /* The store's lock slot of a coordinate, as leases take it. */
 size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c);
 

@@ -20,7 +20,7 @@ the load average it prints with them.
 
 usage: vmem-start-bench.py [--vmemd PATH] [--compare PATH]
                            [--sizes 20000,100000] [--big] [--runs N]
-                           [--idle-max S] [--keep] [--tmp DIR]
+                           [--idle-max S] [--keep] [--tmp DIR] [--repo DIR]
 """
 import argparse
 import json
@@ -212,7 +212,12 @@ def main():
     ap.add_argument("--idle-max", type=float, default=300)
     ap.add_argument("--tmp", help="where the repositories go "
                     "(default: a temporary directory)")
-    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the repositories (to measure again with "
+                    "--repo)")
+    ap.add_argument("--repo", help="measure a repository filled by an "
+                    "earlier run (--keep) instead of filling one; "
+                    "--sizes names its size")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="vmem-start-", dir=args.tmp)
     cases = [(int(s), 480) for s in args.sizes.split(",") if s]
@@ -228,10 +233,13 @@ def main():
     sys.stdout.flush()
     try:
         for n, size in cases:
-            root = os.path.join(tmp, "repo-%d-%d" % (n, size))
-            load, sync = fill(args.vmemd, root, tmp, n, size)
-            print("filled %d x %d B: store_many %.1f s, git.sync %.1f s" %
-                  (n, size, load, sync), file=sys.stderr)
+            if args.repo:
+                root = args.repo
+            else:
+                root = os.path.join(tmp, "repo-%d-%d" % (n, size))
+                load, sync = fill(args.vmemd, root, tmp, n, size)
+                print("filled %d x %d B: store_many %.1f s, git.sync "
+                      "%.1f s" % (n, size, load, sync), file=sys.stderr)
             for label, path in bins:
                 for start, cpu, idle, stop in measure(
                         path, root, tmp, args.runs, args.idle_max, label):
@@ -240,7 +248,7 @@ def main():
                               n, n * size / 1e6, label, start, cpu, idle,
                               stop))
                     sys.stdout.flush()
-            if not args.keep:
+            if not args.keep and not args.repo:
                 shutil.rmtree(root, ignore_errors=True)
     finally:
         if not args.keep:

@@ -205,9 +205,14 @@ static int bad(char *errmsg, size_t errn, const char *why)
 	return -EBADMSG;
 }
 
-/* Parse the mapped file p (len bytes) into s; the checksum is good. */
+/*
+ * Parse the mapped file p (len bytes) into s; the checksum is good. An
+ * entry whose file changed at or after the snapshot's own mtime (racy
+ * on a file system whose timestamps are coarser than the window the save
+ * left out) is dropped, as git treats an entry not older than its index.
+ */
 static int parse(struct indexsnap *s, const struct index *ix, const char *p,
-		 size_t len, char *errmsg, size_t errn)
+		 size_t len, int64_t made_ns, char *errmsg, size_t errn)
 {
 	uint64_t count, count2;
 	size_t off = HEAD_LEN, end = len - TRAILER_LEN;
@@ -230,9 +235,10 @@ static int parse(struct indexsnap *s, const struct index *ix, const char *p,
 		    end - off < h.json_len)
 			return bad(errmsg, errn, "an entry has a bad length");
 		c = (struct coord){h.x, h.y, h.z};
-		if (!coord_valid(&c, ix->max_x)) {
-			/* Saved under a larger max_x: not ours to serve
-			 * (the load refuses those directories anyway). */
+		if (!coord_valid(&c, ix->max_x) || h.ctime_ns >= made_ns ||
+		    h.mtime_ns >= made_ns) {
+			/* Racy, or saved under a larger max_x: not ours
+			 * to serve (the load refuses those directories). */
 			off += h.json_len;
 			continue;
 		}
@@ -304,7 +310,9 @@ int indexsnap_load(struct indexsnap *s, const struct statedir *sd,
 		goto out;
 	}
 	s->n_slots = ix->n_slots;
-	rc = parse(s, ix, p, len, errmsg, errn);
+	rc = parse(s, ix, p, len,
+		   (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+		   errmsg, errn);
 out:
 	if (rc < 0)
 		indexsnap_done(s);

@@ -12,8 +12,9 @@
  * edit, removal or replacement while the daemon is down changes the
  * stamp (ctime cannot be set from user space), so such a file is read
  * again. Entries whose file changed less than INDEXSNAP_RACY_NS before
- * the snapshot was made are not saved: a second change within the same
- * clock tick could leave the stamp as it was (git's "racily clean"
+ * the snapshot was made are not saved, and those not older than the
+ * snapshot file's own mtime are not used: a second change within the
+ * same clock tick could leave the stamp as it was (git's "racily clean"
  * entries), so those files are always read.
  *
  * Format (host byte order, the magic tells): "VMSNAP1\n", u64 count,

@@ -9,9 +9,10 @@ the same repository), --runs times:
 
   restart -> answer  start, until decision.get answers (the socket is up
                      only once the start is over)
-  CPU after          CPU seconds the daemon spends after that answer until
-                     it has been idle for 2 s (and how long that took),
-                     capped by --idle-max
+  CPU after          CPU seconds the daemon (and the children it reaped:
+                     git status) spends after that answer until it has
+                     been idle for 2 s (and how long that took), capped
+                     by --idle-max
   stop               SIGTERM until the process is gone (graceful)
 
 Every run starts from a stop that was itself graceful, so the figures are
@@ -60,7 +61,8 @@ def text_of(i, size):
 def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    # Its own and its reaped children's (git status at the start).
+    return sum(int(f) for f in fields[11:15]) / TICK
 
 
 def loadavg():

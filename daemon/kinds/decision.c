@@ -11,6 +11,7 @@
 #include "decision.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c)
 
 static void mark_dirty(struct decisions *ds, size_t slot)
 {
+	ds->snap_current = false;
 	if (ds->dirty[slot])
 		return;
 	ds->dirty[slot] = 1;
@@ -337,20 +339,31 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 	else
 		rc = vmdir_load(&ds->dir, load_cb, &l, rep, errmsg, n);
 	ds->dir.progress = NULL;
-	if (rc == 0 && l.snap)
+	if (rc == 0 && l.snap) {
+		size_t read = rep ? rep->loaded : SIZE_MAX;
+
 		log_info("index snapshot: %zu decisions taken from it, %zu "
 			 "files read (changed since, or not in it)",
-			 snap.taken, rep ? rep->loaded : (size_t)0);
+			 snap.taken, read);
+		/* It holds exactly the index: until something changes, a
+		 * stop has nothing new to save. */
+		ds->snap_current = read == 0 && snap.taken == snap.count;
+	}
 	indexsnap_done(&snap);
 	return rc;
 }
 
-long decisions_save_snapshot(struct decisions *ds, char *errmsg, size_t n)
+long decisions_save_snapshot(struct decisions *ds, bool *saved, char *errmsg,
+			     size_t n)
 {
+	*saved = false;
 	if (!ds->dir.state) {
 		errmsg_set(errmsg, n, "no state directory");
 		return -EINVAL;
 	}
+	if (ds->snap_current)
+		return (long)ds->index.count;
+	*saved = true;
 	return indexsnap_save(ds->dir.state, &ds->index, ds->stamps, ds->dirty,
 			      errmsg, n);
 }
@@ -610,6 +623,7 @@ static void reload_apply(struct decisions *ds, size_t slot, struct record *rec,
 {
 	const struct record *old = ds->index.slots[slot];
 
+	ds->snap_current = false;
 	ds->stamps[slot] = *stamp;
 	if (record_same(old, rec)) {
 		record_free(rec);

@@ -39,6 +39,9 @@ struct decisions {
 	size_t *dirty_list;
 	size_t n_dirty;
 	struct vmdir_stamp *stamps;
+	/* The state directory's index snapshot holds exactly the index and
+	 * its stamps (all of it came from there, nothing changed since). */
+	bool snap_current;
 
 	/* Slots the log replay changed at start-up: they may differ from
 	 * HEAD (whoever starts commits marks them). */
@@ -98,10 +101,13 @@ void decisions_done(struct decisions *ds);
 /*
  * Save the index with its files' stamps as the state directory's
  * snapshot (find/indexsnap), which the next start's load takes records
- * from instead of reading files that did not change. Blocking: after the
- * loop has stopped. The number of decisions saved, or -errno (errmsg).
+ * from instead of reading files that did not change; unless the snapshot
+ * there is the index already (*saved false: every record came from it
+ * and nothing changed since). Blocking: after the loop has stopped. The
+ * number of decisions it holds, or -errno (errmsg).
  */
-long decisions_save_snapshot(struct decisions *ds, char *errmsg, size_t n);
+long decisions_save_snapshot(struct decisions *ds, bool *saved, char *errmsg,
+			     size_t n);
 
 /* The store's lock slot of a coordinate, as leases take it. */
 size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c);

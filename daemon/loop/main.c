@@ -646,13 +646,18 @@ static void save_snapshot(struct daemon *d)
 {
 	char errmsg[1024];
 	uint64_t t0 = uv_hrtime();
-	long n = decisions_save_snapshot(&d->decisions, errmsg,
+	bool saved;
+	long n = decisions_save_snapshot(&d->decisions, &saved, errmsg,
 					 sizeof(errmsg));
 
 	if (n < 0)
 		log_warn("no index snapshot saved (%s): the next start reads "
 			 "every decision file",
 			 errmsg);
+	else if (!saved)
+		log_info("index snapshot: unchanged since the start (%ld "
+			 "decisions), kept as it is",
+			 n);
 	else
 		log_info("index snapshot: %ld decisions saved in %.0f ms", n,
 			 (double)(uv_hrtime() - t0) / 1e6);

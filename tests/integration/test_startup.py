@@ -81,11 +81,24 @@ class Startup(vt.VmemTestCase):
                                              "limit": 100})
         self.assertEqual(sorted(tuple(h["coordinate"].values())
                                 for h in hits), sorted(recs))
-        # And a stop after a start from the snapshot saves it again.
+        # A stop after a start that changed nothing keeps it as it is...
         conn.close()
         self.stop_settled()
+        self.assertRegex(self.last_run_log(), r"index snapshot: unchanged "
+                         r"since the start \(%d decisions\)" % len(recs))
         self.daemon.start()
         self.assertEqual(self.taken_and_read(), (len(recs), 0))
+        # ... and one after a write saves it again, the write included.
+        conn = self.connect("snap")
+        recs[(9, 5, 4)] = conn.store(9, 5, 4, "one more")
+        self.assertFileMatches(recs[(9, 5, 4)])
+        conn.close()
+        self.stop_settled()
+        self.assertRegex(self.last_run_log(), r"index snapshot: %d "
+                         r"decisions saved" % len(recs))
+        self.daemon.start()
+        self.assertEqual(self.taken_and_read(), (len(recs), 0))
+        self.assertServes(self.connect("snap"), recs)
 
     def test_same_size_edit_with_mtime_put_back_is_seen(self):
         conn = self.connect("snap")

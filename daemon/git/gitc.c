@@ -1748,7 +1748,8 @@ static const char *record_path(const char *rec, int fields)
 	return rec;
 }
 
-int gitc_scan(struct gitc *g, gitc_path_fn cb, void *ctx, char *errmsg,
+int gitc_scan(struct gitc *g, const int *cancel_fd, gitc_path_fn cb, void *ctx,
+	      char *errmsg,
 	      size_t errn)
 {
 	static const char *const args[] = {"status",
@@ -1760,7 +1761,8 @@ int gitc_scan(struct gitc *g, gitc_path_fn cb, void *ctx, char *errmsg,
 					   "--",
 					   VM_DIR,
 					   NULL};
-	struct gitproc gp = {"git", g->gitdir, g->workdir, NULL, true};
+	struct gitproc gp = {"git", g->gitdir, g->workdir, NULL, true,
+			     cancel_fd};
 	char *out = NULL;
 	size_t len = 0, off = 0;
 	int rc;

@@ -198,9 +198,11 @@ typedef int (*gitc_path_fn)(void *ctx, const char *path);
  * What may differ from HEAD under .vector-memory, as git sees it: `git
  * status` of that directory (stat data against the index, the index
  * against HEAD, untracked files), without taking index.lock. cb gets each
- * path, relative to .vector-memory. 0 or -errno (errmsg).
+ * path, relative to .vector-memory. cancel_fd (NULL: none) given up as in
+ * gitproc. 0 or -errno (errmsg; -ECANCELED when given up).
  */
-int gitc_scan(struct gitc *g, gitc_path_fn cb, void *ctx, char *errmsg,
+int gitc_scan(struct gitc *g, const int *cancel_fd, gitc_path_fn cb, void *ctx,
+	      char *errmsg,
 	      size_t errn);
 
 #endif

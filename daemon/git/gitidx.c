@@ -830,7 +830,7 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 	static const char *const info[] = {"update-index", "-z", "--index-info",
 					   NULL};
 	char work[PATH_MAX], index[PATH_MAX];
-	struct gitproc gp = {c->git, c->gitdir, c->workdir, work, false};
+	struct gitproc gp = {c->git, c->gitdir, c->workdir, work, false, NULL};
 	struct stat before, after;
 	bool had_index;
 	char *in = NULL, *fix = NULL;

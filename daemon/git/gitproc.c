@@ -8,11 +8,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,6 +131,41 @@ static char *slurp(int fd, size_t *len)
 	return buf;
 }
 
+/*
+ * Wait until the child pid has exited (0: reap it next) or cancel_fd is
+ * readable: then kill it and return -ECANCELED. The child is not reaped
+ * here unless killed, so its pid cannot have been reused when the signal
+ * goes.
+ */
+static int wait_or_cancel(pid_t pid, int cancel_fd)
+{
+	struct pollfd fds[2];
+	int pfd = pidfd_open(pid, 0), rc = 0;
+
+	if (pfd < 0)
+		return 0; /* no pidfd: wait without the cancel */
+	fds[0] = (struct pollfd){.fd = pfd, .events = POLLIN};
+	fds[1] = (struct pollfd){.fd = cancel_fd, .events = POLLIN};
+	for (;;) {
+		if (poll(fds, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break; /* wait without the cancel */
+		}
+		if (fds[0].revents)
+			break;
+		if (fds[1].revents) {
+			kill(pid, SIGKILL);
+			while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+				;
+			rc = -ECANCELED;
+			break;
+		}
+	}
+	close(pfd);
+	return rc;
+}
+
 int gitproc_run(const struct gitproc *p, const char *const *args,
 		const char *input, size_t inlen, char **out, size_t *outlen,
 		char *errmsg, size_t errn)
@@ -187,6 +225,16 @@ int gitproc_run(const struct gitproc *p, const char *const *args,
 	(void)write_all(in[1], input ? input : "", inlen);
 	close(in[1]);
 	in[1] = -1;
+	if (p->cancel_fd) {
+		rc = wait_or_cancel(pid, *p->cancel_fd);
+		if (rc < 0) {
+			pid = -1; /* reaped */
+			errmsg_set(errmsg, errn, "git %s: %s", args[0],
+				   rc == -ECANCELED ? "given up"
+						    : strerror(-rc));
+			goto out; /* reaped there */
+		}
+	}
 	while (waitpid(pid, &st, 0) < 0) {
 		if (errno != EINTR) {
 			rc = -errno;

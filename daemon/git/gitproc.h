@@ -22,6 +22,11 @@ struct gitproc {
 	const char *index;   /* GIT_INDEX_FILE, NULL for the repository's */
 	bool no_locks;	     /* GIT_OPTIONAL_LOCKS=0 (a status that must not
 				rewrite the index) */
+	/* NULL, or a descriptor that becomes readable when the caller gives
+	 * up: the child is then killed (before it is reaped, so the signal
+	 * cannot reach another process) and the run fails with
+	 * -ECANCELED. */
+	const int *cancel_fd;
 };
 
 /*
@@ -29,7 +34,7 @@ struct gitproc {
  * returns 0 with its standard output in *out (malloc'd, NUL-terminated,
  * *outlen bytes; out may be NULL to discard it); otherwise -EIO (or
  * -errno) with errmsg naming the command and git's first line of
- * complaint.
+ * complaint; -ECANCELED when p->cancel_fd said so.
  */
 int gitproc_run(const struct gitproc *p, const char *const *args,
 		const char *input, size_t inlen, char **out, size_t *outlen,

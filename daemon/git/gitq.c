@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "protocol/errors.h"
@@ -67,6 +69,8 @@ struct gitq_scan {
 	char **paths;
 	size_t n, cap;
 	bool fallback; /* the scan failed: paths are HEAD's decisions */
+	int cancel_fd;	/* an eventfd: written to give the scan up */
+	bool cancelled;
 	int rc;
 	char errmsg[320];
 };
@@ -770,9 +774,9 @@ static void scan_work_cb(uv_work_t *req)
 {
 	struct gitq_scan *s = req->data;
 
-	s->rc = gitc_scan(s->q->gitc, scan_add, s, s->errmsg,
-			  sizeof(s->errmsg));
-	if (s->rc < 0) {
+	s->rc = gitc_scan(s->q->gitc, s->cancel_fd >= 0 ? &s->cancel_fd : NULL,
+			  scan_add, s, s->errmsg, sizeof(s->errmsg));
+	if (s->rc < 0 && s->rc != -ECANCELED) {
 		/* Without git's view: HEAD's decisions (the deletions a
 		 * crash kept uncommitted are among them); the loop adds
 		 * every decision it holds. */
@@ -793,7 +797,16 @@ static void scan_after_cb(uv_work_t *req, int status)
 
 	q->busy = false;
 	q->scanning = false;
-	if (status < 0 && !s->fallback) {
+	q->scan = NULL;
+	if (s->cancel_fd >= 0)
+		close(s->cancel_fd);
+	if (s->rc == -ECANCELED) {
+		log_info("stopped asking git what differs from HEAD: the next "
+			 "start asks again");
+		for (size_t i = 0; i < s->n; i++)
+			free(s->paths[i]);
+		s->n = 0;
+	} else if (status < 0 && !s->fallback) {
 		s->fallback = true;
 		snprintf(s->errmsg, sizeof(s->errmsg), "%s",
 			 uv_strerror(status));
@@ -820,8 +833,10 @@ static void scan_after_cb(uv_work_t *req, int status)
 		free(s->paths[i]);
 	}
 	free(s->paths);
-	log_info("%zu paths under .vector-memory differ from HEAD (git status)",
-		 marked);
+	if (s->rc != -ECANCELED)
+		log_info("%zu paths under .vector-memory differ from HEAD "
+			 "(git status)",
+			 marked);
 	free(s);
 	if (q->n_pending == 0) {
 		/* Nothing to commit: whoever waited for the scan is done. */
@@ -852,6 +867,8 @@ void gitq_start(struct gitq *q)
 	}
 	s->q = q;
 	s->req.data = s;
+	/* Without one the scan cannot be given up: a stop waits for it. */
+	s->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (uv_queue_work(q->loop, &s->req, scan_work_cb, scan_after_cb) < 0) {
 		s->fallback = true;
 		snprintf(s->errmsg, sizeof(s->errmsg), "cannot queue it");
@@ -860,4 +877,18 @@ void gitq_start(struct gitq *q)
 	}
 	q->busy = true;
 	q->scanning = true;
+	q->scan = s;
+}
+
+void gitq_cancel_scan(struct gitq *q)
+{
+	struct gitq_scan *s = q->scan;
+
+	if (!s || s->cancelled || s->cancel_fd < 0)
+		return;
+	s->cancelled = true;
+	if (eventfd_write(s->cancel_fd, 1) < 0)
+		log_warn("cannot give up the start-up scan (%s): the stop "
+			 "waits for it",
+			 strerror(errno));
 }

@@ -71,6 +71,7 @@ struct gitq {
 	uv_timer_t timer;
 	bool busy;
 	bool scanning;	  /* the start-up scan runs */
+	struct gitq_scan *scan; /* ... that one (gitq_cancel_scan) */
 	size_t in_flight; /* paths inside the running job */
 	uint64_t seq;	  /* jobs started */
 	char *message;	  /* a git.sync's message for the next job */
@@ -156,6 +157,15 @@ void gitq_sync(struct gitq *q, struct gitq_sync *w, const char *message);
 /* Commit what is pending, then call cb (also when deferred or failing:
  * a stop must not hang; what stays pending is committed after restart). */
 void gitq_flush(struct gitq *q, gitq_idle_fn cb, void *arg);
+
+/*
+ * Give up the start-up scan if it still runs (a stop): its git is
+ * killed, nothing it would have found is marked, and whatever waited for
+ * it goes on with the paths marked otherwise (this run's writes). What
+ * it would have found still differs from HEAD, so the next start's scan
+ * finds it again. Loop thread.
+ */
+void gitq_cancel_scan(struct gitq *q);
 
 /* Release everything; waiting syncs get UnavailableError. The loop must
  * run afterwards to close the timer. */

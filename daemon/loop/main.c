@@ -586,6 +586,8 @@ void daemon_stop(struct daemon *d)
 	d->stopping = true;
 	d->stop_started_ms = uv_now(d->loop);
 	log_info("stopping: answering buffered requests");
+	/* What it would find, the next start finds again. */
+	gitq_cancel_scan(&d->gitq);
 	sdnotify("STOPPING=1\nSTATUS=stopping: answering buffered requests, "
 		 "then writing and committing");
 	server_stop(&d->server);
@@ -604,6 +606,7 @@ void daemon_leave(struct daemon *d)
 			 "gone");
 		server_stop(&d->server);
 	}
+	gitq_cancel_scan(&d->gitq);
 	for (struct conn *c = d->server.conns; c; c = c->next)
 		conn_close(c);
 	uv_timer_start(&stop_timer, stop_timer_cb, 0, 100);

@@ -16,6 +16,7 @@ daemon: a precondition of the case, not a measurement.
 
 import os
 import re
+import shutil
 import time
 
 import vmemtest as vt
@@ -210,6 +211,59 @@ class Startup(vt.VmemTestCase):
 
 
 class StartupGit(vt.GitCase):
+    def slow_git_env(self):
+        """The daemon's environment with a git whose status never ends
+        (an exec'd sleep: killing it leaves nothing behind)."""
+        bindir = self.repo.path("slowbin")
+        os.makedirs(bindir, exist_ok=True)
+        real = shutil.which("git")
+        script = os.path.join(bindir, "git")
+        with open(script, "w") as f:
+            f.write('#!/bin/sh\n'
+                    'for a in "$@"; do\n'
+                    '  [ "$a" = status ] && exec sleep 3600\n'
+                    'done\n'
+                    'exec %s "$@"\n' % real)
+        os.chmod(script, 0o755)
+        env = vt.clean_env(self.repo.tmp)
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        return env
+
+    def test_stop_gives_up_the_start_up_scan(self):
+        conn = self.connect("snap")
+        rec = conn.store(1, 1, 2, "committed before the stop")
+        self.sync(conn)
+        conn.close()
+        self.daemon.stop()
+        # Changed while down: for the start-up scan to find.
+        edited = dict(rec)
+        edited["content"] = "edited while the daemon was down"
+        with open(self.repo.decision_path(1, 1, 2), "wb") as f:
+            f.write(vt.decision_file_bytes(edited))
+        slow = self.new_daemon("--commit-delay-ms", "200",
+                               env=self.slow_git_env())
+        slow.start()
+        conn = slow.connect("snap")
+        self.assertEqual(conn.get(1, 1, 2), edited)
+        written = conn.store(2, 1, 2, "written while git status runs")
+        conn.close()
+        # The stop does not wait for a status that never ends...
+        slow.stop()
+        self.assertIn("stopped asking git what differs from HEAD",
+                      slow.stderr())
+        # ... and this run's own write was committed all the same.
+        self.assertEqual(self.blob("HEAD", vt.rel_path(2, 1, 2)),
+                         vt.decision_file_bytes(written))
+        self.assertEqual(self.blob("HEAD", vt.rel_path(1, 1, 2)),
+                         vt.decision_file_bytes(rec))
+        # The next start asks git again and commits the edit.
+        self.daemon.start()
+        conn = self.connect("snap")
+        self.sync(conn)
+        self.assertEqual(self.blob("HEAD", vt.rel_path(1, 1, 2)),
+                         vt.decision_file_bytes(edited))
+        self.assertStatus([])
+
     def test_checkout_to_another_branch_while_down(self):
         conn = self.connect("snap")
         main_recs = {(1, 1, 2): conn.store(1, 1, 2, "on the first branch"),

@@ -72,7 +72,8 @@ static int w_put(struct writer *w, const void *p, size_t n)
 			size_t off = 0;
 
 			while (off < n) {
-				r = write(w->fd, (const char *)p + off, n - off);
+				r = write(w->fd, (const char *)p + off,
+					  n - off);
 				if (r < 0 && errno == EINTR)
 					continue;
 				if (r < 0)
@@ -132,8 +133,8 @@ long indexsnap_save(const struct statedir *sd, const struct index *ix,
 		errmsg_set(errmsg, errn, "out of memory");
 		goto out;
 	}
-	rc = statedir_open(sd, INDEXSNAP_TMP_NAME,
-			   O_WRONLY | O_CREAT | O_TRUNC, 0600, errmsg, errn);
+	rc = statedir_open(sd, INDEXSNAP_TMP_NAME, O_WRONLY | O_CREAT | O_TRUNC,
+			   0600, errmsg, errn);
 	if (rc < 0)
 		goto out;
 	w.fd = rc;
@@ -247,8 +248,9 @@ static int parse(struct indexsnap *s, const struct index *ix, const char *p,
 			return bad(errmsg, errn, "a coordinate appears twice");
 		r = record_from_compact(&c, h.version, p + off, h.json_len);
 		if (!r) {
-			errmsg_set(errmsg, errn,
-				   "an entry is not a record, or out of memory");
+			errmsg_set(
+				errmsg, errn,
+				"an entry is not a record, or out of memory");
 			return -EBADMSG;
 		}
 		off += h.json_len;

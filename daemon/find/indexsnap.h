@@ -46,7 +46,7 @@ struct indexsnap {
 	struct indexsnap_entry {
 		struct record *rec; /* owned until taken */
 		struct vmdir_stamp stamp;
-	} *slots;
+	} * slots;
 	size_t n_slots;
 	size_t count; /* entries read */
 	size_t taken; /* handed out by indexsnap_take */

@@ -1749,8 +1749,7 @@ static const char *record_path(const char *rec, int fields)
 }
 
 int gitc_scan(struct gitc *g, const int *cancel_fd, gitc_path_fn cb, void *ctx,
-	      char *errmsg,
-	      size_t errn)
+	      char *errmsg, size_t errn)
 {
 	static const char *const args[] = {"status",
 					   "--porcelain=v2",
@@ -1761,8 +1760,8 @@ int gitc_scan(struct gitc *g, const int *cancel_fd, gitc_path_fn cb, void *ctx,
 					   "--",
 					   VM_DIR,
 					   NULL};
-	struct gitproc gp = {"git", g->gitdir, g->workdir, NULL, true,
-			     cancel_fd};
+	struct gitproc gp = {"git", g->gitdir, g->workdir,
+			     NULL,  true,      cancel_fd};
 	char *out = NULL;
 	size_t len = 0, off = 0;
 	int rc;

@@ -202,7 +202,6 @@ typedef int (*gitc_path_fn)(void *ctx, const char *path);
  * gitproc. 0 or -errno (errmsg; -ECANCELED when given up).
  */
 int gitc_scan(struct gitc *g, const int *cancel_fd, gitc_path_fn cb, void *ctx,
-	      char *errmsg,
-	      size_t errn);
+	      char *errmsg, size_t errn);
 
 #endif

@@ -69,7 +69,7 @@ struct gitq_scan {
 	char **paths;
 	size_t n, cap;
 	bool fallback; /* the scan failed: paths are HEAD's decisions */
-	int cancel_fd;	/* an eventfd: written to give the scan up */
+	int cancel_fd; /* an eventfd: written to give the scan up */
 	bool cancelled;
 	int rc;
 	char errmsg[320];

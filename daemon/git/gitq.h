@@ -70,11 +70,11 @@ struct gitq {
 	uint64_t wait_pass; /* the file writer's pass the next job waits for */
 	uv_timer_t timer;
 	bool busy;
-	bool scanning;	  /* the start-up scan runs */
+	bool scanning;		/* the start-up scan runs */
 	struct gitq_scan *scan; /* ... that one (gitq_cancel_scan) */
-	size_t in_flight; /* paths inside the running job */
-	uint64_t seq;	  /* jobs started */
-	char *message;	  /* a git.sync's message for the next job */
+	size_t in_flight;	/* paths inside the running job */
+	uint64_t seq;		/* jobs started */
+	char *message;		/* a git.sync's message for the next job */
 	struct gitq_sync *waiters;
 	gitq_idle_fn idle_cb;
 	void *idle_arg;

@@ -106,9 +106,8 @@ START_TEST(round_trip_by_stamp)
 
 	fill(&ix, &stamps);
 	/* The racy one is left out. */
-	ck_assert_int_eq(indexsnap_save(&sd, &ix, stamps, NULL, msg,
-					sizeof(msg)),
-			 2);
+	ck_assert_int_eq(
+		indexsnap_save(&sd, &ix, stamps, NULL, msg, sizeof(msg)), 2);
 	ck_assert_int_eq(index_init(&back, 100), 0);
 	ck_assert_int_eq(indexsnap_load(&s, &sd, &back, msg, sizeof(msg)), 0);
 	ck_assert_uint_eq(s.count, 2);
@@ -162,9 +161,8 @@ START_TEST(dirty_and_unknown_left_out)
 	ck_assert_ptr_nonnull(dirty);
 	dirty[slot_of(&ix, 1, 1, 1)] = 1;
 	memset(&stamps[slot_of(&ix, 7, 2, 3)], 0, sizeof(*stamps));
-	ck_assert_int_eq(indexsnap_save(&sd, &ix, stamps, dirty, msg,
-					sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		indexsnap_save(&sd, &ix, stamps, dirty, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(index_init(&back, 100), 0);
 	ck_assert_int_eq(indexsnap_load(&s, &sd, &back, msg, sizeof(msg)), 0);
 	ck_assert_uint_eq(s.count, 0);
@@ -184,12 +182,10 @@ START_TEST(beyond_max_x_dropped)
 	size_t slot;
 
 	fill(&ix, &stamps);
-	ck_assert_int_eq(indexsnap_save(&sd, &ix, stamps, NULL, msg,
-					sizeof(msg)),
-			 2);
+	ck_assert_int_eq(
+		indexsnap_save(&sd, &ix, stamps, NULL, msg, sizeof(msg)), 2);
 	ck_assert_int_eq(index_init(&small, 5), 0);
-	ck_assert_int_eq(indexsnap_load(&s, &sd, &small, msg, sizeof(msg)),
-			 0);
+	ck_assert_int_eq(indexsnap_load(&s, &sd, &small, msg, sizeof(msg)), 0);
 	ck_assert_uint_eq(s.count, 1);
 	slot = slot_of(&small, 1, 1, 1);
 	record_free(indexsnap_take(&s, slot, &stamps[slot_of(&ix, 1, 1, 1)]));
@@ -211,9 +207,8 @@ static void expect_refused(void (*fn)(int fd, off_t len), const char *why)
 	int fd;
 
 	fill(&ix, &stamps);
-	ck_assert_int_eq(indexsnap_save(&sd, &ix, stamps, NULL, msg,
-					sizeof(msg)),
-			 2);
+	ck_assert_int_eq(
+		indexsnap_save(&sd, &ix, stamps, NULL, msg, sizeof(msg)), 2);
 	fd = open(path, O_RDWR);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fstat(fd, &st), 0);
@@ -275,9 +270,8 @@ START_TEST(absent_and_removed)
 	fill(&ix, &stamps);
 	ck_assert_int_eq(indexsnap_load(&s, &sd, &ix, msg, sizeof(msg)),
 			 -ENOENT);
-	ck_assert_int_eq(indexsnap_save(&sd, &ix, stamps, NULL, msg,
-					sizeof(msg)),
-			 2);
+	ck_assert_int_eq(
+		indexsnap_save(&sd, &ix, stamps, NULL, msg, sizeof(msg)), 2);
 	ck_assert_int_eq(access(path, F_OK), 0);
 	ck_assert_int_eq(indexsnap_remove(&sd), 0);
 	ck_assert_int_eq(access(path, F_OK), -1);

@@ -44,7 +44,7 @@
 #define BLOCK_DOCS   128
 #define BLOCK_BYTES  2048
 #define INLINE_BYTES 8	/* a block's bytes kept in its header */
-#define TOK_INLINE   16 /* a token's postings kept in its entry */
+#define TOK_INLINE   24 /* a token's postings kept in its entry */
 /* A prefix of more tokens than this checks a lone far slot on its text
  * rather than seeking every token's list there. */
 #define UNION_TEXT_K 32
@@ -122,24 +122,34 @@ struct pblock {
 	uint32_t n;	/* entries */
 };
 
-/* A token's blocks, the skip table. */
+/* The blocks of a token with more than one, the skip table. */
 struct plist {
 	uint32_t nb, cb;
 	struct pblock b[];
 };
 
+/* How a token keeps its postings (bits 30-31 of tok.len). */
+enum tmode {
+	TM_NONE, /* none */
+	TM_INL,	 /* in u.inl: the first slot as a varint, then one block's
+		    bytes (their count in bits 24-28) */
+	TM_ONE,	 /* one block, u.one */
+	TM_MANY, /* u.pl */
+};
+
 #define TOK_LEN_MASK  0xffffffu
 #define TOK_ILEN(t)   (((t)->len >> 24) & 0x1f)
-#define TOK_IS_INL(t) (((t)->len >> 31) != 0)
+#define TOK_MODE(t)   ((enum tmode)((t)->len >> 30))
+#define TOK_SET(t, m) ((t)->len = ((t)->len & ~(3u << 30)) | (uint32_t)(m) << 30)
 
 struct tok {
 	uint32_t off;  /* bytes in the arena */
-	uint32_t len;  /* bits 0-23 its length; 31: inline; 24-28: their
-			  bytes */
+	uint32_t len;  /* bits 0-23 its length; 24-28, 30-31: enum tmode */
 	uint32_t df;   /* slots holding it */
 	uint32_t last; /* the largest of them (when df > 0) */
 	union {
-		struct plist *pl; /* NULL: none */
+		struct pblock one;
+		struct plist *pl;
 		uint8_t inl[TOK_INLINE];
 	} u;
 };
@@ -423,25 +433,57 @@ static size_t plist_size(uint32_t cb)
 	return sizeof(struct plist) + (size_t)cb * sizeof(struct pblock);
 }
 
-/* Make room for a zeroed block at index i of *pl (NULL: none yet). */
-static int blocks_open(struct search_index *si, struct plist **ppl, uint32_t i)
+/* The token's blocks and their number (TM_INL: unpack first). */
+static struct pblock *tok_blocks(struct tok *t, uint32_t *nb)
 {
-	struct plist *pl = *ppl;
+	switch (TOK_MODE(t)) {
+	case TM_ONE:
+		*nb = 1;
+		return &t->u.one;
+	case TM_MANY:
+		*nb = t->u.pl->nb;
+		return t->u.pl->b;
+	default:
+		*nb = 0;
+		return NULL;
+	}
+}
 
-	if (!pl || pl->nb == pl->cb) {
-		uint32_t ncap = pl ? pl->cb + (pl->cb + 1) / 2 : 1;
+/* Make room for a zeroed block at index i. */
+static int tok_open_block(struct search_index *si, struct tok *t, uint32_t i)
+{
+	struct plist *pl;
+	uint32_t ncap;
 
-		pl = realloc(pl, plist_size(ncap));
+	switch (TOK_MODE(t)) {
+	case TM_NONE:
+		memset(&t->u.one, 0, sizeof(t->u.one));
+		TOK_SET(t, TM_ONE);
+		return 0;
+	case TM_ONE:
+		pl = malloc(plist_size(4));
 		if (!pl)
 			return -ENOMEM;
-		if (!*ppl)
-			pl->nb = 0;
-		else
-			si->post_bytes -= plist_size(pl->cb);
-		si->post_bytes += plist_size(ncap);
-		pl->cb = ncap;
-		*ppl = pl;
+		si->post_bytes += plist_size(4);
+		pl->cb = 4;
+		pl->nb = 1;
+		pl->b[0] = t->u.one;
+		t->u.pl = pl;
+		TOK_SET(t, TM_MANY);
+		break;
+	default:
+		pl = t->u.pl;
+		if (pl->nb == pl->cb) {
+			ncap = pl->cb + pl->cb / 2;
+			pl = realloc(pl, plist_size(ncap));
+			if (!pl)
+				return -ENOMEM;
+			si->post_bytes += plist_size(ncap) - plist_size(pl->cb);
+			pl->cb = ncap;
+			t->u.pl = pl;
+		}
 	}
+	pl = t->u.pl;
 	memmove(&pl->b[i + 1], &pl->b[i],
 		(size_t)(pl->nb - i) * sizeof(pl->b[0]));
 	memset(&pl->b[i], 0, sizeof(pl->b[0]));
@@ -450,11 +492,24 @@ static int blocks_open(struct search_index *si, struct plist **ppl, uint32_t i)
 }
 
 /* Drop block i (already released). */
-static void blocks_close(struct plist *pl, uint32_t i)
+static void tok_close_block(struct search_index *si, struct tok *t,
+			    uint32_t i)
 {
+	struct plist *pl;
+
+	if (TOK_MODE(t) == TM_ONE) {
+		TOK_SET(t, TM_NONE);
+		return;
+	}
+	pl = t->u.pl;
 	memmove(&pl->b[i], &pl->b[i + 1],
 		(size_t)(pl->nb - i - 1) * sizeof(pl->b[0]));
-	pl->nb--;
+	if (--pl->nb == 1) {
+		t->u.one = pl->b[0];
+		si->post_bytes -= plist_size(pl->cb);
+		free(pl);
+		TOK_SET(t, TM_ONE);
+	}
 }
 
 /* Index of the block where slot s belongs: the last one whose first slot
@@ -474,17 +529,18 @@ static uint32_t blocks_find(const struct pblock *a, uint32_t nb, uint32_t s)
 	return lo;
 }
 
-/* Split block i in two halves by entries. */
-static int blocks_split(struct search_index *si, struct plist **ppl,
-			uint32_t i)
+/* Split block i of t in two halves by entries. */
+static int tok_split(struct search_index *si, struct tok *t, uint32_t i)
 {
-	struct pblock *b = &(*ppl)->b[i], *nb;
+	uint32_t nblk, slot, k, mid, h = 0, hl, off;
+	struct pblock *a = tok_blocks(t, &nblk), *b = &a[i], *nb;
 	const uint8_t *base = blk_cbytes(b), *p = base, *q;
-	uint32_t slot = b->first, k, mid = b->n / 2, h = 0, hl, off;
 	uint8_t hdr[5];
 	size_t hn, rest;
 	int rc;
 
+	slot = b->first;
+	mid = b->n / 2;
 	for (k = 0; k < mid; k++) {
 		h = varint_get(&p);
 		slot += h >> 1;
@@ -495,17 +551,18 @@ static int blocks_split(struct search_index *si, struct plist **ppl,
 	h = varint_get(&q);
 	hl = (uint32_t)(q - p);
 	slot += h >> 1;
-	rc = blocks_open(si, ppl, i + 1);
+	rc = tok_open_block(si, t, i + 1);
 	if (rc < 0)
 		return rc;
-	b = &(*ppl)->b[i];
-	nb = &(*ppl)->b[i + 1];
+	a = tok_blocks(t, &nblk);
+	b = &a[i];
+	nb = &a[i + 1];
 	base = blk_cbytes(b);
 	hn = varint_put(hdr, h & 1);
 	rest = b->len - off - hl;
 	rc = blk_reserve(si, nb, hn + rest);
 	if (rc < 0) {
-		blocks_close(*ppl, i + 1);
+		tok_close_block(si, t, i + 1);
 		return rc;
 	}
 	memcpy(blk_bytes(nb), hdr, hn);
@@ -519,66 +576,46 @@ static int blocks_split(struct search_index *si, struct plist **ppl,
 	return 0;
 }
 
-/* A token's postings as a list of blocks, unpacked from its entry if
- * they are kept there. 0 or -ENOMEM. */
+/* A token's postings kept in its entry, moved out to one block. 0 or
+ * -ENOMEM. */
 static int tok_unpack(struct search_index *si, struct tok *t)
 {
-	struct plist *pl;
-	const uint8_t *p;
-	struct pblock *b;
+	struct pblock b = {0};
+	const uint8_t *p = t->u.inl;
 	uint32_t ilen;
 
-	if (!TOK_IS_INL(t))
+	if (TOK_MODE(t) != TM_INL)
 		return 0;
-	pl = malloc(plist_size(1));
-	if (!pl)
-		return -ENOMEM;
-	si->post_bytes += plist_size(1);
-	pl->nb = pl->cb = 1;
-	b = &pl->b[0];
-	memset(b, 0, sizeof(*b));
-	p = t->u.inl;
-	b->first = varint_get(&p);
+	b.first = varint_get(&p);
 	ilen = TOK_ILEN(t) - (uint32_t)(p - t->u.inl);
-	b->n = t->df;
-	if (blk_reserve(si, b, ilen) < 0) {
-		si->post_bytes -= plist_size(1);
-		free(pl);
+	b.n = t->df;
+	if (blk_reserve(si, &b, ilen) < 0)
 		return -ENOMEM;
-	}
-	memcpy(blk_bytes(b), p, ilen);
-	b->len = ilen;
-	t->u.pl = pl;
+	memcpy(blk_bytes(&b), p, ilen);
+	b.len = ilen;
+	t->u.one = b;
 	t->len &= TOK_LEN_MASK;
+	TOK_SET(t, TM_ONE);
 	return 0;
 }
 
 /* Keep a token's postings in its entry when they fit there. */
 static void tok_pack(struct search_index *si, struct tok *t)
 {
-	struct plist *pl = t->u.pl;
 	uint8_t tmp[TOK_INLINE];
+	struct pblock *b = &t->u.one;
 	size_t n;
 
-	if (TOK_IS_INL(t) || !pl)
+	if (TOK_MODE(t) != TM_ONE ||
+	    varint_len(b->first) + b->len > TOK_INLINE)
 		return;
-	if (pl->nb == 0) {
-		si->post_bytes -= plist_size(pl->cb);
-		free(pl);
-		t->u.pl = NULL;
-		return;
-	}
-	if (pl->nb != 1 ||
-	    varint_len(pl->b[0].first) + pl->b[0].len > TOK_INLINE)
-		return;
-	n = varint_put(tmp, pl->b[0].first);
-	memcpy(tmp + n, blk_cbytes(&pl->b[0]), pl->b[0].len);
-	n += pl->b[0].len;
-	blk_release(si, &pl->b[0]);
-	si->post_bytes -= plist_size(pl->cb);
-	free(pl);
+	n = varint_put(tmp, b->first);
+	memcpy(tmp + n, blk_cbytes(b), b->len);
+	n += b->len;
+	blk_release(si, b);
 	memcpy(t->u.inl, tmp, n);
-	t->len = tok_len(t) | 1u << 31 | (uint32_t)n << 24;
+	t->len = tok_len(t) | (uint32_t)n << 24;
+	TOK_SET(t, TM_INL);
 }
 
 /* Add slot s (not in the list) with its encoded body. scratch has room
@@ -587,8 +624,7 @@ static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
 		       bool single, const uint8_t *body, size_t body_len,
 		       uint8_t *scratch)
 {
-	struct plist **ppl = &t->u.pl;
-	struct pblock *b;
+	struct pblock *a, *b;
 	struct epos e;
 	uint32_t i, nb;
 	size_t elen;
@@ -597,20 +633,21 @@ static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
 	rc = tok_unpack(si, t);
 	if (rc < 0)
 		return rc;
-	nb = *ppl ? (*ppl)->nb : 0;
+	a = tok_blocks(t, &nb);
 	if (nb == 0 || s > t->last) {
 		elen = varint_len(nb ? (s - t->last) << 1 : 0) + body_len;
-		b = nb ? &(*ppl)->b[nb - 1] : NULL;
+		b = nb ? &a[nb - 1] : NULL;
 		if (!b || b->n >= BLOCK_DOCS ||
 		    (size_t)b->len + elen > BLOCK_BYTES) {
 			/* A new block at the end; the full one is done. */
 			if (b)
 				blk_fit(si, b, true);
-			rc = blocks_open(si, ppl, nb);
+			rc = tok_open_block(si, t, nb);
 			if (rc < 0)
 				goto out;
 			i = nb;
-			b = &(*ppl)->b[i];
+			a = tok_blocks(t, &nb);
+			b = &a[i];
 			e.off = 0;
 			e.idx = 0;
 		} else {
@@ -626,7 +663,7 @@ static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
 		if (rc < 0) {
 			if (b->n == 0) {
 				blk_release(si, b);
-				blocks_close(*ppl, i);
+				tok_close_block(si, t, i);
 			}
 			goto out;
 		}
@@ -634,8 +671,8 @@ static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
 		t->df++;
 		goto out;
 	}
-	i = blocks_find((*ppl)->b, nb, s);
-	b = &(*ppl)->b[i];
+	i = blocks_find(a, nb, s);
+	b = &a[i];
 	blk_seek(b, s, &e);
 	if (e.slot == s) {
 		rc = -EEXIST;
@@ -646,7 +683,7 @@ static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
 		goto out;
 	t->df++;
 	if (b->n > BLOCK_DOCS || (b->len > BLOCK_BYTES && b->n > 1))
-		blocks_split(si, ppl, i); /* too big is only slower */
+		tok_split(si, t, i); /* too big is only slower */
 out:
 	tok_pack(si, t);
 	return rc;
@@ -655,30 +692,30 @@ out:
 /* Remove slot s from the list if it is there. */
 static void list_remove(struct search_index *si, struct tok *t, uint32_t s)
 {
-	struct plist *pl;
-	struct pblock *b;
+	struct pblock *a, *b;
 	struct epos e;
-	uint32_t i;
+	uint32_t i, nb;
 
 	if (t->df == 0 || s > t->last)
 		return;
 	if (tok_unpack(si, t) < 0)
-		return; /* not reached: unpacking only gives back room */
-	pl = t->u.pl;
-	i = blocks_find(pl->b, pl->nb, s);
-	b = &pl->b[i];
+		return; /* its bytes stay; not reached: at most 24 of them */
+	a = tok_blocks(t, &nb);
+	i = blocks_find(a, nb, s);
+	b = &a[i];
 	blk_seek(b, s, &e);
 	if (e.slot == s) {
 		blk_remove(si, b, &e);
 		t->df--;
 		if (b->n == 0) {
 			blk_release(si, b);
-			blocks_close(pl, i);
+			tok_close_block(si, t, i);
 		} else {
 			blk_fit(si, b, false);
 		}
-		if (s == t->last && pl->nb)
-			t->last = blk_last(&pl->b[pl->nb - 1]);
+		a = tok_blocks(t, &nb);
+		if (s == t->last && nb)
+			t->last = blk_last(&a[nb - 1]);
 	}
 	tok_pack(si, t);
 }
@@ -848,7 +885,7 @@ static int64_t intern(struct search_index *si, const char *p, size_t len)
 	t = &si->toks[id];
 	memset(t, 0, sizeof(*t));
 	t->off = (uint32_t)si->arena_len;
-	t->len = (uint32_t)len;
+	t->len = (uint32_t)len; /* TM_NONE */
 	memcpy(si->arena + si->arena_len, p, len);
 	if (bucket_add(si, id, p, len) < 0)
 		return -ENOMEM; /* the arena bytes are reused next time */
@@ -887,13 +924,14 @@ void search_free(struct search_index *si)
 		return;
 	for (i = 0; i < si->n_toks; i++) {
 		struct tok *t = &si->toks[i];
+		uint32_t nb;
+		struct pblock *a = tok_blocks(t, &nb);
 
-		if (TOK_IS_INL(t) || !t->u.pl)
-			continue;
-		for (j = 0; j < t->u.pl->nb; j++)
-			if (t->u.pl->b[j].cap)
-				free(t->u.pl->b[j].d.p);
-		free(t->u.pl);
+		for (j = 0; j < nb; j++)
+			if (a[j].cap)
+				free(a[j].d.p);
+		if (TOK_MODE(t) == TM_MANY)
+			free(t->u.pl);
 	}
 	for (i = 0; i < 256; i++) {
 		if (!si->vb[i])
@@ -1285,7 +1323,7 @@ static void pc_open(struct pcur *c, const struct tok *t, size_t *units)
 {
 	c->units = units;
 	c->bi = 0;
-	if (TOK_IS_INL(t)) {
+	if (TOK_MODE(t) == TM_INL) {
 		const uint8_t *p = t->u.inl;
 
 		memset(&c->own, 0, sizeof(c->own));
@@ -1296,11 +1334,8 @@ static void pc_open(struct pcur *c, const struct tok *t, size_t *units)
 		c->own.d.p = (uint8_t *)p;
 		c->blk = &c->own;
 		c->nb = 1;
-	} else if (t->u.pl) {
-		c->blk = t->u.pl->b;
-		c->nb = t->u.pl->nb;
 	} else {
-		c->nb = 0;
+		c->blk = tok_blocks((struct tok *)t, &c->nb);
 	}
 	if (c->nb == 0) {
 		c->slot = SLOT_END;

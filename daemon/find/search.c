@@ -1289,25 +1289,34 @@ struct pcur {
 	struct pblock own;	/* the one block of a token kept inline */
 };
 
-static void pc_read(struct pcur *c)
-{
-	uint32_t h = varint_get(&c->p);
+/* Hot: inlined into every walk of a list. */
+#define HOT static inline __attribute__((always_inline))
 
+HOT void pc_read(struct pcur *c)
+{
+	const uint8_t *p = c->p;
+	uint32_t h = *p++;
+
+	if (h >= 0x80) {
+		p--;
+		h = varint_get(&p);
+	}
 	c->slot += h >> 1;
 	c->hdr = h;
+	c->body = p;
 	if (h & 1) {
-		c->body = c->p;
-		while (*c->p++ & 0x80)
+		while (*p++ & 0x80)
 			;
 	} else {
-		c->body_len = varint_get(&c->p);
-		c->body = c->p;
-		c->p += c->body_len;
+		c->body_len = varint_get(&p);
+		c->body = p;
+		p += c->body_len;
 	}
+	c->p = p;
 	(*c->units)++;
 }
 
-static void pc_load(struct pcur *c)
+HOT void pc_load(struct pcur *c)
 {
 	const struct pblock *b = &c->blk[c->bi];
 
@@ -1344,7 +1353,7 @@ static void pc_open(struct pcur *c, const struct tok *t, size_t *units)
 	pc_load(c);
 }
 
-static void pc_next(struct pcur *c)
+HOT void pc_next(struct pcur *c)
 {
 	if (c->p < c->end) {
 		pc_read(c);
@@ -1358,7 +1367,7 @@ static void pc_next(struct pcur *c)
 }
 
 /* To the first entry with slot >= target. */
-static void pc_seek(struct pcur *c, uint32_t target)
+HOT void pc_seek(struct pcur *c, uint32_t target)
 {
 	if (c->slot >= target)
 		return;
@@ -1437,6 +1446,8 @@ struct search_exec {
 	struct stream st[SEARCH_TERMS_MAX];
 	struct stream *order[SEARCH_TERMS_MAX]; /* by cur */
 	unsigned theta; /* the least score a later slot needs */
+	unsigned cap;	/* the highest score still looked for */
+	bool all_first; /* first pass: slots with every term only */
 	uint32_t from;	/* every slot before it is decided */
 	bool done;
 	size_t units;
@@ -1577,27 +1588,59 @@ static int64_t phrase_positions(struct stream *s, uint32_t i)
 	return (int64_t)n;
 }
 
+/* Whether two tokens are side by side in the current entries of a and b
+ * (positions decoded as they are compared). */
+static bool pair_at(const struct pcur *a, const struct pcur *b)
+{
+	const uint8_t *pa = a->body, *pb = b->body;
+	const uint8_t *ea = a->hdr & 1 ? NULL : pa + a->body_len;
+	const uint8_t *eb = b->hdr & 1 ? NULL : pb + b->body_len;
+	uint32_t x = varint_get(&pa) + 1, y = varint_get(&pb);
+
+	for (;;) {
+		if (x == y)
+			return true;
+		if (x < y) {
+			if (!ea || pa >= ea)
+				return false;
+			x += varint_get(&pa);
+		} else {
+			if (!eb || pb >= eb)
+				return false;
+			y += varint_get(&pb);
+		}
+	}
+}
+
 /* Whether the phrase's tokens, on the slot their cursors share, are
  * consecutive somewhere. 1, 0 or -ENOMEM. */
 static int phrase_at(struct search_exec *e, struct stream *s)
 {
-	size_t *idx = NULL, *cnt = NULL, a, k;
+	size_t stack[2 * 16], *idx = stack, *cnt = stack + 16, a, k;
 	uint32_t m = s->n_ids, i;
-	int rc = -ENOMEM;
+	int rc = 0;
 
-	idx = calloc(m, sizeof(*idx));
-	cnt = malloc(m * sizeof(*cnt));
-	if (!idx || !cnt)
-		goto out;
+	e->units += m;
+	if (m == 2)
+		return pair_at(&s->pcs[0], &s->pcs[1]);
+	if (m > 16) {
+		/* A term of up to 1024 bytes: hundreds of tokens at most. */
+		idx = malloc(2 * m * sizeof(*idx));
+		if (!idx)
+			return -ENOMEM;
+		cnt = idx + m;
+	}
+	memset(idx, 0, m * sizeof(*idx));
 	for (i = 0; i < m; i++) {
 		int64_t n = phrase_positions(s, i);
 
-		if (n < 0)
+		if (n < 0) {
+			rc = (int)n;
 			goto out;
+		}
 		cnt[i] = (size_t)n;
 		e->units += cnt[i] / 4;
 	}
-	rc = 0;
 	for (a = 0; a < cnt[0] && !rc; a++) {
 		uint32_t p0 = s->pos[0][a];
 
@@ -1614,8 +1657,8 @@ static int phrase_at(struct search_exec *e, struct stream *s)
 		rc = k == m;
 	}
 out:
-	free(idx);
-	free(cnt);
+	if (idx != stack)
+		free(idx);
 	return rc;
 }
 
@@ -1748,7 +1791,7 @@ static int offer(struct search_exec *e, uint32_t slot, uint64_t mask)
 	unsigned score = popcount64(mask);
 	struct level *lv;
 
-	if (score == 0 || score < e->theta)
+	if (score == 0 || score < e->theta || score > e->cap)
 		return 0;
 	lv = &e->lv[score];
 	if (e->limit && lv->n >= e->limit)
@@ -1938,7 +1981,13 @@ int search_exec_new(struct search_index *si, const struct search_query *q,
 	e->limit = limit;
 	e->text_of = text_of;
 	e->ctx = ctx;
-	e->theta = match_all ? (unsigned)q->n_unique : 1;
+	e->cap = (unsigned)q->n_unique;
+	e->theta = match_all ? e->cap : 1;
+	/* With a limit, the slots holding every term come first: look for
+	 * them alone first, as for match_all; often they are enough. */
+	e->all_first = !match_all && limit && q->n_unique > 1;
+	if (e->all_first)
+		e->theta = e->cap;
 	for (i = 0; i < q->n; i++) {
 		if (q->t[i].dup_of != i)
 			continue;
@@ -2012,7 +2061,7 @@ int search_exec_step(struct search_exec *e, const struct search_changes *ch,
 		uint32_t p;
 
 		order_sort(e);
-		if (e->theta > e->q->n_unique)
+		if (e->theta > e->cap)
 			break; /* `limit` hits of the best score: done */
 		if (e->units >= budget) {
 			p = e->order[0]->cur;
@@ -2088,11 +2137,25 @@ int search_exec_step(struct search_exec *e, const struct search_changes *ch,
 		}
 	}
 	/* No stream can reach the threshold: only changed slots are left. */
-	while (nc != SIZE_MAX && e->theta <= e->q->n_unique) {
+	while (nc != SIZE_MAX && e->theta <= e->cap) {
 		rc = eval_old(e, ch, (uint32_t)nc);
 		if (rc < 0)
 			return rc;
 		nc = ch->next(ch->ctx, nc + 1);
+	}
+	if (e->all_first && e->lv[e->cap].n < e->limit) {
+		/* Every slot with every term is known, and they are too
+		 * few: from the start again for the others. */
+		e->all_first = false;
+		e->cap--;
+		e->theta = 1;
+		e->from = 0;
+		e->placed = false;
+		for (i = 0; i < e->n_st; i++) {
+			e->st[i].cur = 0;
+			e->st[i].exact = false;
+		}
+		return search_exec_step(e, ch, budget);
 	}
 	e->done = true;
 	return 1;

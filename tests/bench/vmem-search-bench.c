@@ -10,7 +10,8 @@
  * the unicode61 tokenizer, which splits this ASCII text as ours does).
  *
  * Then, for each query shape, the same queries (--queries of each, each
- * run --reps times) with limit 100 on both sides, p50/p99 in microseconds:
+ * run --reps times) with limit 100 on both sides, p50/p99 in microseconds
+ * (parsing the terms included on both sides):
  *   rare      one word of rank 10,000-100,000
  *   common    one word of rank 1-20
  *   and       two words of rank 1-200, match_all    FTS5: "a" AND "b"
@@ -19,7 +20,9 @@
  *   prefix    3 letters of a word of rank 20-500    FTS5: abc*
  * FTS5 returns rowids in rowid order (its cheapest order); ours are in
  * score order, which for every shape but `or` is slot order, so the hits
- * of those shapes are compared and any difference is reported.
+ * of those shapes are compared and any difference is reported. For `or`,
+ * FTS5 is also timed with ORDER BY rank (best first, as ours are: our
+ * score counts the terms matched, FTS5's rank is bm25).
  *
  * Also prints the build time and memory of both, and can write the corpus
  * (one document per line) and the queries (one JSON term list per line
@@ -29,6 +32,10 @@
  * usage: vmem-search-bench [--docs N] [--seed S] [--queries Q] [--reps R]
  *                          [--no-fts5] [--write-corpus FILE]
  *                          [--write-queries FILE] [--only-write]
+ *                          [--shape NAME] [--wall]
+ *
+ * Query times are the CPU time of the thread (other processes on a shared
+ * machine do not count); --wall measures elapsed time instead.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -66,6 +73,18 @@ static double now_s(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Query times: this thread's CPU time, so that other processes on a
+ * shared machine do not count (--wall: elapsed time). */
+static clockid_t query_clock = CLOCK_THREAD_CPUTIME_ID;
+
+static double qnow_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(query_clock, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
@@ -285,6 +304,30 @@ static int text_of(void *ctx, size_t slot, const char **text, size_t *len)
 	return 0;
 }
 
+/* Time one FTS5 query; *diff set when its rowids are not hits[] (in
+ * order, for every shape but `or`, whose count alone is compared). */
+static double fts_run(sqlite3_stmt *st, const struct query *q,
+		      const struct search_hit *hits, size_t n_hits,
+		      bool *diff)
+{
+	double t0 = qnow_s(), t;
+	size_t nf = 0;
+
+	sqlite3_bind_text(st, 1, q->fts, -1, SQLITE_STATIC);
+	while (sqlite3_step(st) == SQLITE_ROW) {
+		size_t row = (size_t)sqlite3_column_int64(st, 0);
+
+		if (q->shape != 3 && (nf >= n_hits || hits[nf].slot != row))
+			*diff = true;
+		nf++;
+	}
+	sqlite3_reset(st);
+	t = qnow_s() - t0;
+	if (nf != n_hits)
+		*diff = true;
+	return t;
+}
+
 static long rss_kb(void)
 {
 	FILE *f = fopen("/proc/self/status", "r");
@@ -311,16 +354,19 @@ int main(int argc, char **argv)
 		{"write-corpus", required_argument, NULL, 'c'},
 		{"write-queries", required_argument, NULL, 'w'},
 		{"only-write", no_argument, NULL, 'o'},
+		{"shape", required_argument, NULL, 'S'},
+		{"wall", no_argument, NULL, 'W'},
 		{NULL, 0, NULL, 0},
 	};
 	size_t n_docs = 100000, n_queries = 100, reps = 3, content = 0;
 	const char *corpus_path = NULL, *queries_path = NULL;
 	bool fts5 = true, only_write = false;
+	const char *only_shape = NULL;
 	struct search_index *si;
 	sqlite3 *db = NULL;
-	sqlite3_stmt *ins = NULL, *sel = NULL;
+	sqlite3_stmt *ins = NULL, *sel = NULL, *sel_rank = NULL;
 	struct query *qs;
-	double t0, t_ours, t_fts = 0, *lat_ours, *lat_fts;
+	double t0, t_ours, t_fts = 0, *lat_ours, *lat_fts, *lat_rank;
 	long rss0, rss1;
 	int ch;
 
@@ -350,12 +396,18 @@ int main(int argc, char **argv)
 		case 'o':
 			only_write = true;
 			break;
+		case 'S':
+			only_shape = optarg;
+			break;
+		case 'W':
+			query_clock = CLOCK_MONOTONIC;
+			break;
 		default:
 			fprintf(stderr,
 				"usage: vmem-search-bench [--docs N] [--seed S] "
 				"[--queries Q] [--reps R] [--no-fts5] "
 				"[--write-corpus FILE] [--write-queries FILE] "
-				"[--only-write]\n");
+				"[--only-write] [--shape NAME] [--wall]\n");
 			return 2;
 		}
 	}
@@ -472,18 +524,38 @@ int main(int argc, char **argv)
 		if (sqlite3_prepare_v2(db,
 				       "SELECT rowid FROM d WHERE d MATCH ?1 "
 				       "LIMIT 100",
-				       -1, &sel, NULL) != SQLITE_OK)
+				       -1, &sel, NULL) != SQLITE_OK ||
+		    sqlite3_prepare_v2(db,
+				       "SELECT rowid FROM d WHERE d MATCH ?1 "
+				       "ORDER BY rank LIMIT 100",
+				       -1, &sel_rank, NULL) != SQLITE_OK)
 			die(sqlite3_errmsg(db));
 	}
 
 	lat_ours = xmalloc(n_queries * reps * sizeof(*lat_ours));
 	lat_fts = xmalloc(n_queries * reps * sizeof(*lat_fts));
-	printf("\n  shape      vmem p50    p99   FTS5 p50    p99   ratio "
+	lat_rank = xmalloc(n_queries * reps * sizeof(*lat_rank));
+	printf("\n  query %s in us:\n",
+	       query_clock == CLOCK_MONOTONIC ? "elapsed time"
+					      : "CPU time of this thread");
+	printf("  shape      vmem p50    p99   FTS5 p50    p99   ratio "
 	       "p50  p99   hits/query  differ\n");
 	for (int s = 0; s < N_SHAPES; s++) {
 		size_t n = 0, hits_total = 0, differ = 0;
 		struct pct po, pf = {0, 0};
+		struct search_hit **hits_of;
+		size_t *n_hits_of;
+		bool *diff;
 
+		if (only_shape && strcmp(only_shape, shape_names[s]) != 0)
+			continue;
+		hits_of = calloc(n_queries, sizeof(*hits_of));
+		n_hits_of = calloc(n_queries, sizeof(*n_hits_of));
+		diff = calloc(n_queries, sizeof(*diff));
+		if (!hits_of || !n_hits_of || !diff)
+			die("out of memory");
+		/* Each engine runs all the queries of the shape in turn, so
+		 * that neither finds its caches emptied by the other. */
 		for (size_t r = 0; r < reps; r++) {
 			for (size_t i = 0; i < n_queries; i++) {
 				const struct query *q =
@@ -493,11 +565,10 @@ int main(int argc, char **argv)
 						  strlen(q->terms[1])};
 				struct search_query *sq;
 				struct search_hit *hits = NULL;
-				size_t n_hits = 0, nf = 0;
+				size_t n_hits = 0;
 				char msg[128];
-				bool diff = false;
 
-				t0 = now_s();
+				t0 = qnow_s();
 				if (search_query_parse(tp, lens, q->n_terms,
 						       &sq, msg,
 						       sizeof(msg)) < 0)
@@ -505,37 +576,35 @@ int main(int argc, char **argv)
 				if (search_run(si, sq, q->all, LIMIT, text_of,
 					       NULL, &hits, &n_hits) < 0)
 					die("search_run");
-				lat_ours[n] = now_s() - t0;
+				lat_ours[n++] = qnow_s() - t0;
 				search_query_free(sq);
-				if (db) {
-					t0 = now_s();
-					sqlite3_bind_text(sel, 1, q->fts, -1,
-							  SQLITE_STATIC);
-					while (sqlite3_step(sel) ==
-					       SQLITE_ROW) {
-						size_t row = (size_t)
-							sqlite3_column_int64(
-								sel, 0);
-
-						if (q->shape != 3 &&
-						    (nf >= n_hits ||
-						     hits[nf].slot != row))
-							diff = true;
-						nf++;
-					}
-					sqlite3_reset(sel);
-					lat_fts[n] = now_s() - t0;
-					if (q->shape == 3 ? nf != n_hits
-							  : nf != n_hits)
-						diff = true;
-				}
-				differ += r == 0 && diff;
-				if (r == 0)
+				if (r == 0) {
+					hits_of[i] = hits;
+					n_hits_of[i] = n_hits;
 					hits_total += n_hits;
-				free(hits);
-				n++;
+				} else {
+					free(hits);
+				}
 			}
 		}
+		for (int k = 0; db && k < (s == 3 ? 2 : 1); k++) {
+			size_t m = 0;
+
+			for (size_t r = 0; r < reps; r++)
+				for (size_t i = 0; i < n_queries; i++)
+					(k ? lat_rank : lat_fts)[m++] = fts_run(
+						k ? sel_rank : sel,
+						&qs[s * n_queries + i],
+						hits_of[i], n_hits_of[i],
+						&diff[i]);
+		}
+		for (size_t i = 0; i < n_queries; i++) {
+			differ += diff[i];
+			free(hits_of[i]);
+		}
+		free(hits_of);
+		free(n_hits_of);
+		free(diff);
 		po = pcts(lat_ours, n);
 		if (db)
 			pf = pcts(lat_fts, n);
@@ -544,10 +613,20 @@ int main(int argc, char **argv)
 		       shape_names[s], po.p50, po.p99, pf.p50, pf.p99,
 		       db ? po.p50 / pf.p50 : 0, db ? po.p99 / pf.p99 : 0,
 		       (double)hits_total / (double)n_queries, differ);
+		if (db && s == 3) {
+			pf = pcts(lat_rank, n);
+			printf("  %-8s %8.1f %8.1f   %8.1f %8.1f   %5.2f "
+			       "%5.2f\n",
+			       "or/rank", po.p50, po.p99, pf.p50, pf.p99,
+			       po.p50 / pf.p50, po.p99 / pf.p99);
+		}
 	}
 	printf("  (ratio: vmem / FTS5, below 1 is faster; differ: queries "
-	       "whose hits are not FTS5's, `or` by count only)\n");
+	       "whose hits are not FTS5's, `or` by count only.\n"
+	       "   `or`: FTS5 in rowid order, its cheapest; `or/rank`: FTS5 "
+	       "ORDER BY rank, best first as ours)\n");
 	sqlite3_finalize(sel);
+	sqlite3_finalize(sel_rank);
 	sqlite3_close(db);
 	search_free(si);
 	for (size_t i = 0; i < n_docs; i++)
@@ -557,6 +636,7 @@ int main(int argc, char **argv)
 	free(qs);
 	free(lat_ours);
 	free(lat_fts);
+	free(lat_rank);
 	for (size_t i = 0; i < VOCAB; i++)
 		free(words[i]);
 	return 0;

@@ -1,7 +1,11 @@
 /*
  * Flat coordinate-addressed index. Slot of (x, y, z) is
  * ((x - 1) * VMEM_MAX_Y + (y - 1)) * VMEM_MAX_Z + (z - 1). The search
- * index follows every put and remove, so it is never stale.
+ * index follows every put and remove, so it is never stale. Each open
+ * scan keeps, in a sorted array, the old record of every slot changed
+ * since it began at or after its `from`: a change costs one binary search
+ * per open scan, and a scan's memory grows only with the writes made
+ * while it is open.
  */
 #include "index.h"
 
@@ -38,14 +42,17 @@ struct record *record_new(const struct decision *d)
 		free(json);
 		return NULL;
 	}
-	r = malloc(sizeof(*r) + len + 1);
+	r = len < UINT32_MAX ? malloc(sizeof(*r) + len + 1) : NULL;
 	if (r) {
 		r->coord = d->coord;
+		r->refs = 1;
 		r->version = d->version;
 		r->json_len = len;
 		memcpy(r->json, json, len + 1);
-		r->content_off = (size_t)(key - json) + sizeof(content_key) - 1;
-		r->content_esc_len = escaped_len(r->json + r->content_off);
+		r->content_off =
+			(uint32_t)(key - json) + sizeof(content_key) - 1;
+		r->content_esc_len =
+			(uint32_t)escaped_len(r->json + r->content_off);
 	}
 	free(json);
 	return r;
@@ -53,7 +60,13 @@ struct record *record_new(const struct decision *d)
 
 void record_free(struct record *r)
 {
-	free(r);
+	if (r && --r->refs == 0)
+		free(r);
+}
+
+void record_ref(struct record *r)
+{
+	r->refs++;
 }
 
 static int hexval(char c)
@@ -193,6 +206,8 @@ int index_init(struct index *ix, int max_x)
 
 void index_done(struct index *ix)
 {
+	while (ix->scans)
+		index_scan_end(ix->scans);
 	if (ix->slots)
 		for (size_t i = 0; i < ix->n_slots; i++)
 			record_free(ix->slots[i]);
@@ -240,12 +255,73 @@ static void unindex(struct index *ix, size_t slot, const struct record *r)
 	}
 }
 
+/* Binary search in a scan's kept slots: the index of the first >= slot. */
+static size_t kept_lower(const struct index_scan *sc, size_t slot)
+{
+	size_t lo = 0, hi = sc->n_kept;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (sc->kept[mid] < slot)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Before slot changes: every scan that may still read it keeps what it
+ * holds now, unless it kept the slot already. */
+static void keep_for_scans(struct index *ix, size_t slot)
+{
+	struct record *old = ix->slots[slot];
+	struct index_scan *sc;
+
+	for (sc = ix->scans; sc; sc = sc->next) {
+		size_t at;
+
+		if (slot < sc->from)
+			continue;
+		at = kept_lower(sc, slot);
+		if (at < sc->n_kept && sc->kept[at] == slot)
+			continue;
+		if (sc->n_kept == sc->cap_kept) {
+			size_t ncap = sc->cap_kept ? sc->cap_kept * 2 : 16;
+			uint32_t *k = realloc(sc->kept, ncap * sizeof(*k));
+			struct record **r;
+
+			if (k)
+				sc->kept = k;
+			r = k ? realloc(sc->kept_rec, ncap * sizeof(*r))
+			      : NULL;
+			if (!r) {
+				sc->failed = true;
+				continue;
+			}
+			sc->kept_rec = r;
+			sc->cap_kept = ncap;
+		}
+		memmove(sc->kept + at + 1, sc->kept + at,
+			(sc->n_kept - at) * sizeof(*sc->kept));
+		memmove(sc->kept_rec + at + 1, sc->kept_rec + at,
+			(sc->n_kept - at) * sizeof(*sc->kept_rec));
+		sc->kept[at] = (uint32_t)slot;
+		sc->kept_rec[at] = old;
+		if (old)
+			record_ref(old);
+		sc->n_kept++;
+	}
+}
+
 int index_put(struct index *ix, struct record *rec)
 {
 	size_t slot = index_slot(ix, &rec->coord);
 	struct record **p = &ix->slots[slot];
 	int rc;
 
+	if (ix->scans)
+		keep_for_scans(ix, slot);
 	if (*p) {
 		unindex(ix, slot, *p);
 		record_free(*p);
@@ -269,9 +345,89 @@ int index_remove(struct index *ix, const struct coord *c)
 
 	if (!*p)
 		return 0;
+	if (ix->scans)
+		keep_for_scans(ix, slot);
 	unindex(ix, slot, *p);
 	record_free(*p);
 	*p = NULL;
 	ix->count--;
 	return 1;
+}
+
+void index_scan_begin(struct index *ix, struct index_scan *sc)
+{
+	memset(sc, 0, sizeof(*sc));
+	sc->ix = ix;
+	sc->next = ix->scans;
+	if (ix->scans)
+		ix->scans->prev = sc;
+	ix->scans = sc;
+}
+
+void index_scan_end(struct index_scan *sc)
+{
+	if (!sc->ix)
+		return;
+	for (size_t i = 0; i < sc->n_kept; i++)
+		record_free(sc->kept_rec[i]);
+	if (sc->prev)
+		sc->prev->next = sc->next;
+	else
+		sc->ix->scans = sc->next;
+	if (sc->next)
+		sc->next->prev = sc->prev;
+	free(sc->kept);
+	free(sc->kept_rec);
+	buf_done(&sc->text);
+	memset(sc, 0, sizeof(*sc));
+}
+
+const struct record *index_scan_get(const struct index_scan *sc, size_t slot)
+{
+	size_t at = kept_lower(sc, slot);
+
+	if (at < sc->n_kept && sc->kept[at] == slot)
+		return sc->kept_rec[at];
+	return sc->ix->slots[slot];
+}
+
+void index_scan_pass(struct index_scan *sc, size_t slot)
+{
+	size_t n;
+
+	if (slot <= sc->from)
+		return;
+	sc->from = slot;
+	n = kept_lower(sc, slot);
+	if (n == 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		record_free(sc->kept_rec[i]);
+	memmove(sc->kept, sc->kept + n, (sc->n_kept - n) * sizeof(*sc->kept));
+	memmove(sc->kept_rec, sc->kept_rec + n,
+		(sc->n_kept - n) * sizeof(*sc->kept_rec));
+	sc->n_kept -= n;
+}
+
+size_t index_scan_next_changed(const struct index_scan *sc, size_t from)
+{
+	size_t at = kept_lower(sc, from);
+
+	return at < sc->n_kept ? sc->kept[at] : SIZE_MAX;
+}
+
+int index_scan_old_text(struct index_scan *sc, size_t slot, const char **text,
+			size_t *len)
+{
+	const struct record *r = index_scan_get(sc, slot);
+	int rc;
+
+	if (!r)
+		return -ENOENT;
+	rc = record_content(r, &sc->text);
+	if (rc == 0) {
+		*text = sc->text.data;
+		*len = sc->text.len;
+	}
+	return rc;
 }

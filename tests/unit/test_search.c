@@ -646,6 +646,190 @@ START_TEST(random_consistency)
 }
 END_TEST
 
+/* ---- a query in steps, with writes between the steps ---- */
+
+enum { SNAP_SLOTS = 40 };
+
+/* What the slots held when a stepped query began: the changed ones. */
+struct snap {
+	bool changed[SNAP_SLOTS];
+	char *old[SNAP_SLOTS]; /* NULL: the slot was empty */
+};
+
+static size_t snap_next(void *ctx, size_t from)
+{
+	struct snap *sn = ctx;
+
+	for (; from < SNAP_SLOTS; from++)
+		if (sn->changed[from])
+			return from;
+	return SIZE_MAX;
+}
+
+static int snap_old_text(void *ctx, size_t slot, const char **text,
+			 size_t *len)
+{
+	struct snap *sn = ctx;
+
+	ck_assert(sn->changed[slot]);
+	if (!sn->old[slot])
+		return -ENOENT;
+	*text = sn->old[slot];
+	*len = strlen(sn->old[slot]);
+	return 0;
+}
+
+/* Hits of terms over the documents of docv (present ones), as the design
+ * says: by score, then slot; at most limit (0: all). */
+static size_t model_hits(const struct tokv *docv, const bool *present,
+			 size_t n_slots, const struct mterm *mt, size_t n,
+			 bool all, size_t limit, struct mhit *out)
+{
+	size_t i, k, j, n_model = 0;
+	unsigned n_unique = 0;
+
+	for (i = 0; i < n; i++) {
+		for (k = 0; k < i; k++)
+			if (mterm_eq(&mt[i], &mt[k]))
+				break;
+		n_unique += k == i;
+	}
+	for (i = 0; i < n_slots; i++) {
+		struct mhit h = {i, 0, 0};
+
+		if (!present[i])
+			continue;
+		for (k = 0; k < n; k++) {
+			if (!model_match(&docv[i], &mt[k]))
+				continue;
+			h.matched |= (uint64_t)1 << k;
+			for (j = 0; j < k; j++)
+				if (mterm_eq(&mt[k], &mt[j]))
+					break;
+			h.score += j == k;
+		}
+		if (!h.matched || (all && h.score != n_unique))
+			continue;
+		out[n_model++] = h;
+	}
+	qsort(out, n_model, sizeof(out[0]), mhit_cmp);
+	return limit && n_model > limit ? limit : n_model;
+}
+
+/* A stepped query answers from the index as it was when it began, the
+ * changed slots judged on their old text, whatever is written between
+ * its steps. */
+START_TEST(steps_see_the_beginning)
+{
+	uint64_t seed = seed_from_env();
+	struct search_index *si = search_new(SNAP_SLOTS);
+	struct tokv docv[SNAP_SLOTS];
+	bool present[SNAP_SLOTS];
+	struct docs d;
+	size_t round, i;
+
+	printf("# steps_see_the_beginning seed %" PRIu64 "\n", seed);
+	fflush(stdout);
+	rng_state = seed ? seed : 1;
+	ck_assert_ptr_nonnull(si);
+	docs_init(&d, SNAP_SLOTS);
+	for (round = 0; round < 400; round++) {
+		struct search_changes ch;
+		struct snap sn = {0};
+		struct search_exec *e = NULL;
+		struct search_query *q = NULL;
+		struct search_hit *hits = NULL;
+		struct mhit model[SNAP_SLOTS];
+		struct mterm mt[3];
+		char bufs[3][128];
+		const char *terms[3];
+		size_t lens[3], n = 1 + rnd_n(3), n_hits, n_model, steps = 0;
+		bool all = rnd_n(2), ok = true;
+		size_t limit = rnd_n(2) ? 0 : 1 + rnd_n(6);
+		char msg[128];
+		int rc;
+
+		for (i = 0; i < 6; i++) {
+			char *text = rnd_n(4) ? random_text() : NULL;
+
+			put(si, &d, rnd_n(SNAP_SLOTS), text);
+			free(text);
+		}
+		/* The model's view: the documents now. */
+		for (i = 0; i < SNAP_SLOTS; i++) {
+			present[i] = d.text[i] != NULL;
+			docv[i].n = 0;
+			if (present[i])
+				tokv_of(&docv[i], d.text[i],
+					strlen(d.text[i]));
+		}
+		for (i = 0; i < n; i++) {
+			random_term(bufs[i], sizeof(bufs[i]));
+			terms[i] = bufs[i];
+			lens[i] = strlen(bufs[i]);
+			mt[i].prefix = bufs[i][lens[i] - 1] == '*';
+			tokv_of(&mt[i].v, bufs[i], lens[i] - mt[i].prefix);
+			ok = ok && mt[i].v.n > 0;
+		}
+		rc = search_query_parse(terms, lens, n, &q, msg, sizeof(msg));
+		ck_assert_int_eq(rc, ok ? 0 : -EINVAL);
+		if (ok) {
+			ch = (struct search_changes){&sn, snap_next,
+						     snap_old_text};
+			ck_assert_int_eq(search_exec_new(si, q, all, limit,
+							 text_of, &d, &e),
+					 0);
+			for (;;) {
+				size_t slot;
+				char *text;
+
+				rc = search_exec_step(e, &ch, 1 + rnd_n(30));
+				ck_assert_int_ge(rc, 0);
+				steps++;
+				if (rc == 1)
+					break;
+				/* Writes between steps, the old text kept. */
+				slot = rnd_n(SNAP_SLOTS);
+				text = rnd_n(3) ? random_text() : NULL;
+				if (!sn.changed[slot]) {
+					sn.changed[slot] = true;
+					sn.old[slot] = d.text[slot]
+							       ? strdup(d.text[slot])
+							       : NULL;
+				}
+				put(si, &d, slot, text);
+				free(text);
+			}
+			ck_assert_int_eq(search_exec_take(e, &hits, &n_hits),
+					 0);
+			n_model = model_hits(docv, present, SNAP_SLOTS, mt, n,
+					     all, limit, model);
+			ck_assert_msg(n_hits == n_model,
+				      "%zu hits, model %zu, %zu steps; first "
+				      "term '%s'",
+				      n_hits, n_model, steps, terms[0]);
+			for (i = 0; i < n_hits; i++) {
+				ck_assert_uint_eq(hits[i].slot, model[i].slot);
+				ck_assert_uint_eq(hits[i].score,
+						  model[i].score);
+				ck_assert(hits[i].matched == model[i].matched);
+			}
+		}
+		free(hits);
+		search_exec_free(e);
+		search_query_free(q);
+		for (i = 0; i < n; i++)
+			tokv_done(&mt[i].v);
+		for (i = 0; i < SNAP_SLOTS; i++) {
+			free(sn.old[i]);
+			tokv_done(&docv[i]);
+		}
+	}
+	search_free(si);
+	docs_done(&d);
+}
+END_TEST
+
 /* ---- timing with 20,000 documents of ~1 KB ---- */
 
 static const char *const common[] = {
@@ -864,6 +1048,7 @@ static Suite *search_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tr, 60);
 	tcase_add_test(tr, random_consistency);
+	tcase_add_test(tr, steps_see_the_beginning);
 	suite_add_tcase(s, tr);
 	tcase_set_timeout(tt, 60);
 	tcase_add_test(tt, timing_20k);

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "protocol/errors.h"
 #include "protocol/jsonrpc.h"
+#include "server.h"
 
 #define READ_CHUNK (64 * 1024)
 /* Input read ahead while a request waits: reading goes on (no epoll
@@ -60,7 +61,9 @@ static void close_cb(uv_handle_t *h)
 	struct server *srv = c->srv;
 
 	/* Here rather than in conn_close, so a subscription being notified
-	 * is never freed under its notifier. */
+	 * is never freed under its notifier. An answer in slices is
+	 * abandoned. */
+	dispatch_run_slice(c);
 	subs_drop_conn(&srv->d->subs, c);
 	leases_drop_owner(&srv->d->leases, c);
 
@@ -342,12 +345,22 @@ static void conn_process(struct conn *c)
 			break;
 	}
 	c->processing = false;
+	if (c->slices && !c->closing && backlog_ok(c))
+		server_slices_soon(c->srv, c);
 	/* A partial line starts the clock of the line deadline. */
 	if (!c->input_exhausted || framer_pending(&c->in) == 0)
 		c->partial_since_ms = 0;
 	else if (!c->partial_since_ms)
 		c->partial_since_ms = uv_now(c->srv->d->loop);
 	conn_update(c);
+}
+
+void conn_run_slice(struct conn *c)
+{
+	if (!c->slices || c->closing || !backlog_ok(c))
+		return;
+	dispatch_run_slice(c);
+	conn_process(c);
 }
 
 void conn_check_deadline(struct conn *c, uint64_t now_ms)

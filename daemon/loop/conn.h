@@ -23,6 +23,7 @@
 #include "protocol/framer.h"
 
 struct server;
+struct slices;
 
 struct conn {
 	uv_pipe_t pipe;
@@ -53,6 +54,9 @@ struct conn {
 	uint64_t linger_since_ms;  /* uv_now when it began to linger */
 	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
+	struct slices *slices; /* an answer in slices (dispatch's) */
+	bool slice_soon;       /* on the server's slice list */
+	struct conn *next_slice;
 };
 
 /* Accept a pending connection from the listener. */
@@ -71,6 +75,10 @@ void conn_notify(struct conn *c, const char *line, size_t len);
  * disconnected (and it is logged) rather than buffered for without limit.
  */
 void conn_flush_notified(struct conn *c);
+
+/* Go on with the answer in slices, when there is room for more output
+ * (the server's pass, once per loop iteration). */
+void conn_run_slice(struct conn *c);
 
 /* Queue a JSON-RPC error response with a null id (a line that could not
  * be parsed as a request, or a refusal). */

@@ -167,27 +167,39 @@ void conn_send(struct conn *c, const char *line, size_t len)
 	}
 }
 
+/*
+ * Checked as each line is queued, so a burst (a big store_many seen
+ * through many subscriptions) never builds more than output_backlog of
+ * notifications for a connection that is not reading: what the socket
+ * takes at once does not count.
+ */
 void conn_notify(struct conn *c, const char *line, size_t len)
 {
+	size_t limit = c->srv->d->limits.output_backlog;
+
 	if (c->closing || c->lingering)
 		return;
+	if (c->notified + len > limit) {
+		conn_flush(c);
+		if (c->closing)
+			return;
+		if (c->notified + len > limit) {
+			log_warn("disconnected a subscriber that stopped "
+				 "reading: %zu bytes of notifications unsent "
+				 "(limit %zu)",
+				 c->notified + len, limit);
+			conn_close(c);
+			return;
+		}
+	}
 	c->notified += len;
 	conn_send(c, line, len);
 	server_flush_soon(c->srv, c);
 }
 
-/* Judged after the write, so a burst a reader takes at once is fine. */
 void conn_flush_notified(struct conn *c)
 {
-	size_t limit = c->srv->d->limits.output_backlog;
-
 	conn_process(c);
-	if (c->closing || c->notified <= limit)
-		return;
-	log_warn("disconnected a subscriber that stopped reading: %zu bytes "
-		 "of notifications unsent (limit %zu)",
-		 c->notified, limit);
-	conn_close(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)

@@ -65,15 +65,17 @@ void conn_accept(struct server *srv);
 /* Queue a response line (copied). Dropped when the connection is closing. */
 void conn_send(struct conn *c, const char *line, size_t len);
 
-/* Queue a server notification line (copied) and write it out soon. */
+/*
+ * Queue a server notification line (copied) and write it out soon. A
+ * subscriber whose notifications unsent since its output was last empty
+ * would pass output_backlog, after the socket took what it could at once,
+ * is disconnected (and it is logged) rather than buffered for without
+ * limit.
+ */
 void conn_notify(struct conn *c, const char *line, size_t len);
 
-/*
- * Write out what conn_notify queued (the server's flush pass, once per
- * loop iteration). A subscriber that still leaves more than the output
- * backlog of notifications unsent since its output was last empty is
- * disconnected (and it is logged) rather than buffered for without limit.
- */
+/* Write out what conn_notify queued (the server's flush pass, once per
+ * loop iteration). */
 void conn_flush_notified(struct conn *c);
 
 /* Go on with the answer in slices, when there is room for more output

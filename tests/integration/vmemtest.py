@@ -400,13 +400,23 @@ def accepts(path):
 # The daemon
 
 
-def rss_kib(pid):
-    """VmRSS of a process in KiB."""
+def _status_kib(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmRSS for pid %d" % pid)
+    raise AssertionError("no %s for pid %d" % (key, pid))
+
+
+def rss_kib(pid):
+    """VmRSS of a process in KiB."""
+    return _status_kib(pid, "VmRSS")
+
+
+def peak_rss_kib(pid):
+    """VmHWM of a process in KiB: the most it ever held, so a burst
+    freed before we look still shows."""
+    return _status_kib(pid, "VmHWM")
 
 
 def describe_process(pid):
@@ -513,6 +523,9 @@ class Daemon:
 
     def rss_kib(self):
         return rss_kib(self.pid)
+
+    def peak_rss_kib(self):
+        return peak_rss_kib(self.pid)
 
 
 def shutdown_any(sock):

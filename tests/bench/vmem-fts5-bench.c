@@ -1,5 +1,5 @@
 /*
- * vmem-search-bench: the search index against SQLite FTS5, in process, on
+ * vmem-fts5-bench: the search index against SQLite FTS5, in process, on
  * the same corpus.
  *
  * The corpus: N documents of ~480 bytes (380-580) of sentences drawn from
@@ -29,7 +29,7 @@
  * with the shape) for vmem-scale-bench.py. Prints figures; never fails on
  * time.
  *
- * usage: vmem-search-bench [--docs N] [--seed S] [--queries Q] [--reps R]
+ * usage: vmem-fts5-bench [--docs N] [--seed S] [--queries Q] [--reps R]
  *                          [--no-fts5] [--write-corpus FILE]
  *                          [--write-queries FILE] [--only-write]
  *                          [--shape NAME] [--wall]
@@ -90,7 +90,7 @@ static double qnow_s(void)
 
 static void die(const char *what)
 {
-	fprintf(stderr, "vmem-search-bench: %s\n", what);
+	fprintf(stderr, "vmem-fts5-bench: %s\n", what);
 	exit(1);
 }
 
@@ -404,7 +404,7 @@ int main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr,
-				"usage: vmem-search-bench [--docs N] [--seed S] "
+				"usage: vmem-fts5-bench [--docs N] [--seed S] "
 				"[--queries Q] [--reps R] [--no-fts5] "
 				"[--write-corpus FILE] [--write-queries FILE] "
 				"[--only-write] [--shape NAME] [--wall]\n");
@@ -456,7 +456,7 @@ int main(int argc, char **argv)
 		if (fclose(f) != 0)
 			die("cannot write the queries");
 	}
-	printf("vmem-search-bench: %zu documents, %.1f MB of content, "
+	printf("vmem-fts5-bench: %zu documents, %.1f MB of content, "
 	       "%zu queries x %zu runs per shape, limit %d\n",
 	       n_docs, (double)content / 1e6, n_queries, reps, LIMIT);
 	if (only_write)

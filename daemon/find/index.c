@@ -248,6 +248,7 @@ struct record *index_get(const struct index *ix, const struct coord *c)
 /* Forget a record's search postings and content bytes. */
 static void unindex(struct index *ix, size_t slot, const struct record *r)
 {
+	ix->record_bytes -= sizeof(*r) + r->json_len + 1;
 	if (record_content(r, &ix->scratch) == 0) {
 		search_remove(ix->search, slot, ix->scratch.data,
 			      ix->scratch.len);
@@ -327,8 +328,10 @@ int index_put(struct index *ix, struct record *rec)
 		record_free(*p);
 	} else {
 		ix->count++;
+		ix->by_layer[rec->coord.z - 1]++;
 	}
 	*p = rec;
+	ix->record_bytes += sizeof(*rec) + rec->json_len + 1;
 	rc = record_content(rec, &ix->scratch);
 	if (rc == 0) {
 		ix->content_bytes += ix->scratch.len;
@@ -348,6 +351,7 @@ int index_remove(struct index *ix, const struct coord *c)
 	if (ix->scans)
 		keep_for_scans(ix, slot);
 	unindex(ix, slot, *p);
+	ix->by_layer[(*p)->coord.z - 1]--;
 	record_free(*p);
 	*p = NULL;
 	ix->count--;

@@ -35,6 +35,8 @@ struct index {
 	size_t count;
 	int max_x;
 	size_t content_bytes;	     /* of every decision held */
+	size_t record_bytes;	     /* their records, headers included */
+	size_t by_layer[VMEM_MAX_Z]; /* decisions held on each z */
 	struct search_index *search; /* kept in step with slots */
 	struct buf scratch;	     /* unescaped content for search_add */
 	struct buf text;	     /* unescaped content for index_text */

@@ -18,6 +18,7 @@
 #include "stats.h"
 #include "store.h"
 #include "subs.h"
+#include "trim.h"
 #include "watch.h"
 #include "vmdir.h"
 
@@ -46,6 +47,7 @@ struct daemon {
 	struct watch watch;
 	struct stats stats; /* per method of the method table */
 	struct server server;
+	struct trim trim; /* freed memory back to the system at rest */
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t started_ms;		 /* uv_now at start */
 	uint64_t stop_started_ms;

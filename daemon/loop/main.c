@@ -646,6 +646,8 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	if (trim_start(&d->trim, d->loop) < 0)
+		log_warn("cannot start the rest-time trim of freed memory");
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
@@ -689,6 +691,7 @@ int main(int argc, char **argv)
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	trim_stop(&d->trim);
 	watch_stop(&d->watch);
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);

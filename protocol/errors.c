@@ -25,6 +25,7 @@ static const struct code_row code_table[] = {
 	{RPC_QUERY, "QueryError"},
 	{RPC_COORDINATE_OCCUPIED, "CoordinateOccupiedError"},
 	{RPC_UNAVAILABLE, "UnavailableError"},
+	{RPC_REQUEST_CANCELLED, NULL},
 };
 
 #define CODE_TABLE_LEN (sizeof(code_table) / sizeof(code_table[0]))

@@ -45,9 +45,10 @@ void query_walk_range(struct query_walk *w, const struct index *ix,
 }
 
 void query_walk_before(struct query_walk *w, const struct index *ix,
-		       int x_threshold, int y_threshold, int z_filter)
+		       int x_threshold, int y_threshold, int z_filter,
+		       const struct coord *after, size_t limit)
 {
-	w->limit = 0;
+	w->limit = limit;
 	w->n = 0;
 	w->y0 = 1;
 	w->y1 = VMEM_MAX_Y;
@@ -64,6 +65,8 @@ void query_walk_before(struct query_walk *w, const struct index *ix,
 			 VMEM_MAX_Z;
 	if (w->end > ix->n_slots)
 		w->end = ix->n_slots;
+	if (after)
+		w->slot = index_slot(ix, after) + 1;
 }
 
 bool query_walk_done(const struct query_walk *w)
@@ -139,8 +142,17 @@ int query_range(const struct index *ix, const struct axis_range *x,
 int query_before(const struct index *ix, int x_threshold, int y_threshold,
 		 int z_filter, const struct record ***out, size_t *n)
 {
+	return query_before_page(ix, x_threshold, y_threshold, z_filter, NULL,
+				 0, out, n);
+}
+
+int query_before_page(const struct index *ix, int x_threshold, int y_threshold,
+		      int z_filter, const struct coord *after, size_t limit,
+		      const struct record ***out, size_t *n)
+{
 	struct query_walk w;
 
-	query_walk_before(&w, ix, x_threshold, y_threshold, z_filter);
+	query_walk_before(&w, ix, x_threshold, y_threshold, z_filter, after,
+			  limit);
 	return collect(ix, &w, out, n);
 }

@@ -39,9 +39,12 @@ void query_walk_range(struct query_walk *w, const struct index *ix,
 		      size_t limit);
 
 /* A walk of the records with x < x_threshold, or x == x_threshold and
- * y < y_threshold, on layer z_filter (0: every layer). */
+ * y < y_threshold, on layer z_filter (0: every layer), strictly after
+ * `after` in (x, y, z) order when it is not NULL, at most limit of them
+ * (0: no limit). */
 void query_walk_before(struct query_walk *w, const struct index *ix,
-		       int x_threshold, int y_threshold, int z_filter);
+		       int x_threshold, int y_threshold, int z_filter,
+		       const struct coord *after, size_t limit);
 
 /*
  * The walk's next record, read through sc (NULL: the index as it is now),
@@ -67,5 +70,8 @@ int query_range(const struct index *ix, const struct axis_range *x,
 		const struct record ***out, size_t *n);
 int query_before(const struct index *ix, int x_threshold, int y_threshold,
 		 int z_filter, const struct record ***out, size_t *n);
+int query_before_page(const struct index *ix, int x_threshold, int y_threshold,
+		      int z_filter, const struct coord *after, size_t limit,
+		      const struct record ***out, size_t *n);
 
 #endif

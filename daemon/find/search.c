@@ -1447,7 +1447,10 @@ struct search_exec {
 	struct stream *order[SEARCH_TERMS_MAX]; /* by cur */
 	unsigned theta; /* the least score a later slot needs */
 	unsigned cap;	/* the highest score still looked for */
-	bool all_first; /* first pass: slots with every term only */
+	bool all_first; /* first pass: slots with score cap only */
+	bool paged;	/* only hits ranked after (after_score, after_slot) */
+	unsigned after_score;
+	uint32_t after_slot;
 	uint32_t from;	/* every slot before it is decided */
 	bool done;
 	size_t units;
@@ -1791,7 +1794,8 @@ static int offer(struct search_exec *e, uint32_t slot, uint64_t mask)
 	unsigned score = popcount64(mask);
 	struct level *lv;
 
-	if (score == 0 || score < e->theta || score > e->cap)
+	if (score == 0 || score < e->theta || score > e->cap ||
+	    (e->paged && score == e->after_score && slot <= e->after_slot))
 		return 0;
 	lv = &e->lv[score];
 	if (e->limit && lv->n >= e->limit)
@@ -2000,6 +2004,17 @@ int search_exec_new(struct search_index *si, const struct search_query *q,
 	}
 	*out = e;
 	return 0;
+}
+
+void search_exec_after(struct search_exec *e, unsigned score, size_t slot)
+{
+	e->paged = true;
+	e->after_score = score;
+	e->after_slot = slot > UINT32_MAX ? UINT32_MAX : (uint32_t)slot;
+	if (score < e->cap)
+		e->cap = score;
+	if (e->all_first)
+		e->theta = e->cap;
 }
 
 /* Place every stream at e->from again: the postings changed since the

@@ -110,6 +110,10 @@ int search_exec_new(struct search_index *si, const struct search_query *q,
 		    void *ctx, struct search_exec **out);
 int search_exec_step(struct search_exec *e, const struct search_changes *ch,
 		     size_t budget);
+/* Before the first step: a page after the hit (score, slot), i.e. only
+ * the hits ranked after it (a lower score, or that score and a higher
+ * slot). */
+void search_exec_after(struct search_exec *e, unsigned score, size_t slot);
 int search_exec_take(struct search_exec *e, struct search_hit **hits,
 		     size_t *n_hits);
 void search_exec_free(struct search_exec *e);

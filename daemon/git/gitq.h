@@ -64,6 +64,10 @@ struct gitq {
 	void *idle_arg;
 	void (*committed)(void *ctx); /* after each commit we made */
 	void *committed_ctx;
+	/* When commits start or stop being deferred: the reason, or ""
+	 * once a commit succeeds again (MCP sessions are told). */
+	void (*deferral)(void *ctx, const char *reason);
+	void *deferral_ctx;
 	char last_commit[41];
 	int64_t last_commit_at;
 	char deferred[160]; /* why commits wait now, "" if they do not */

@@ -199,6 +199,7 @@ void conn_notify(struct conn *c, const char *line, size_t len)
 
 void conn_flush_notified(struct conn *c)
 {
+	c->mcp_list_queued = false;
 	conn_process(c);
 }
 
@@ -293,7 +294,8 @@ static void conn_update(struct conn *c)
 		c->reading = false;
 	}
 	finished = c->close_when_flushed ||
-		   ((c->eof || c->draining) && !c->busy && c->input_exhausted);
+		   ((c->eof || c->draining) && c->inflight == 0 &&
+		    c->input_exhausted);
 	if (!finished || c->out.len > 0 || c->out_queued > 0)
 		return;
 	if (c->close_when_flushed && !c->eof)
@@ -400,8 +402,14 @@ void conn_check_deadline(struct conn *c, uint64_t now_ms)
 
 void conn_resume(struct conn *c)
 {
-	c->busy = false;
+	c->busy = c->inflight >= c->max_inflight;
 	conn_process(c);
+}
+
+void conn_set_unordered(struct conn *c)
+{
+	c->max_inflight = CONN_MCP_INFLIGHT;
+	c->busy = c->inflight >= c->max_inflight;
 }
 
 void conn_drain(struct conn *c)
@@ -451,6 +459,8 @@ void conn_accept(struct server *srv)
 	c->refs = 1;
 	c->opened_ms = uv_now(srv->d->loop);
 	c->input_exhausted = true;
+	c->max_inflight = 1;
+	c->mcp_log_level = -1;
 	framer_init(&c->in, srv->d->limits.max_line);
 	if (uv_pipe_init(srv->d->loop, &c->pipe, 0) < 0) {
 		free(c);

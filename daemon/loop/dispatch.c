@@ -41,6 +41,7 @@ struct forward {
 	struct call call;
 	struct call *outer;
 	call_answer_fn transform;
+	void *ctx;	/* for the transform */
 	json_t *params; /* owned; the nested call borrows it */
 	bool answered;
 	int code;
@@ -54,21 +55,29 @@ struct job {
 	json_t *doc;
 	bool batch;
 	bool opened; /* a batch's "[" and answers before out are sent */
+	bool cancelled; /* notifications/cancelled named it while it waited */
 	size_t n, next;
 	struct call call;
 	struct buf out; /* "[r1,r2" for a batch, the response for a single */
+	struct job *prev, *next_waiting; /* the connection's waiting jobs */
 };
 
-/* An answer in slices (see call_reply_slices); c->slices while it runs. */
+/* An answer in slices (see call_reply_slices), on its connection's list
+ * (c->slices) while it runs. It is written as it is produced on a
+ * connection answered in order; it is gathered and answered whole for a
+ * forwarded call, or on a connection answered out of order (another
+ * answer could come out in the middle of its line). */
 struct slices {
 	struct call *call;
 	call_produce_fn produce;
 	void (*release)(void *ctx);
 	void *ctx;
 	struct buf piece; /* produced, not sent yet */
-	struct buf whole; /* a forwarded call's result, gathered */
+	struct buf whole; /* the result gathered, when it is */
+	bool gather;
 	bool head_sent;
 	bool complete;
+	struct slices *next;
 };
 
 /* Forget what a forwarded call answered before (a handler answering
@@ -179,6 +188,12 @@ static void collect(struct job *j)
 	if (call->method != SIZE_MAX)
 		stats_record(&call->d->stats, call->method,
 			     uv_hrtime() - call->started_ns, call->failed);
+	/* A cancelled request is not answered where answers may come out
+	 * of order (MCP: the client has forgotten the id). */
+	if (j->cancelled && !j->batch && j->conn->max_inflight > 1) {
+		free(call->response);
+		call->response = NULL;
+	}
 	if (call->response && call->id) {
 		size_t len = call->response_len;
 
@@ -237,6 +252,8 @@ static int run_one(struct job *j, json_t *elem)
 	call->method = SIZE_MAX;
 	call->item = SIZE_MAX;
 	call->failed = false;
+	call->cancel = NULL;
+	call->cancel_data = NULL;
 	rpc_request_check(elem, &req);
 	call->id = req.notification ? NULL : (req.id ? req.id : json_null());
 	call->params = req.params ? req.params : empty_params();
@@ -294,6 +311,7 @@ static void forward_finish(struct forward *f)
 {
 	struct call_answer ans = {0};
 
+	ans.ctx = f->ctx;
 	if (!f->answered) {
 		ans.code = RPC_INTERNAL_ERROR;
 		ans.message = "the forwarded method gave no answer";
@@ -304,49 +322,113 @@ static void forward_finish(struct forward *f)
 			f->code ? (f->message ? f->message : "out of memory")
 				: NULL;
 		ans.data = f->data;
+		ans.ctx = f->ctx;
 	}
 	f->transform(f->outer, &ans);
 	forward_free(f);
 }
 
-int call_forward(struct call *call, const char *method, json_t *params,
-		 call_answer_fn transform)
+/* The outer call's cancel: that of the nested call, if it has one. */
+static bool forward_cancel(struct call *call)
 {
-	const struct method *m = method_find(method);
+	struct forward *f = call->cancel_data;
+
+	return f->call.cancel && f->call.cancel(&f->call);
+}
+
+int call_forward(struct call *call, int (*handler)(struct call *),
+		 json_t *params, call_answer_fn transform, void *ctx)
+{
 	struct forward *f = NULL;
 	int rc;
 
-	if (!m) {
-		call_error(call, RPC_INTERNAL_ERROR, NULL,
-			   "no method %.200s to forward to", method);
-		json_decref(params);
-		return CALL_DONE;
-	}
 	if (!params || !json_is_object(params) ||
 	    !(f = calloc(1, sizeof(*f)))) {
-		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		struct call_answer ans = {.code = RPC_INTERNAL_ERROR,
+					  .message = "out of memory",
+					  .ctx = ctx};
+
+		/* The transform answers, and releases ctx. */
 		json_decref(params);
+		transform(call, &ans);
 		return CALL_DONE;
 	}
 	f->outer = call;
 	f->transform = transform;
+	f->ctx = ctx;
 	f->params = params;
 	f->call.job = call->job;
 	f->call.d = call->d;
 	f->call.conn = call->conn;
 	f->call.id = json_null(); /* answered as a request */
 	f->call.params = params;
-	f->call.method = method_index(m);
+	f->call.method = SIZE_MAX; /* only the outer call is counted */
 	f->call.started_ns = uv_hrtime();
 	f->call.item = SIZE_MAX;
 	f->call.fwd = f;
 	f->call.in_handler = true;
-	rc = m->handler(&f->call);
+	rc = handler(&f->call);
 	f->call.in_handler = false;
-	if (rc == CALL_ASYNC && !f->call.completed_early)
+	if (rc == CALL_ASYNC && !f->call.completed_early) {
+		call->cancel = forward_cancel;
+		call->cancel_data = f;
 		return CALL_ASYNC;
+	}
 	forward_finish(f);
 	return CALL_DONE;
+}
+
+/* The connection's list of waiting jobs. */
+static void job_wait(struct job *j)
+{
+	struct conn *c = j->conn;
+
+	j->prev = NULL;
+	j->next_waiting = c->waiting;
+	if (c->waiting)
+		c->waiting->prev = j;
+	c->waiting = j;
+	c->inflight++;
+	if (c->inflight >= c->max_inflight)
+		c->busy = true;
+}
+
+static void job_unwait(struct job *j)
+{
+	struct conn *c = j->conn;
+
+	if (j->prev)
+		j->prev->next_waiting = j->next_waiting;
+	else
+		c->waiting = j->next_waiting;
+	if (j->next_waiting)
+		j->next_waiting->prev = j->prev;
+	c->inflight--;
+}
+
+bool call_cancelled(const struct call *call)
+{
+	return call->job && call->job->cancelled;
+}
+
+bool dispatch_cancel(struct conn *c, const json_t *request_id)
+{
+	struct job *j;
+	struct call *call;
+
+	for (j = c->waiting; j; j = j->next_waiting)
+		if (!j->batch && j->call.id && !j->cancelled &&
+		    json_equal(j->call.id, (json_t *)request_id))
+			break;
+	if (!j)
+		return false;
+	j->cancelled = true;
+	call = &j->call;
+	/* The handler answers and completes the call when it gives up; the
+	 * job may be gone after this. */
+	if (call->cancel)
+		call->cancel(call);
+	return true;
 }
 
 void call_complete(struct call *call)
@@ -354,6 +436,8 @@ void call_complete(struct call *call)
 	struct job *j = call->job;
 	struct conn *c = j->conn;
 
+	call->cancel = NULL;
+	call->cancel_data = NULL;
 	if (call->in_handler) {
 		call->completed_early = true;
 		return;
@@ -369,14 +453,22 @@ void call_complete(struct call *call)
 	}
 	collect(j);
 	conn_ref(c);
+	job_unwait(j);
 	if (job_run(j))
 		conn_resume(c);
+	else
+		job_wait(j);
 	conn_unref(c);
 }
 
 static void slices_free(struct conn *c, struct slices *s)
 {
-	c->slices = NULL;
+	struct slices **p = &c->slices;
+
+	while (*p && *p != s)
+		p = &(*p)->next;
+	if (*p)
+		*p = s->next;
 	s->release(s->ctx);
 	buf_done(&s->piece);
 	buf_done(&s->whole);
@@ -387,6 +479,7 @@ int call_reply_slices(struct call *call, call_produce_fn produce,
 		      void (*release)(void *ctx), void *ctx)
 {
 	struct slices *s = calloc(1, sizeof(*s));
+	struct conn *c = call->conn;
 	int rc;
 
 	if (!s) {
@@ -398,9 +491,8 @@ int call_reply_slices(struct call *call, call_produce_fn produce,
 	s->produce = produce;
 	s->release = release;
 	s->ctx = ctx;
+	s->gather = call->fwd || c->max_inflight > 1;
 	rc = produce(call, ctx, &s->piece);
-	if (rc == 0 && call->conn->slices)
-		rc = -EBUSY; /* not reached: one request at a time */
 	if (rc != 0) {
 		if (rc == 1)
 			call_reply_raw(call, s->piece.data, s->piece.len);
@@ -413,8 +505,9 @@ int call_reply_slices(struct call *call, call_produce_fn produce,
 		free(s);
 		return CALL_DONE;
 	}
-	call->conn->slices = s;
-	server_slices_soon(call->conn->srv, call->conn);
+	s->next = c->slices;
+	c->slices = s;
+	server_slices_soon(c->srv, c);
 	return CALL_ASYNC;
 }
 
@@ -444,23 +537,19 @@ static bool slices_open(struct slices *s)
 	return true;
 }
 
-void dispatch_run_slice(struct conn *c)
+/* One slice of s: produce and send (or gather) a piece; at the end,
+ * answer and complete its call. */
+static void slices_run(struct conn *c, struct slices *s)
 {
-	struct slices *s = c->slices;
-	struct call *call;
-	bool fwd;
+	struct call *call = s->call;
 	int rc;
 
-	if (!s)
-		return;
-	call = s->call;
-	fwd = call->fwd != NULL;
 	if (c->closing) {
 		slices_free(c, s);
 		call_complete(call);
 		return;
 	}
-	if (!fwd && !s->head_sent) {
+	if (!s->gather && !s->head_sent) {
 		if (!slices_open(s))
 			goto broken;
 		s->head_sent = true;
@@ -470,7 +559,7 @@ void dispatch_run_slice(struct conn *c)
 			goto broken;
 		s->complete = rc == 1;
 	}
-	if (fwd) {
+	if (s->gather) {
 		if (!buf_append(&s->whole, s->piece.data, s->piece.len))
 			goto broken;
 	} else {
@@ -479,7 +568,7 @@ void dispatch_run_slice(struct conn *c)
 	s->piece.len = 0;
 	if (!s->complete)
 		return;
-	if (fwd)
+	if (s->gather)
 		call_reply_raw(call, s->whole.data, s->whole.len);
 	else
 		conn_send(c, "}\n", call->job->batch ? 1 : 2);
@@ -487,7 +576,7 @@ void dispatch_run_slice(struct conn *c)
 	call_complete(call);
 	return;
 broken:
-	if (fwd) {
+	if (s->gather) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL,
 			   "out of memory answering in slices");
 	} else {
@@ -498,6 +587,18 @@ broken:
 	}
 	slices_free(c, s);
 	call_complete(call);
+}
+
+void dispatch_run_slice(struct conn *c)
+{
+	struct slices *s, *next;
+
+	/* Completing one may start another (the next request of a batch),
+	 * at the head: it runs next time. */
+	for (s = c->slices; s; s = next) {
+		next = s->next;
+		slices_run(c, s);
+	}
 }
 
 /*
@@ -593,5 +694,5 @@ void dispatch_line(struct conn *c, const char *line, size_t len)
 	j->call.d = c->srv->d;
 	j->call.conn = c;
 	if (!job_run(j))
-		c->busy = true;
+		job_wait(j);
 }

@@ -33,6 +33,23 @@ static bool slice_over(uint64_t t0, const struct buf *out)
 	return out->len >= SLICE_BYTES || uv_hrtime() - t0 >= SLICE_NS;
 }
 
+/* The optional "after" coordinate of a listing: true when acceptable
+ * (*has says whether given), else answered with an error. */
+static bool param_after(struct call *call, struct coord *after, bool *has)
+{
+	json_t *v = json_object_get(call->params, "after");
+	char msg[VMEM_ERRMSG_LEN];
+
+	*has = v && !json_is_null(v);
+	if (*has &&
+	    coord_from_json(v, call->d->limits.max_x, after, msg) != 0) {
+		call_error(call, RPC_COORDINATE_VALIDATION, NULL, "after: %s",
+			   msg);
+		return false;
+	}
+	return true;
+}
+
 /* ---- ranges and the partial order ---- */
 
 struct walk_read {
@@ -109,42 +126,42 @@ int decision_query_range(struct call *call)
 					      "limit",	 "after",   NULL};
 	struct axis_range x, y, z;
 	struct coord after;
-	json_t *after_v = json_object_get(call->params, "after");
+	bool has_after;
 	int64_t limit = 0;
 	struct query_walk w;
-	char msg[VMEM_ERRMSG_LEN];
 
 	if (!param_only(call, allowed) || !param_range(call, "x_range", &x) ||
 	    !param_range(call, "y_range", &y) ||
 	    !param_range(call, "z_range", &z) ||
-	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
+	    !param_after(call, &after, &has_after))
 		return CALL_DONE;
-	if (after_v && !json_is_null(after_v) &&
-	    coord_from_json(after_v, call->d->limits.max_x, &after, msg) != 0) {
-		call_error(call, RPC_COORDINATE_VALIDATION, NULL, "after: %s",
-			   msg);
-		return CALL_DONE;
-	}
 	query_walk_range(&w, &call->d->store.index, &x, &y, &z,
-			 after_v && !json_is_null(after_v) ? &after : NULL,
-			 (size_t)limit);
+			 has_after ? &after : NULL, (size_t)limit);
 	return reply_walk(call, &w);
 }
 
 int decision_query_partial_order(struct call *call)
 {
 	static const char *const allowed[] = {"x_threshold", "y_threshold",
-					      "z_filter", NULL};
+					      "z_filter",    "limit",
+					      "after",	     NULL};
 	int max_x = call->d->limits.max_x;
 	int xt, yt, zf;
+	struct coord after;
+	bool has_after;
+	int64_t limit = 0;
 	struct query_walk w;
 
 	if (!param_only(call, allowed) ||
 	    !param_threshold(call, "x_threshold", max_x + 1, 0, &xt) ||
 	    !param_threshold(call, "y_threshold", VMEM_MAX_Y + 1, 0, &yt) ||
-	    !param_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf))
+	    !param_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf) ||
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
+	    !param_after(call, &after, &has_after))
 		return CALL_DONE;
-	query_walk_before(&w, &call->d->store.index, xt, yt, zf);
+	query_walk_before(&w, &call->d->store.index, xt, yt, zf,
+			  has_after ? &after : NULL, (size_t)limit);
 	return reply_walk(call, &w);
 }
 
@@ -256,23 +273,32 @@ static int search_produce(struct call *call, void *ctx, struct buf *out)
 
 int decision_search(struct call *call)
 {
-	static const char *const allowed[] = {"terms", "match_all", "limit",
-					      NULL};
+	static const char *const allowed[] = {"terms", "match_all",   "limit",
+					      "after", "after_score", NULL};
 	struct index *ix = &call->d->store.index;
 	json_t *terms = json_object_get(call->params, "terms");
 	const char *texts[SEARCH_TERMS_MAX];
 	size_t lens[SEARCH_TERMS_MAX];
 	struct search_read *r = NULL;
 	size_t n_terms;
-	bool match_all = false;
-	int64_t limit = 0;
+	bool match_all = false, has_after;
+	int64_t limit = 0, after_score = 0;
+	struct coord after;
 	char msg[160];
 	int rc;
 
 	if (!param_only(call, allowed) ||
 	    !param_bool(call, "match_all", &match_all) ||
-	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
+	    !param_after(call, &after, &has_after) ||
+	    !param_int(call, "after_score", 1, SEARCH_TERMS_MAX, &after_score))
 		return CALL_DONE;
+	if (has_after != (after_score > 0)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "after and after_score go together (the coordinate "
+			   "and score of the last result seen)");
+		return CALL_DONE;
+	}
 	if (!terms || !json_is_array(terms)) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "terms must be an array of strings");
@@ -319,6 +345,10 @@ int decision_search(struct call *call)
 	if (search_exec_new(ix->search, r->q, match_all, (size_t)limit,
 			    index_text, ix, &r->e) < 0)
 		goto oom;
+	/* A page: only the hits ranked after the last one seen. */
+	if (has_after)
+		search_exec_after(r->e, (unsigned)after_score,
+				  index_slot(ix, &after));
 	return call_reply_slices(call, search_produce, search_release, r);
 oom:
 	if (r)

@@ -646,9 +646,85 @@ START_TEST(random_consistency)
 }
 END_TEST
 
+enum { SNAP_SLOTS = 40, SNAP_SLOTS_PAGES = 64 };
+
+/* ---- pages: a query after a hit seen ---- */
+
+/* A page after hit k of the whole list (its score and slot) holds exactly
+ * the hits that follow k in the whole list, at most limit of them. */
+START_TEST(pages_follow_the_whole_list)
+{
+	uint64_t seed = seed_from_env();
+	struct search_index *si = search_new(SNAP_SLOTS_PAGES);
+	struct docs d;
+	size_t round, i;
+
+	printf("# pages_follow_the_whole_list seed %" PRIu64 "\n", seed);
+	fflush(stdout);
+	rng_state = seed ? seed : 1;
+	ck_assert_ptr_nonnull(si);
+	docs_init(&d, SNAP_SLOTS_PAGES);
+	for (i = 0; i < SNAP_SLOTS_PAGES; i++) {
+		char *text = random_text();
+
+		put(si, &d, i, text);
+		free(text);
+	}
+	for (round = 0; round < 2000; round++) {
+		char bufs[3][128];
+		const char *terms[3];
+		size_t lens[3], n = 1 + rnd_n(3), n_all, n_page, k;
+		size_t limit = rnd_n(3) ? 1 + rnd_n(6) : 0;
+		bool all = rnd_n(3) == 0;
+		struct search_query *q = NULL;
+		struct search_hit *whole = NULL, *page = NULL;
+		struct search_exec *e;
+		char msg[128];
+
+		for (i = 0; i < n; i++) {
+			random_term(bufs[i], sizeof(bufs[i]));
+			terms[i] = bufs[i];
+			lens[i] = strlen(bufs[i]);
+		}
+		if (search_query_parse(terms, lens, n, &q, msg, sizeof(msg)))
+			continue; /* a term without words */
+		ck_assert_int_eq(search_run(si, q, all, 0, text_of, &d, &whole,
+					    &n_all),
+				 0);
+		if (n_all == 0) {
+			search_query_free(q);
+			continue;
+		}
+		k = rnd_n(n_all);
+		ck_assert_int_eq(
+			search_exec_new(si, q, all, limit, text_of, &d, &e), 0);
+		search_exec_after(e, whole[k].score, whole[k].slot);
+		while ((i = (size_t)search_exec_step(e, NULL, 1 + rnd_n(20))) ==
+		       0)
+			;
+		ck_assert_uint_eq(i, 1);
+		ck_assert_int_eq(search_exec_take(e, &page, &n_page), 0);
+		search_exec_free(e);
+		ck_assert_uint_eq(n_page, limit && n_all - k - 1 > limit
+						  ? limit
+						  : n_all - k - 1);
+		for (i = 0; i < n_page; i++) {
+			ck_assert_uint_eq(page[i].slot, whole[k + 1 + i].slot);
+			ck_assert_uint_eq(page[i].score,
+					  whole[k + 1 + i].score);
+			ck_assert(page[i].matched == whole[k + 1 + i].matched);
+		}
+		free(whole);
+		free(page);
+		search_query_free(q);
+	}
+	search_free(si);
+	docs_done(&d);
+}
+END_TEST
+
 /* ---- a query in steps, with writes between the steps ---- */
 
-enum { SNAP_SLOTS = 40 };
 
 /* What the slots held when a stepped query began: the changed ones. */
 struct snap {
@@ -1049,6 +1125,7 @@ static Suite *search_suite(void)
 	tcase_set_timeout(tr, 60);
 	tcase_add_test(tr, random_consistency);
 	tcase_add_test(tr, steps_see_the_beginning);
+	tcase_add_test(tr, pages_follow_the_whole_list);
 	suite_add_tcase(s, tr);
 	tcase_set_timeout(tt, 60);
 	tcase_add_test(tt, timing_20k);

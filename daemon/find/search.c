@@ -618,6 +618,85 @@ static void tok_pack(struct search_index *si, struct tok *t)
 	TOK_SET(t, TM_INL);
 }
 
+/* The bytes of a token kept inline, as a block over buf (room for cap
+ * bytes; the block must never grow past it). */
+static void inl_block(const struct tok *t, struct pblock *b, uint8_t *buf,
+		      uint32_t cap)
+{
+	const uint8_t *p = t->u.inl;
+
+	memset(b, 0, sizeof(*b));
+	b->first = varint_get(&p);
+	b->len = TOK_ILEN(t) - (uint32_t)(p - t->u.inl);
+	b->n = t->df;
+	b->cap = cap;
+	b->d.p = buf;
+	memcpy(buf, p, b->len);
+}
+
+/* Put a block made by inl_block back: inline when it fits, else as the
+ * token's one block. 0 or -ENOMEM (the token unchanged). */
+static int inl_store(struct search_index *si, struct tok *t,
+		     const struct pblock *b)
+{
+	struct pblock one = {0};
+	size_t n;
+
+	if (b->n == 0) {
+		t->len &= TOK_LEN_MASK;
+		TOK_SET(t, TM_NONE);
+		return 0;
+	}
+	if (varint_len(b->first) + b->len <= TOK_INLINE) {
+		n = varint_put(t->u.inl, b->first);
+		memcpy(t->u.inl + n, b->d.p, b->len);
+		n += b->len;
+		t->len = tok_len(t) | (uint32_t)n << 24;
+		TOK_SET(t, TM_INL);
+		return 0;
+	}
+	if (blk_reserve(si, &one, b->len) < 0)
+		return -ENOMEM;
+	memcpy(blk_bytes(&one), b->d.p, b->len);
+	one.len = b->len;
+	one.first = b->first;
+	one.n = b->n;
+	t->u.one = one;
+	t->len &= TOK_LEN_MASK;
+	TOK_SET(t, TM_ONE);
+	return 0;
+}
+
+/* list_insert for a token kept inline, on a copy of its bytes on the
+ * stack: no allocation unless the result outgrows the entry. 1 when
+ * done, 0 when it does not fit the copy (the general path then), or
+ * -errno. */
+static int inl_insert(struct search_index *si, struct tok *t, uint32_t s,
+		      bool single, const uint8_t *body, size_t body_len,
+		      uint8_t *scratch)
+{
+	uint8_t buf[128];
+	struct pblock b;
+	struct epos e;
+	int rc;
+
+	if (TOK_ILEN(t) + body_len + 10 > sizeof(buf))
+		return 0;
+	inl_block(t, &b, buf, sizeof(buf));
+	blk_seek(&b, s, &e);
+	if (e.slot == s)
+		return -EEXIST;
+	rc = blk_insert(si, &b, &e, s, single, body, body_len, scratch);
+	if (rc == 0)
+		rc = inl_store(si, t, &b);
+	if (rc < 0)
+		return rc;
+	if (s > t->last)
+		t->last = s;
+	t->df++;
+	return 1;
+}
+
 /* Add slot s (not in the list) with its encoded body. scratch has room
  * for the body and 10 more bytes. */
 static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
@@ -630,6 +709,11 @@ static int list_insert(struct search_index *si, struct tok *t, uint32_t s,
 	size_t elen;
 	int rc;
 
+	if (TOK_MODE(t) == TM_INL) {
+		rc = inl_insert(si, t, s, single, body, body_len, scratch);
+		if (rc != 0)
+			return rc < 0 ? rc : 0;
+	}
 	rc = tok_unpack(si, t);
 	if (rc < 0)
 		return rc;
@@ -698,8 +782,22 @@ static void list_remove(struct search_index *si, struct tok *t, uint32_t s)
 
 	if (t->df == 0 || s > t->last)
 		return;
-	if (tok_unpack(si, t) < 0)
-		return; /* its bytes stay; not reached: at most 24 of them */
+	if (TOK_MODE(t) == TM_INL) {
+		/* Removing never grows it: done on a copy of its bytes. */
+		uint8_t buf[TOK_INLINE];
+		struct pblock ib;
+
+		inl_block(t, &ib, buf, sizeof(buf));
+		blk_seek(&ib, s, &e);
+		if (e.slot != s)
+			return;
+		blk_remove(si, &ib, &e);
+		t->df--;
+		if (s == t->last && ib.n)
+			t->last = blk_last(&ib);
+		inl_store(si, t, &ib); /* fits inline: never fails */
+		return;
+	}
 	a = tok_blocks(t, &nb);
 	i = blocks_find(a, nb, s);
 	b = &a[i];

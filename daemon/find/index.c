@@ -294,8 +294,7 @@ static void keep_for_scans(struct index *ix, size_t slot)
 
 			if (k)
 				sc->kept = k;
-			r = k ? realloc(sc->kept_rec, ncap * sizeof(*r))
-			      : NULL;
+			r = k ? realloc(sc->kept_rec, ncap * sizeof(*r)) : NULL;
 			if (!r) {
 				sc->failed = true;
 				continue;

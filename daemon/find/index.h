@@ -51,8 +51,8 @@ struct index {
  */
 struct index_scan {
 	struct index *ix;
-	size_t from;	 /* slots below it are not asked for any more */
-	uint32_t *kept;	 /* slots kept, ascending */
+	size_t from;	/* slots below it are not asked for any more */
+	uint32_t *kept; /* slots kept, ascending */
 	struct record **kept_rec; /* what they held (NULL: none); referenced */
 	size_t n_kept, cap_kept;
 	bool failed;	 /* out of memory keeping one: the scan is wrong */

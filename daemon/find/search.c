@@ -137,10 +137,11 @@ enum tmode {
 	TM_MANY, /* u.pl */
 };
 
-#define TOK_LEN_MASK  0xffffffu
-#define TOK_ILEN(t)   (((t)->len >> 24) & 0x1f)
-#define TOK_MODE(t)   ((enum tmode)((t)->len >> 30))
-#define TOK_SET(t, m) ((t)->len = ((t)->len & ~(3u << 30)) | (uint32_t)(m) << 30)
+#define TOK_LEN_MASK 0xffffffu
+#define TOK_ILEN(t)  (((t)->len >> 24) & 0x1f)
+#define TOK_MODE(t)  ((enum tmode)((t)->len >> 30))
+#define TOK_SET(t, m)                                                          \
+	((t)->len = ((t)->len & ~(3u << 30)) | (uint32_t)(m) << 30)
 
 struct tok {
 	uint32_t off;  /* bytes in the arena */
@@ -370,8 +371,7 @@ static int blk_insert(struct search_index *si, struct pblock *b,
 	memcpy(scratch + n, body, body_len);
 	n += body_len;
 	if (e->slot != SLOT_END)
-		n += varint_put(scratch + n,
-				(e->slot - s) << 1 | (e->hdr & 1));
+		n += varint_put(scratch + n, (e->slot - s) << 1 | (e->hdr & 1));
 	rc = blk_splice(si, b, e->off, e->hdr_len, scratch, n);
 	if (rc < 0)
 		return rc;
@@ -400,8 +400,8 @@ static void blk_remove(struct search_index *si, struct pblock *b,
 		next_len = (uint32_t)(r - q);
 		next_slot = e->slot + (next_h >> 1);
 		n = varint_put(hdr, (e->idx == 0 ? 0 : next_slot - e->prev)
-						<< 1 |
-					(next_h & 1));
+						    << 1 |
+					    (next_h & 1));
 	}
 	/* Never grows: the new header is no longer than the two it
 	 * replaces. */
@@ -492,8 +492,7 @@ static int tok_open_block(struct search_index *si, struct tok *t, uint32_t i)
 }
 
 /* Drop block i (already released). */
-static void tok_close_block(struct search_index *si, struct tok *t,
-			    uint32_t i)
+static void tok_close_block(struct search_index *si, struct tok *t, uint32_t i)
 {
 	struct plist *pl;
 
@@ -606,8 +605,7 @@ static void tok_pack(struct search_index *si, struct tok *t)
 	struct pblock *b = &t->u.one;
 	size_t n;
 
-	if (TOK_MODE(t) != TM_ONE ||
-	    varint_len(b->first) + b->len > TOK_INLINE)
+	if (TOK_MODE(t) != TM_ONE || varint_len(b->first) + b->len > TOK_INLINE)
 		return;
 	n = varint_put(tmp, b->first);
 	memcpy(tmp + n, blk_cbytes(b), b->len);
@@ -878,8 +876,8 @@ static int rehash(struct search_index *si, uint32_t ncap)
 static struct vbucket *bucket_of(struct search_index *si, const char *p,
 				 size_t len)
 {
-	unsigned b0 = (unsigned char)p[0], b1 = len > 1 ? (unsigned char)p[1]
-							 : 0;
+	unsigned b0 = (unsigned char)p[0],
+		 b1 = len > 1 ? (unsigned char)p[1] : 0;
 
 	if (!si->vb[b0]) {
 		si->vb[b0] = calloc(256, sizeof(struct vbucket));
@@ -950,8 +948,8 @@ static int64_t intern(struct search_index *si, const char *p, size_t len)
 	    si->n_toks >= UINT32_MAX / 4)
 		return -ENOMEM;
 	if (si->n_toks == si->cap_toks) {
-		uint32_t ncap = si->cap_toks ? si->cap_toks + si->cap_toks / 2
-					     : 256;
+		uint32_t ncap =
+			si->cap_toks ? si->cap_toks + si->cap_toks / 2 : 256;
 
 		t = realloc(si->toks, (size_t)ncap * sizeof(*t));
 		if (!t)
@@ -1470,8 +1468,8 @@ HOT void pc_seek(struct pcur *c, uint32_t target)
 	if (c->slot >= target)
 		return;
 	if (c->bi + 1 < c->nb && c->blk[c->bi + 1].first <= target) {
-		c->bi += 1 + blocks_find(c->blk + c->bi + 1,
-					 c->nb - c->bi - 1, target);
+		c->bi += 1 + blocks_find(c->blk + c->bi + 1, c->nb - c->bi - 1,
+					 target);
 		pc_load(c);
 	}
 	while (c->slot < target)
@@ -1549,7 +1547,7 @@ struct search_exec {
 	bool paged;	/* only hits ranked after (after_score, after_slot) */
 	unsigned after_score;
 	uint32_t after_slot;
-	uint32_t from;	/* every slot before it is decided */
+	uint32_t from; /* every slot before it is decided */
 	bool done;
 	size_t units;
 	struct level lv[SEARCH_TERMS_MAX + 1]; /* hits by score */
@@ -1642,7 +1640,8 @@ static uint32_t window_next(const struct stream *s, uint32_t target)
 	m = s->bits[w] & (~(uint64_t)0 << (b % 64));
 	for (;;) {
 		if (m)
-			return s->win_lo + w * 64 + (uint32_t)__builtin_ctzll(m);
+			return s->win_lo + w * 64 +
+			       (uint32_t)__builtin_ctzll(m);
 		if (++w >= words)
 			return SLOT_END;
 		m = s->bits[w];
@@ -1958,8 +1957,8 @@ static void stream_free(struct stream *s)
 }
 
 /* The token ids (with postings) of a prefix. 0 or -ENOMEM. */
-static int prefix_ids(const struct search_index *si, const char *p,
-		      size_t len, uint32_t **ids, uint32_t *n)
+static int prefix_ids(const struct search_index *si, const char *p, size_t len,
+		      uint32_t **ids, uint32_t *n)
 {
 	const struct vbucket *row = si->vb[(unsigned char)p[0]];
 	uint32_t cap = 0, b, i, lo, hi;

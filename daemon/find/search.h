@@ -50,8 +50,7 @@ typedef int (*search_text_fn)(void *ctx, size_t slot, const char **text,
 struct search_changes {
 	void *ctx;
 	size_t (*next)(void *ctx, size_t from);
-	int (*old_text)(void *ctx, size_t slot, const char **text,
-			size_t *len);
+	int (*old_text)(void *ctx, size_t slot, const char **text, size_t *len);
 };
 
 /* A new empty index for slots 0..n_slots-1 (n_slots < 2^31), or NULL. */

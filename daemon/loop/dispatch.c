@@ -54,7 +54,7 @@ struct job {
 	struct conn *conn;
 	json_t *doc;
 	bool batch;
-	bool opened; /* a batch's "[" and answers before out are sent */
+	bool opened;	/* a batch's "[" and answers before out are sent */
 	bool cancelled; /* notifications/cancelled named it while it waited */
 	size_t n, next;
 	struct call call;

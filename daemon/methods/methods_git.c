@@ -238,7 +238,8 @@ static void read_work_cb(uv_work_t *req)
 	gitc_free(g);
 	/* Serialised here too, not on the loop: a history can be big. */
 	if (r->rc >= 0) {
-		r->text = r->result ? json_dumps(r->result, JSON_COMPACT) : NULL;
+		r->text =
+			r->result ? json_dumps(r->result, JSON_COMPACT) : NULL;
 		if (!r->text)
 			r->rc = -ENOMEM;
 		else

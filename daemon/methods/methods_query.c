@@ -197,8 +197,7 @@ static size_t changed_next(void *ctx, size_t from)
 	return index_scan_next_changed(ctx, from);
 }
 
-static int changed_text(void *ctx, size_t slot, const char **text,
-			size_t *len)
+static int changed_text(void *ctx, size_t slot, const char **text, size_t *len)
 {
 	return index_scan_old_text(ctx, slot, text, len);
 }

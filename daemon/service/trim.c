@@ -4,9 +4,9 @@
 #include <malloc.h>
 #include <time.h>
 
-#define TICK_MS	     2000
-#define WORKED_NS    (50 * 1000 * 1000)
-#define RESTED_NS    (10 * 1000 * 1000)
+#define TICK_MS	  2000
+#define WORKED_NS (50 * 1000 * 1000)
+#define RESTED_NS (10 * 1000 * 1000)
 
 static uint64_t cpu_ns(void)
 {
@@ -39,8 +39,7 @@ static void tick_cb(uv_timer_t *h)
 
 	if (!t->running && now - t->cpu_tick < RESTED_NS &&
 	    now - t->cpu_trim >= WORKED_NS &&
-	    uv_queue_work(h->loop, &t->work, trim_work_cb, trim_after_cb) ==
-		    0)
+	    uv_queue_work(h->loop, &t->work, trim_work_cb, trim_after_cb) == 0)
 		t->running = true;
 	t->cpu_tick = now;
 }

@@ -211,8 +211,8 @@ static char *make_doc(size_t *len_out)
 
 /* ---- queries ---- */
 
-static const char *const shape_names[N_SHAPES] = {
-	"rare", "common", "and", "or", "phrase", "prefix"};
+static const char *const shape_names[N_SHAPES] = {"rare", "common", "and",
+						  "or",	  "phrase", "prefix"};
 
 struct query {
 	int shape;
@@ -307,8 +307,7 @@ static int text_of(void *ctx, size_t slot, const char **text, size_t *len)
 /* Time one FTS5 query; *diff set when its rowids are not hits[] (in
  * order, for every shape but `or`, whose count alone is compared). */
 static double fts_run(sqlite3_stmt *st, const struct query *q,
-		      const struct search_hit *hits, size_t n_hits,
-		      bool *diff)
+		      const struct search_hit *hits, size_t n_hits, bool *diff)
 {
 	double t0 = qnow_s(), t;
 	size_t nf = 0;
@@ -445,8 +444,9 @@ int main(int argc, char **argv)
 			fprintf(f,
 				"{\"shape\":\"%s\",\"match_all\":%s,"
 				"\"terms\":[\"%s\"%s%s%s],\"fts5\":\"",
-				shape_names[q->shape], q->all ? "true" : "false",
-				q->terms[0], q->n_terms > 1 ? ",\"" : "",
+				shape_names[q->shape],
+				q->all ? "true" : "false", q->terms[0],
+				q->n_terms > 1 ? ",\"" : "",
 				q->n_terms > 1 ? q->terms[1] : "",
 				q->n_terms > 1 ? "\"" : "");
 			for (const char *p = q->fts; *p; p++)
@@ -535,9 +535,9 @@ int main(int argc, char **argv)
 	lat_ours = xmalloc(n_queries * reps * sizeof(*lat_ours));
 	lat_fts = xmalloc(n_queries * reps * sizeof(*lat_fts));
 	lat_rank = xmalloc(n_queries * reps * sizeof(*lat_rank));
-	printf("\n  query %s in us:\n",
-	       query_clock == CLOCK_MONOTONIC ? "elapsed time"
-					      : "CPU time of this thread");
+	printf("\n  query %s in us:\n", query_clock == CLOCK_MONOTONIC
+						? "elapsed time"
+						: "CPU time of this thread");
 	printf("  shape      vmem p50    p99   FTS5 p50    p99   ratio "
 	       "p50  p99   hits/query  differ\n");
 	for (int s = 0; s < N_SHAPES; s++) {
@@ -558,8 +558,7 @@ int main(int argc, char **argv)
 		 * that neither finds its caches emptied by the other. */
 		for (size_t r = 0; r < reps; r++) {
 			for (size_t i = 0; i < n_queries; i++) {
-				const struct query *q =
-					&qs[s * n_queries + i];
+				const struct query *q = &qs[s * n_queries + i];
 				const char *tp[2] = {q->terms[0], q->terms[1]};
 				size_t lens[2] = {strlen(q->terms[0]),
 						  strlen(q->terms[1])};
@@ -592,11 +591,11 @@ int main(int argc, char **argv)
 
 			for (size_t r = 0; r < reps; r++)
 				for (size_t i = 0; i < n_queries; i++)
-					(k ? lat_rank : lat_fts)[m++] = fts_run(
-						k ? sel_rank : sel,
-						&qs[s * n_queries + i],
-						hits_of[i], n_hits_of[i],
-						&diff[i]);
+					(k ? lat_rank : lat_fts)[m++] =
+						fts_run(k ? sel_rank : sel,
+							&qs[s * n_queries + i],
+							hits_of[i],
+							n_hits_of[i], &diff[i]);
 		}
 		for (size_t i = 0; i < n_queries; i++) {
 			differ += diff[i];

@@ -144,13 +144,13 @@ START_TEST(scan_sees_its_beginning)
 	ck_assert_uint_eq(
 		index_scan_next_changed(&sc, slot_of(&ix, 3, 1, 1) + 1),
 		SIZE_MAX);
-	ck_assert_int_eq(index_scan_old_text(&sc, slot_of(&ix, 2, 1, 1),
-					     &text, &len),
-			 0);
+	ck_assert_int_eq(
+		index_scan_old_text(&sc, slot_of(&ix, 2, 1, 1), &text, &len),
+		0);
 	ck_assert_str_eq(text, "two");
-	ck_assert_int_eq(index_scan_old_text(&sc, slot_of(&ix, 3, 1, 1),
-					     &text, &len),
-			 -ENOENT);
+	ck_assert_int_eq(
+		index_scan_old_text(&sc, slot_of(&ix, 3, 1, 1), &text, &len),
+		-ENOENT);
 	/* Once past a slot, its changes are not kept any more. */
 	index_scan_pass(&sc, slot_of(&ix, 2, 1, 1) + 1);
 	ck_assert_uint_eq(sc.n_kept, 1);

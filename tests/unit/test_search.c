@@ -688,9 +688,9 @@ START_TEST(pages_follow_the_whole_list)
 		}
 		if (search_query_parse(terms, lens, n, &q, msg, sizeof(msg)))
 			continue; /* a term without words */
-		ck_assert_int_eq(search_run(si, q, all, 0, text_of, &d, &whole,
-					    &n_all),
-				 0);
+		ck_assert_int_eq(
+			search_run(si, q, all, 0, text_of, &d, &whole, &n_all),
+			0);
 		if (n_all == 0) {
 			search_query_free(q);
 			continue;
@@ -725,7 +725,6 @@ END_TEST
 
 /* ---- a query in steps, with writes between the steps ---- */
 
-
 /* What the slots held when a stepped query began: the changed ones. */
 struct snap {
 	bool changed[SNAP_SLOTS];
@@ -742,8 +741,7 @@ static size_t snap_next(void *ctx, size_t from)
 	return SIZE_MAX;
 }
 
-static int snap_old_text(void *ctx, size_t slot, const char **text,
-			 size_t *len)
+static int snap_old_text(void *ctx, size_t slot, const char **text, size_t *len)
 {
 	struct snap *sn = ctx;
 
@@ -836,8 +834,7 @@ START_TEST(steps_see_the_beginning)
 			present[i] = d.text[i] != NULL;
 			docv[i].n = 0;
 			if (present[i])
-				tokv_of(&docv[i], d.text[i],
-					strlen(d.text[i]));
+				tokv_of(&docv[i], d.text[i], strlen(d.text[i]));
 		}
 		for (i = 0; i < n; i++) {
 			random_term(bufs[i], sizeof(bufs[i]));
@@ -869,9 +866,10 @@ START_TEST(steps_see_the_beginning)
 				text = rnd_n(3) ? random_text() : NULL;
 				if (!sn.changed[slot]) {
 					sn.changed[slot] = true;
-					sn.old[slot] = d.text[slot]
-							       ? strdup(d.text[slot])
-							       : NULL;
+					sn.old[slot] =
+						d.text[slot]
+							? strdup(d.text[slot])
+							: NULL;
 				}
 				put(si, &d, slot, text);
 				free(text);

@@ -22,6 +22,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "dispatch.h"
 #include "log.h"
 #include "protocol/sockpath.h"
 #include "sdnotify.h"
@@ -149,16 +150,30 @@ void server_flush_soon(struct server *srv, struct conn *c)
 	uv_check_start(&srv->flush_check, flush_check_cb);
 }
 
+/* One slice per connection, and a few milliseconds per pass at most:
+ * the connections left wait for the next iteration (after a poll). */
 static void slice_idle_cb(uv_idle_t *h)
 {
 	struct server *srv = h->data;
 	struct conn *list = srv->slice_list;
+	uint64_t t0 = uv_hrtime();
 
 	srv->slice_list = NULL;
 	uv_idle_stop(h);
 	while (list) {
 		struct conn *c = list;
 
+		if (uv_hrtime() - t0 >= 2 * SLICE_NS) {
+			/* Back on the list, their references kept. */
+			while (list) {
+				c = list;
+				list = c->next_slice;
+				c->next_slice = srv->slice_list;
+				srv->slice_list = c;
+			}
+			uv_idle_start(h, slice_idle_cb);
+			return;
+		}
 		list = c->next_slice;
 		c->next_slice = NULL;
 		c->slice_soon = false;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "catchup.h"
 #include "gitq.h"
 #include "leases.h"
 #include "repo.h"
@@ -47,7 +48,8 @@ struct daemon {
 	struct watch watch;
 	struct stats stats; /* per method of the method table */
 	struct server server;
-	struct trim trim; /* freed memory back to the system at rest */
+	struct trim trim;	  /* freed memory back to the system at rest */
+	struct catchup catchup; /* the search index after the records */
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t started_ms;		 /* uv_now at start */
 	uint64_t stop_started_ms;

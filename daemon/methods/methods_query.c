@@ -192,16 +192,6 @@ static void search_release(void *ctx)
 	free(r);
 }
 
-static size_t changed_next(void *ctx, size_t from)
-{
-	return index_scan_next_changed(ctx, from);
-}
-
-static int changed_text(void *ctx, size_t slot, const char **text, size_t *len)
-{
-	return index_scan_old_text(ctx, slot, text, len);
-}
-
 /* One search hit: the decision with "score" and "matched_terms" added;
  * a term repeated (after folding) is listed once, as first given. */
 static bool append_hit(struct buf *b, const struct record *r,
@@ -228,7 +218,10 @@ static bool append_hit(struct buf *b, const struct record *r,
 static int search_produce(struct call *call, void *ctx, struct buf *out)
 {
 	struct search_read *r = ctx;
-	struct search_changes ch = {&r->sc, changed_next, changed_text};
+	/* Slots changed since the search began, or whose postings are not
+	 * up to date, are judged on their text. */
+	struct search_changes ch = {&r->sc, index_scan_changes_next,
+				    index_scan_changes_text};
 	uint64_t t0 = uv_hrtime();
 	int rc;
 

@@ -14,8 +14,9 @@ For each size, on a fresh repository, a release vmemd with --max-x 50000
                        until it has been idle for 2 s (and how long that
                        took), capped by --idle-max
   RSS / content        VmRSS over the content bytes: at rest (after the
-                       load, the files written), after the restart (once
-                       idle) and the peak during the first git.sync; also
+                       load, once the daemon has rested 6 s), after the
+                       restart (the same) and the peak during the first
+                       git.sync; also
                        (RSS - an empty daemon's RSS) / content
   search               round trips through the socket, limit 100, p50 and
                        p99 of every query shape of vmem-fts5-bench (the
@@ -163,8 +164,9 @@ class Daemon:
     def rss(self):
         return status_kib(self.proc.pid, "VmRSS") * 1024
 
-    def wait_idle(self, idle_max):
-        """CPU seconds spent until idle for 2 s, and the wall time."""
+    def wait_idle(self, idle_max, quiet=2.0):
+        """CPU seconds spent until idle for quiet seconds, and the wall
+        time until the quiet began."""
         pid = self.proc.pid
         t0 = time.monotonic()
         c0 = cpu_seconds(pid)
@@ -174,7 +176,7 @@ class Daemon:
             now = cpu_seconds(pid)
             if now - last <= 0.01:
                 quiet_since = quiet_since or time.monotonic()
-                if time.monotonic() - quiet_since >= 2.0:
+                if time.monotonic() - quiet_since >= quiet:
                     break
             else:
                 quiet_since = None
@@ -282,9 +284,10 @@ def run_size(args, n, tmp, empty_rss):
             for i in range(start, min(n, start + 1000))]})
     r["load"] = time.monotonic() - t0
     del docs
-    # At rest: the writer has caught up (server.health's pending counts
-    # what git has not; wait for the CPU to settle instead).
-    d.wait_idle(60)
+    # At rest: the writer and the search index have caught up, and the
+    # daemon has rested long enough to give freed memory back (its trim
+    # runs after a quiet 2-second tick).
+    d.wait_idle(120, quiet=6.0)
     r["rss_rest"] = d.rss()
     r["search"] = search_round_trips(c, qs)
     idle, busy = stall_figure(d, args.stall_stores)
@@ -310,6 +313,7 @@ def run_size(args, n, tmp, empty_rss):
     r["stop"] = d.stop()
     r["restart"] = d.start()
     r["cpu_after"], r["idle_after"] = d.wait_idle(args.idle_max)
+    d.wait_idle(60, quiet=6.0)
     r["rss_restart"] = d.rss()
     d.stop()
     r["empty_rss"] = empty_rss

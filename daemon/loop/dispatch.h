@@ -94,8 +94,8 @@ void call_reply_raw(struct call *call, const char *json, size_t len);
  * went out cannot be answered: the connection is closed (and it is
  * logged).
  */
-#define SLICE_BYTES (256 * 1024)
-#define SLICE_NS    (1000 * 1000)
+#define SLICE_BYTES (64 * 1024)
+#define SLICE_NS    (250 * 1000)
 typedef int (*call_produce_fn)(struct call *call, void *ctx, struct buf *out);
 int call_reply_slices(struct call *call, call_produce_fn produce,
 		      void (*release)(void *ctx), void *ctx);

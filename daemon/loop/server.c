@@ -150,7 +150,7 @@ void server_flush_soon(struct server *srv, struct conn *c)
 	uv_check_start(&srv->flush_check, flush_check_cb);
 }
 
-/* One slice per connection, and a few milliseconds per pass at most:
+/* One slice per connection, and half a millisecond per pass at most:
  * the connections left wait for the next iteration (after a poll). */
 static void slice_idle_cb(uv_idle_t *h)
 {

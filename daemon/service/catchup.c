@@ -1,7 +1,7 @@
 /* The search index's catch-up (see catchup.h). */
 #include "catchup.h"
 
-#define SLICE_NS (1000 * 1000)
+#define SLICE_NS (250 * 1000)
 
 static void idle_cb(uv_idle_t *h)
 {

@@ -1,7 +1,7 @@
 /*
  * Keeping the search index up with the records: when slots become pending
  * (index.h), an idle handle brings their postings up to date a slice
- * (about 1 ms) per loop iteration until none is left, so indexing a big
+ * (about 0.25 ms) per loop iteration until none is left, so indexing a big
  * write, or every decision loaded at start-up, never holds the loop.
  * Loop thread only.
  */

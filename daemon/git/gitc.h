@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "protocol/decision.h"
+#include "statedir.h"
 
 struct gitc;
 
@@ -42,11 +43,12 @@ struct gitc_result {
 
 /*
  * Open the repository of a working tree (its root; no search upwards).
- * Also turns libgit2's gitdir fsync option on (process-wide). 0 or -errno
- * (errmsg).
+ * state (borrowed, outlives the handle) holds the marker of a commit in
+ * progress. Also turns libgit2's gitdir fsync option on (process-wide).
+ * 0 or -errno (errmsg).
  */
-int gitc_open(struct gitc **out, const char *workdir, char *errmsg,
-	      size_t errn);
+int gitc_open(struct gitc **out, const char *workdir,
+	      const struct statedir *state, char *errmsg, size_t errn);
 void gitc_free(struct gitc *g);
 
 /*

@@ -31,6 +31,7 @@
 #define TMP_PREFIX     ".tmp-"
 #define METADATA       "metadata.json"
 #define METADATA_TEXT  "{\n  \"format\": 1\n}\n"
+#define SEED_INDEX     "index.json" /* the seed library's optional index */
 #define MOVE_DEPTH_MAX 8
 
 static atomic_ulong tmp_counter;
@@ -49,7 +50,7 @@ struct load {
 	vmdir_load_fn cb;
 	vmdir_known_fn known; /* vmdir_rescan: files not to read */
 	void *ctx;
-	int qfd; /* quarantine directory, opened on first use */
+	struct statedir q; /* quarantine/, opened on first use */
 	time_t now;
 	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
 	char *errmsg;
@@ -92,33 +93,6 @@ static int xdir_parse(const char *name, int max_x, int *x)
 		return -1;
 	*x = c.x;
 	return 0;
-}
-
-/* mkdir -p with mode 0700 for the components we create. */
-static int mkdir_p(const char *path)
-{
-	char *p = NULL, *s;
-	int ret = 0;
-
-	p = strdup(path);
-	if (!p)
-		return -ENOMEM;
-	for (s = p + 1;; s++) {
-		if (*s != '/' && *s != '\0')
-			continue;
-		char c = *s;
-
-		*s = '\0';
-		if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-			ret = -errno;
-			break;
-		}
-		*s = c;
-		if (!c)
-			break;
-	}
-	free(p);
-	return ret;
 }
 
 static int write_all(int fd, const char *buf, size_t len)
@@ -340,20 +314,16 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 	size_t i;
 	int ret, tries;
 
-	if (l->qfd < 0) {
-		ret = mkdir_p(l->d->quarantine);
-		if (ret == 0) {
-			l->qfd = open(l->d->quarantine,
-				      O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (l->qfd < 0)
-				ret = -errno;
-		}
-		if (ret < 0) {
-			errmsg_set(l->errmsg, l->errn,
-				   "cannot create quarantine directory %s: %s",
-				   l->d->quarantine, strerror(-ret));
+	if (!l->d->state) {
+		errmsg_set(l->errmsg, l->errn,
+			   "cannot quarantine %s: no state directory", rel);
+		return -EINVAL;
+	}
+	if (!l->q.path) {
+		ret = statedir_sub(l->d->state, VMDIR_QUARANTINE, true, &l->q,
+				   l->errmsg, l->errn);
+		if (ret < 0)
 			return ret;
-		}
 	}
 	snprintf(path, sizeof(path), VMDIR_DIRNAME "/%s", rel);
 	snprintf(flat, sizeof(flat), "%s", rel);
@@ -367,21 +337,21 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 		else
 			snprintf(qname, sizeof(qname), "%lld-%.200s-%d",
 				 (long long)l->now, flat, tries);
-		ret = renameat2(sdfd, name, l->qfd, qname, RENAME_NOREPLACE);
+		ret = renameat2(sdfd, name, l->q.fd, qname, RENAME_NOREPLACE);
 		if (ret < 0 && errno == EINVAL) {
 			/* no RENAME_NOREPLACE here: check, then rename */
-			if (faccessat(l->qfd, qname, F_OK,
+			if (faccessat(l->q.fd, qname, F_OK,
 				      AT_SYMLINK_NOFOLLOW) == 0)
 				errno = EEXIST;
 			else
-				ret = renameat(sdfd, name, l->qfd, qname);
+				ret = renameat(sdfd, name, l->q.fd, qname);
 		}
 		if (ret == 0)
 			break;
 		if (errno == EEXIST && tries < 1000)
 			continue;
 		if (errno == EXDEV) {
-			ret = move_across(sdfd, name, l->qfd, qname, 0);
+			ret = move_across(sdfd, name, l->q.fd, qname, 0);
 			if (ret == -EEXIST && tries < 1000)
 				continue;
 			if (ret == 0)
@@ -393,14 +363,14 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 			   path, reason, strerror(-ret));
 		return ret;
 	}
-	if (fsync(l->qfd) < 0 || fsync(sdfd) < 0) {
+	if (fsync(l->q.fd) < 0 || fsync(sdfd) < 0) {
 		ret = -errno;
 		errmsg_set(l->errmsg, l->errn,
 			   "cannot sync after quarantining %s: %s", path,
 			   strerror(-ret));
 		return ret;
 	}
-	snprintf(moved, sizeof(moved), "%s/%s", l->d->quarantine, qname);
+	snprintf(moved, sizeof(moved), "%s/%s", l->q.path, qname);
 	ret = report_add(l->rep, path, moved, reason);
 	if (ret < 0)
 		errmsg_set(l->errmsg, l->errn, "out of memory");
@@ -633,11 +603,16 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 			   VMDIR_DIRNAME, name, strerror(-type));
 		return type;
 	}
-	if (!strcmp(name, METADATA)) {
+	if (!strcmp(name, METADATA) || !strcmp(name, SEED_INDEX)) {
+		/* Ours, or a seed library's index of its files: never read,
+		 * kept as it is. */
 		if (type == S_IFREG)
 			return 0;
-		return quarantine(l, vfd, name, name,
-				  "metadata.json is not a regular file");
+		return quarantine(
+			l, vfd, name, name,
+			!strcmp(name, METADATA)
+				? "metadata.json is not a regular file"
+				: "index.json is not a regular file");
 	}
 	if (has_prefix(name, TMP_PREFIX))
 		return remove_temp(l, vfd, name, name, dirty);
@@ -702,14 +677,14 @@ static int open_vmdir(int rootfd, char *errmsg, size_t errn)
 	return -err;
 }
 
-int vmdir_init(struct vmdir *d, const char *root, const char *quarantine,
+int vmdir_init(struct vmdir *d, const char *root, const struct statedir *state,
 	       int max_x)
 {
 	memset(d, 0, sizeof(*d));
 	d->root = strdup(root);
-	d->quarantine = strdup(quarantine);
+	d->state = state;
 	d->max_x = max_x;
-	if (!d->root || !d->quarantine) {
+	if (!d->root) {
 		vmdir_done(d);
 		return -ENOMEM;
 	}
@@ -721,9 +696,7 @@ void vmdir_done(struct vmdir *d)
 	if (!d)
 		return;
 	free(d->root);
-	free(d->quarantine);
 	d->root = NULL;
-	d->quarantine = NULL;
 }
 
 void vmdir_load_report_done(struct vmdir_load_report *rep)
@@ -775,7 +748,7 @@ static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		.cb = cb,
 		.known = known,
 		.ctx = ctx,
-		.qfd = -1,
+		.q = {.fd = -1},
 		.errmsg = errmsg,
 		.errn = errn,
 	};
@@ -822,6 +795,9 @@ static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		ret = load_top_entry(&l, vfd, list[i], &dirty);
 		if (ret < 0)
 			goto out;
+		if (d->progress)
+			d->progress(d->progress_ctx, (uint64_t)i + 1,
+				    (uint64_t)n, rep->loaded);
 	}
 	if (dirty && fsync(vfd) < 0) {
 		ret = -errno;
@@ -836,8 +812,7 @@ out:
 		close(vfd);
 	if (rootfd >= 0)
 		close(rootfd);
-	if (l.qfd >= 0)
-		close(l.qfd);
+	statedir_done(&l.q);
 	free(l.buf);
 	if (rep == &local)
 		vmdir_load_report_done(&local);
@@ -857,10 +832,13 @@ struct apply {
 	bool root_dirty, v_dirty;
 	struct xdir *xs;
 	size_t nx, capx;
+	mode_t dir_mode; /* of the directories created (0: the umask's) */
 };
 
-/* Open (creating when create) directory name in dfd, refusing symlinks. */
-static int open_subdir(int dfd, const char *name, bool create, bool *made)
+/* Open (creating when create, with mode unless 0) directory name in dfd,
+ * refusing symlinks. */
+static int open_subdir(int dfd, const char *name, bool create, mode_t mode,
+		       bool *made)
 {
 	struct stat st;
 	int fd;
@@ -869,6 +847,12 @@ static int open_subdir(int dfd, const char *name, bool create, bool *made)
 	for (int i = 0; i < 2; i++) {
 		fd = openat(dfd, name,
 			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && *made && mode && fchmod(fd, mode) < 0) {
+			int err = -errno;
+
+			close(fd);
+			return err;
+		}
 		if (fd >= 0)
 			return fd;
 		if (errno == ELOOP || errno == ENOTDIR) {
@@ -886,14 +870,15 @@ static int open_subdir(int dfd, const char *name, bool create, bool *made)
 	return -ENOENT;
 }
 
-/* Write text to name in dfd through a unique temp file; with sync, the
- * data is on disk before the rename makes it visible. */
+/* Write text to name in dfd through a unique temp file (of mode, unless
+ * 0); with sync, the data is on disk before the rename makes it
+ * visible. */
 static int write_durable(int dfd, const char *name, const char *tag,
-			 const char *text, size_t len, bool sync,
+			 const char *text, size_t len, bool sync, mode_t mode,
 			 struct vmdir_stamp *stamp, char *tmp, size_t tmpn)
 {
 	struct stat st;
-	int fd = -1, ret;
+	int fd = -1, ret = 0;
 
 	snprintf(tmp, tmpn, TMP_PREFIX "%ld-%lu-%s", (long)getpid(),
 		 atomic_fetch_add(&tmp_counter, 1) + 1, tag);
@@ -901,7 +886,10 @@ static int write_durable(int dfd, const char *name, const char *tag,
 		    O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
 	if (fd < 0)
 		return -errno;
-	ret = write_all(fd, text, len);
+	if (mode && fchmod(fd, mode) < 0)
+		ret = -errno;
+	if (ret == 0)
+		ret = write_all(fd, text, len);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -945,7 +933,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 		a->xs = xs;
 		a->capx = a->capx ? a->capx * 2 : 8;
 	}
-	fd = open_subdir(a->vfd, name, create, &made);
+	fd = open_subdir(a->vfd, name, create, a->dir_mode, &made);
 	if (fd == -ENOENT && !create)
 		fd = -1;
 	else if (fd < 0) {
@@ -965,7 +953,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		char *errmsg, size_t errn)
 {
-	struct apply a = {.rootfd = -1, .vfd = -1};
+	struct apply a = {.rootfd = -1, .vfd = -1, .dir_mode = d->dir_mode};
 	bool bulk = n >= VMDIR_BULK_MIN || !sync;
 	char rel[64], xname[64], tag[48], tmp[128];
 	const char *file;
@@ -982,7 +970,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			   strerror(-ret));
 		goto out;
 	}
-	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, &made);
+	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
 	if (ret < 0) {
 		errmsg_set(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
 			   strerror(-ret),
@@ -999,8 +987,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			goto out;
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
-				    strlen(METADATA_TEXT), !bulk, NULL, tmp,
-				    sizeof(tmp));
+				    strlen(METADATA_TEXT), !bulk, d->file_mode,
+				    NULL, tmp, sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, METADATA, strerror(-ret));
@@ -1009,6 +997,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		a.v_dirty = true;
 	}
 	for (i = 0; i < n; i++) {
+		if (d->progress && i && i % VMDIR_PROGRESS_FILES == 0)
+			d->progress(d->progress_ctx, i, n, i);
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
 		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
 			ret = -EINVAL;
@@ -1052,7 +1042,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
-				    !bulk, &ops[i].stamp, tmp, sizeof(tmp));
+				    !bulk, d->file_mode, &ops[i].stamp, tmp,
+				    sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, rel, strerror(-ret));

@@ -14,6 +14,7 @@
 #include "catchup.h"
 #include "gitq.h"
 #include "leases.h"
+#include "life.h"
 #include "repo.h"
 #include "server.h"
 #include "stats.h"
@@ -35,6 +36,7 @@ struct limits {
 	int max_x;
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;
+	unsigned idle_exit_s; /* in force: 0 never */
 };
 
 struct daemon {
@@ -46,21 +48,34 @@ struct daemon {
 	struct leases leases;
 	struct subs subs;
 	struct watch watch;
+	struct life life;   /* idle exit, removed tree */
 	struct stats stats; /* per method of the method table */
 	struct server server;
 	struct trim trim;	  /* freed memory back to the system at rest */
 	struct catchup catchup; /* the search index after the records */
 	struct vmdir_load_report loaded; /* what start-up quarantined */
-	uint64_t started_ms;		 /* uv_now at start */
+	uint64_t reload_seen; /* store.reloads_done when loaded last grew */
+	uint64_t started_ms;  /* uv_now at start */
 	uint64_t stop_started_ms;
 	uint64_t flush_started_ms; /* of the store, during a stop; 0: not yet */
 	uint64_t flush_errors;	   /* the store's n_errors when it began */
 	bool stopping;
+	bool leaving; /* the tree is gone: no flush (daemon_leave) */
 	int exit_code;
 };
 
 /* Begin a graceful stop: stop accepting, answer what is buffered, flush
- * the store, then leave the loop. Safe to call more than once. */
+ * the store, then leave the loop. Safe to call more than once. When the
+ * tree turns out to be gone, it becomes daemon_leave. */
 void daemon_stop(struct daemon *d);
+
+/*
+ * Leave now, the tree being gone: stop accepting, close every connection,
+ * wait only for the jobs already running, then leave the loop (exit 0).
+ * Nothing is written to files or committed; the write-ahead log keeps
+ * every acknowledged write. Safe to call more than once, and during a
+ * stop.
+ */
+void daemon_leave(struct daemon *d);
 
 #endif

@@ -29,6 +29,7 @@
 #include "log.h"
 #include "mcp.h"
 #include "methods.h"
+#include "progress.h"
 #include "protocol/decision.h"
 #include "sdnotify.h"
 #include "protocol/sockpath.h"
@@ -82,7 +83,7 @@ static void usage(FILE *f)
 		"             [--max-x N] [--max-line BYTES] [--max-batch N]\n"
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
-		"             [--line-deadline-ms MS]\n"
+		"             [--line-deadline-ms MS] [--idle-exit-s S]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
 		"(--config FILE, else $XDG_CONFIG_HOME/vmem/config or\n"
@@ -114,6 +115,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_COMMIT_MAX_BATCH},
 		{"line-deadline-ms", required_argument, NULL,
 		 O_KEY + CONFIG_LINE_DEADLINE_MS},
+		{"idle-exit-s", required_argument, NULL,
+		 O_KEY + CONFIG_IDLE_EXIT_S},
 		{"log-level", required_argument, NULL,
 		 O_KEY + CONFIG_LOG_LEVEL},
 		{"help", no_argument, NULL, 'h'},
@@ -212,17 +215,20 @@ static void daemonize(void)
 		fail_startup(1, "setsid: %s", strerror(errno));
 }
 
-/* Point stdin/stdout at /dev/null and stderr at path (daemon mode). */
-static void redirect_stdio(const char *log_path)
+/* Point stdin/stdout at /dev/null and stderr at vmemd.log in the state
+ * directory (daemon mode). */
+static void redirect_stdio(const struct statedir *state)
 {
+	char errmsg[1024];
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	int log = open(log_path,
-		       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-		       0600);
+	int log =
+		statedir_open(state, "vmemd.log", O_WRONLY | O_CREAT | O_APPEND,
+			      0600, errmsg, sizeof(errmsg));
 
-	if (null < 0 || log < 0)
-		fail_startup(1, "cannot open %s: %s", log_path,
-			     strerror(errno));
+	if (null < 0)
+		fail_startup(1, "cannot open /dev/null: %s", strerror(errno));
+	if (log < 0)
+		fail_startup(1, "%s", errmsg);
 	dup2(null, STDIN_FILENO);
 	dup2(null, STDOUT_FILENO);
 	dup2(log, STDERR_FILENO);
@@ -272,14 +278,21 @@ static struct {
 	char path[PATH_MAX]; /* the file read, or looked for ("": none) */
 	bool explicit;	     /* path came from --config */
 	bool found;	     /* path was read */
+	bool autostarted;    /* in the background, not by systemd */
 } cfg;
 
-/* Built-in defaults < the file < the command line. */
+/*
+ * Built-in defaults < the file < the command line. idle_exit_s defaults
+ * to 900 only for a daemon a client started in the background: one that
+ * systemd runs, or someone with --foreground, stays unless told.
+ */
 static void effective(struct config *out, const struct config *file)
 {
 	config_init(out);
 	config_merge(out, file);
 	config_merge(out, &cfg.cli);
+	if (!cfg.autostarted && !(out->set & (1u << CONFIG_IDLE_EXIT_S)))
+		out->num[CONFIG_IDLE_EXIT_S] = 0;
 }
 
 static void __attribute__((noreturn))
@@ -354,6 +367,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	l->line_deadline_ms = (unsigned)c->num[CONFIG_LINE_DEADLINE_MS];
 	l->commit_delay_ms = (unsigned)c->num[CONFIG_COMMIT_DELAY_MS];
 	l->commit_max_batch = (unsigned)c->num[CONFIG_COMMIT_MAX_BATCH];
+	l->idle_exit_s = (unsigned)c->num[CONFIG_IDLE_EXIT_S];
 	if (at_start) {
 		l->max_depth = 64;
 		l->max_x = (int)c->num[CONFIG_MAX_X];
@@ -361,6 +375,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	}
 	gitq_set_timing(&d->gitq, l->commit_delay_ms, l->commit_max_batch);
 	gitq_set_ident(&d->gitq, c->commit_name, c->commit_email);
+	life_set_idle_exit(&d->life, l->idle_exit_s);
 }
 
 /* SIGHUP: read the file again; put it in force only if all of it is
@@ -440,6 +455,8 @@ static void repo_changed_cb(void *ctx)
 {
 	struct daemon *d = ctx;
 
+	if (life_check(&d->life))
+		return;
 	log_debug("the repository changed; checking the decision files");
 	store_check_files(&d->store);
 }
@@ -504,6 +521,9 @@ static void start_commits(struct daemon *d)
 	struct store *s = &d->store;
 	int rc;
 
+	if (progress_due())
+		progress_say("comparing %zu decisions with HEAD's",
+			     s->index.count);
 	for (size_t i = 0; i < s->index.n_slots; i++)
 		if (s->index.slots[i])
 			gitq_mark(&d->gitq, i);
@@ -534,6 +554,17 @@ static void stop_timer_cb(uv_timer_t *t)
 	uint64_t now = uv_now(d->loop);
 	bool late = now - d->stop_started_ms > DRAIN_DEADLINE_MS;
 
+	if (d->leaving) {
+		if (store_jobs_running(&d->store) || d->gitq.busy)
+			return;
+		uv_timer_stop(t);
+		uv_stop(d->loop);
+		return;
+	}
+	/* A flush into a tree that went away would only fail until it gives
+	 * up: leave instead (life_check turns the stop into daemon_leave). */
+	if (life_check(&d->life))
+		return;
 	if (d->flush_started_ms) {
 		if (now - d->flush_started_ms < FLUSH_GIVE_UP_MS ||
 		    d->store.n_errors == d->flush_errors ||
@@ -564,7 +595,7 @@ static void stop_timer_cb(uv_timer_t *t)
 
 void daemon_stop(struct daemon *d)
 {
-	if (d->stopping)
+	if (d->stopping || life_check(&d->life))
 		return;
 	d->stopping = true;
 	d->stop_started_ms = uv_now(d->loop);
@@ -573,6 +604,23 @@ void daemon_stop(struct daemon *d)
 		 "then writing and committing");
 	server_stop(&d->server);
 	uv_timer_start(&stop_timer, stop_timer_cb, 0, 10);
+}
+
+void daemon_leave(struct daemon *d)
+{
+	if (d->leaving)
+		return;
+	d->leaving = true;
+	if (!d->stopping) {
+		d->stopping = true;
+		d->stop_started_ms = uv_now(d->loop);
+		sdnotify("STOPPING=1\nSTATUS=stopping: the working tree is "
+			 "gone");
+		server_stop(&d->server);
+	}
+	for (struct conn *c = d->server.conns; c; c = c->next)
+		conn_close(c);
+	uv_timer_start(&stop_timer, stop_timer_cb, 0, 100);
 }
 
 static void signal_cb(uv_signal_t *h, int signum)
@@ -615,14 +663,17 @@ int main(int argc, char **argv)
 {
 	struct options o = {0};
 	struct daemon *d = &the_daemon;
-	char errmsg[1024];
+	char errmsg[1024], note[1024];
 	char sock[SOCKPATH_MAX + 1];
-	char *log_path = NULL;
 	int rc;
 
 	keep_std_fds();
+	progress_init();
 	parse_args(argc, argv, &o);
 	cfg.cli = o.cli;
+	/* Before sdnotify_init unsets them. */
+	cfg.autostarted = !o.foreground && !getenv("LISTEN_FDS") &&
+			  !getenv("NOTIFY_SOCKET");
 	load_config(o.config);
 	signal(SIGPIPE, SIG_IGN);
 	git_libgit2_init();
@@ -647,15 +698,15 @@ int main(int argc, char **argv)
 	if (!o.foreground)
 		daemonize();
 	sdnotify_init();
-	rc = repo_lock(&d->repo, errmsg, sizeof(errmsg));
+	rc = repo_lock(&d->repo, note, sizeof(note), errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(rc == -EBUSY ? EXIT_RUNNING : 1, "%s", errmsg);
-	if (!o.foreground) {
-		if (asprintf(&log_path, "%s/vmemd.log", d->repo.statedir) < 0)
-			fail_startup(1, "out of memory");
-		redirect_stdio(log_path);
-		free(log_path);
-	}
+	if (!o.foreground)
+		redirect_stdio(&d->repo.state);
+	if (note[0])
+		log_notice("made private what others could read in the state "
+			   "directory: %s",
+			   note);
 
 	d->loop = uv_default_loop();
 	if (stats_init(&d->stats, method_count()) < 0)
@@ -674,8 +725,8 @@ int main(int argc, char **argv)
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
 	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
-		       d->limits.commit_delay_ms, d->limits.commit_max_batch,
-		       errmsg, sizeof(errmsg));
+		       &d->repo.state, d->limits.commit_delay_ms,
+		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
 			     errmsg);
@@ -691,6 +742,10 @@ int main(int argc, char **argv)
 	d->gitq.committed_ctx = &d->watch;
 	d->gitq.deferral = deferral_cb;
 	d->gitq.deferral_ctx = d;
+	rc = life_start(&d->life, d, d->limits.idle_exit_s);
+	if (rc < 0)
+		fail_startup(1, "cannot look at %s: %s", d->repo.root,
+			     strerror(-rc));
 	/* Signals are caught before the socket exists: a client that sees
 	 * the socket may stop us at once, and that must be a graceful stop
 	 * (the handlers run only once the loop does). */
@@ -712,12 +767,17 @@ int main(int argc, char **argv)
 	log_config(&cfg.cur);
 	log_info("serving %s on %s (%zu decisions)", d->repo.root,
 		 d->server.path, d->store.index.count);
+	if (d->limits.idle_exit_s)
+		log_info("exiting after %u s without a connection or anything "
+			 "to write or commit (idle_exit_s)",
+			 d->limits.idle_exit_s);
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	trim_stop(&d->trim);
 	catchup_stop(&d->catchup);
 	watch_stop(&d->watch);
+	life_stop(&d->life);
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
 	store_close(&d->store);

@@ -94,6 +94,7 @@ struct git_read {
 	uv_work_t req;
 	struct call *call;
 	char *root;
+	const struct statedir *state; /* the daemon's, read-only */
 	int max_x;
 	enum { READ_HISTORY, READ_ROLLBACK, READ_LOG } kind;
 	struct coord coord; /* history */
@@ -209,7 +210,7 @@ static void read_work_cb(uv_work_t *req)
 	char commit[41], subject[256];
 	int64_t at = 0;
 
-	r->rc = gitc_open(&g, r->root, r->errmsg, sizeof(r->errmsg));
+	r->rc = gitc_open(&g, r->root, r->state, r->errmsg, sizeof(r->errmsg));
 	if (r->rc < 0)
 		return;
 	if (r->kind == READ_HISTORY) {
@@ -300,6 +301,7 @@ static int read_start(struct git_read *r)
 
 	r->req.data = r;
 	r->root = strdup(call->d->repo.root);
+	r->state = &call->d->repo.state;
 	r->max_x = call->d->limits.max_x;
 	if (!r->root || uv_queue_work(call->d->loop, &r->req, read_work_cb,
 				      read_after_cb) < 0) {
@@ -435,18 +437,23 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 	struct call *call = arg;
 	struct daemon *d = call->d;
 
-	(void)s;
 	if (rc < 0) {
 		call_error(call, RPC_STORAGE,
 			   json_pack("{s:s}", "reason", errmsg),
 			   "reload failed: %s", errmsg);
 	} else {
-		for (size_t i = 0; rep && i < rep->n_quarantined; i++)
+		/* Coalesced callers share one reload (store_reload): log and
+		 * remember what it quarantined once. */
+		for (size_t i = 0; rep && d->reload_seen != s->reloads_done &&
+				   i < rep->n_quarantined;
+		     i++)
 			log_warn("quarantined %s -> %s: %s",
 				 rep->quarantined[i].path,
 				 rep->quarantined[i].moved_to,
 				 rep->quarantined[i].reason);
-		remember_quarantined(&d->loaded, rep);
+		if (d->reload_seen != s->reloads_done)
+			remember_quarantined(&d->loaded, rep);
+		d->reload_seen = s->reloads_done;
 		call_reply(call, json_pack("{s:I,s:o}", "count",
 					   (json_int_t)d->store.index.count,
 					   "quarantined",

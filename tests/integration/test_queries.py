@@ -1238,6 +1238,9 @@ class BigAnswersInSlices(QueryCase):
         writer = self.connect(agent_id="writer")
         self.load(writer, "common", 6000)
         reader = self.connect(agent_id="reader")
+        # The writes' own first-time memory is counted before.
+        for i in range(20):
+            writer.store(1, 1, 2, "warm-up %d" % i, overwrite=True)
         before = self.daemon.rss_kib()
         rid = self.begin_read(reader, "decision.query_range", {})
         # Writes still go through, then the answer has had its chance to
@@ -1247,7 +1250,8 @@ class BigAnswersInSlices(QueryCase):
         grown = self.daemon.rss_kib() - before
         vt.diag("RSS grew %d KiB while an ~8 MB answer waited unread"
                 % grown)
-        self.assertLess(grown, 3 * 1024)
+        # Half the answer: building it whole costs all of it and more.
+        self.assertLess(grown, 4 * 1024)
         self.assertEqual(len(reader.response(rid)), 6000)
 
     def test_reader_gone_in_the_middle(self):

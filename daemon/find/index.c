@@ -308,6 +308,8 @@ static int slotmap_insert(struct slotmap *m, size_t at, size_t slot,
 /* Drop the first n entries and their references. */
 static void slotmap_drop_front(struct slotmap *m, size_t n)
 {
+	if (n == 0)
+		return;
 	for (size_t i = 0; i < n; i++)
 		record_free(m->rec[i]);
 	memmove(m->slot, m->slot + n, (m->n - n) * sizeof(*m->slot));

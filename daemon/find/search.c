@@ -1106,7 +1106,8 @@ int search_add(struct search_index *si, size_t slot, const char *text,
 	rc = tokenize(text, len, add_cb, si);
 	if (rc < 0)
 		goto out;
-	qsort(si->occ, si->n_occ, sizeof(*si->occ), cmp_occ);
+	if (si->n_occ)
+		qsort(si->occ, si->n_occ, sizeof(*si->occ), cmp_occ);
 	for (i = 0; i < si->n_occ; i = j) {
 		size_t n = 0, body, need;
 		uint32_t prev = 0;
@@ -1196,7 +1197,8 @@ void search_remove(struct search_index *si, size_t slot, const char *text,
 		return;
 	si->gen++;
 	if (tokenize(text, len, remove_cb, &rc) == 0) {
-		qsort(rc.ids, rc.n, sizeof(*rc.ids), cmp_u32);
+		if (rc.n)
+			qsort(rc.ids, rc.n, sizeof(*rc.ids), cmp_u32);
 		for (i = 0; i < rc.n; i++)
 			if (i == 0 || rc.ids[i] != rc.ids[i - 1])
 				list_remove(si, &si->toks[rc.ids[i]],

@@ -559,7 +559,9 @@ static void slices_run(struct conn *c, struct slices *s)
 			goto broken;
 		s->complete = rc == 1;
 	}
-	if (s->gather) {
+	if (s->piece.len == 0) {
+		/* nothing produced this time (a search still evaluating) */
+	} else if (s->gather) {
 		if (!buf_append(&s->whole, s->piece.data, s->piece.len))
 			goto broken;
 	} else {

@@ -57,19 +57,6 @@ def nothing_to_read(conn, seconds):
     return not readable
 
 
-def daemon_is_sanitized():
-    """True when vmemd is built with AddressSanitizer or
-    ThreadSanitizer (its RSS then says little: freed memory sits in the
-    quarantine, shadow memory grows)."""
-    try:
-        with open(vt.VMEMD if os.path.isabs(vt.VMEMD) else
-                  os.path.join(os.getcwd(), vt.VMEMD), "rb") as f:
-            text = f.read()
-            return b"__asan_init" in text or b"__tsan_init" in text
-    except OSError:
-        return False
-
-
 class CoordCase(vt.VmemTestCase):
     # -- calls
     def acquire(self, conn, coords, **kw):
@@ -1106,7 +1093,7 @@ class SlowSubscriber(CoordCase):
                         "the daemon queued %d bytes for it" % received)
         rss_after = self.daemon.rss_kib()
         vt.diag("RSS %d KiB -> %d KiB" % (rss_before, rss_after))
-        if daemon_is_sanitized():
+        if vt.daemon_is_sanitized():
             vt.diag("sanitized daemon: RSS bound not checked")
         else:
             self.assertLess(rss_after - rss_before, 12 * 1024,
@@ -1157,7 +1144,7 @@ class NotificationBurst(CoordCase):
                 % (len(json.dumps(items)) // 1000, took, owed >> 20,
                    rss_before, peak))
         self.assertEqual(len(recs), 1000)
-        if daemon_is_sanitized():
+        if vt.daemon_is_sanitized():
             vt.diag("sanitized daemon: RSS bound not checked")
         else:
             # 60 x 256 KiB is 15 MiB; without the bound it is ~1.2 GB.

@@ -1147,10 +1147,14 @@ class BigAnswersInSlices(QueryCase):
     def begin_read(self, reader, method, params):
         """Send a big read and read its first bytes only: it has begun."""
         rid = reader.request(method, params)
+        head = b'{"jsonrpc":"2.0","id":%d,"result":[' % rid
         reader.sock.settimeout(vt.DEFAULT_TIMEOUT)
-        first = reader.sock.recv(4096)
-        self.assertTrue(first.startswith(b'{"jsonrpc":"2.0","id":%d,'
-                                         b'"result":[' % rid), first[:80])
+        first = b""
+        while len(first) < len(head) + 1:
+            chunk = reader.sock.recv(4096)
+            self.assertTrue(chunk, "end of file in the answer's head")
+            first += chunk
+        self.assertTrue(first.startswith(head), first[:80])
         reader.buf += first
         return rid
 
@@ -1251,7 +1255,10 @@ class BigAnswersInSlices(QueryCase):
         vt.diag("RSS grew %d KiB while an ~8 MB answer waited unread"
                 % grown)
         # Half the answer: building it whole costs all of it and more.
-        self.assertLess(grown, 4 * 1024)
+        if vt.daemon_is_sanitized():
+            vt.diag("sanitized daemon: RSS bound not checked")
+        else:
+            self.assertLess(grown, 4 * 1024)
         self.assertEqual(len(reader.response(rid)), 6000)
 
     def test_reader_gone_in_the_middle(self):

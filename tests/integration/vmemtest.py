@@ -483,6 +483,19 @@ def _status_kib(pid, key):
     raise AssertionError("no %s for pid %d" % (key, pid))
 
 
+def daemon_is_sanitized():
+    """True when vmemd is built with AddressSanitizer or
+    ThreadSanitizer (its RSS then says little: freed memory sits in the
+    quarantine, shadow memory grows)."""
+    try:
+        with open(VMEMD if os.path.isabs(VMEMD) else
+                  os.path.join(os.getcwd(), VMEMD), "rb") as f:
+            text = f.read()
+            return b"__asan_init" in text or b"__tsan_init" in text
+    except OSError:
+        return False
+
+
 def rss_kib(pid):
     """VmRSS of a process in KiB."""
     return _status_kib(pid, "VmRSS")

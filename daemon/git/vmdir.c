@@ -707,6 +707,29 @@ void vmdir_load_report_done(struct vmdir_load_report *rep)
 	memset(rep, 0, sizeof(*rep));
 }
 
+int vmdir_load_report_merge(struct vmdir_load_report *all,
+			    const struct vmdir_load_report *rep)
+{
+	struct vmdir_quarantined *q;
+	size_t cap = 1;
+
+	if (rep->n_quarantined) {
+		/* As report_add grows it: a power of two at or above. */
+		while (cap < all->n_quarantined + rep->n_quarantined)
+			cap *= 2;
+		q = realloc(all->quarantined, cap * sizeof(*q));
+		if (!q)
+			return -ENOMEM;
+		memcpy(q + all->n_quarantined, rep->quarantined,
+		       rep->n_quarantined * sizeof(*q));
+		all->quarantined = q;
+		all->n_quarantined += rep->n_quarantined;
+	}
+	all->loaded += rep->loaded;
+	all->temp_removed += rep->temp_removed;
+	return 0;
+}
+
 struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 {
 	struct vmdir_stamp s = {

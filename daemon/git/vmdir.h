@@ -119,6 +119,11 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 void vmdir_load_report_done(struct vmdir_load_report *rep);
 
+/* Add rep's counts and a copy of its quarantined entries to all (one
+ * report for several loads). 0, or -ENOMEM with all unchanged. */
+int vmdir_load_report_merge(struct vmdir_load_report *all,
+			    const struct vmdir_load_report *rep);
+
 /*
  * vmdir_load for a directory loaded before: a decision file for which
  * known(ctx, coord, stamp) is true is only stat'ed, never read, and cb is

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "catchup.h"
+#include "decision.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -44,6 +45,7 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
+	struct decisions decisions; /* the decision kind, in the store */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

@@ -241,7 +241,7 @@ static void redirect_stdio(const struct statedir *state)
 static void report_ready(struct daemon *d)
 {
 	sdnotify("READY=1\nSTATUS=serving %s (%zu decisions)", d->repo.root,
-		 d->store.index.count);
+		 d->decisions.index.count);
 	if (sdnotify_watchdog_start(d->loop) < 0)
 		log_warn("cannot start the systemd watchdog timer");
 	if (ready_fd < 0)
@@ -487,59 +487,45 @@ static void committed_cb(void *ctx)
 	watch_settle(ctx);
 }
 
-/* A change is in the index: commit it, and tell the subscribers. */
-static void applied_cb(void *ctx, size_t slot, bool reloaded)
+/*
+ * A decision changed (a write, or a reload): into the next commit, and to
+ * the subscribers (the commit queue takes the decision's file path).
+ */
+static void decision_changed(struct daemon *d, enum kind_change_type type,
+			     const struct decision_change *ch)
 {
-	struct daemon *d = ctx;
-	const struct record *rec = d->store.index.slots[slot];
-	struct coord c = index_coord(&d->store.index, slot);
-
-	gitq_mark(&d->gitq, slot);
-	subs_notify(&d->subs, &c,
-		    reloaded ? SUBS_RELOADED
-			     : (rec ? SUBS_STORED : SUBS_DELETED),
-		    rec);
+	gitq_mark_coord(&d->gitq, &ch->coord);
+	subs_notify(&d->subs, &ch->coord,
+		    type == KIND_RELOADED ? SUBS_RELOADED
+		    : ch->rec		  ? SUBS_STORED
+					  : SUBS_DELETED,
+		    ch->rec);
 }
 
-/* A decision in HEAD that the files no longer hold: a deletion that a
- * crash kept from being committed. */
-static int mark_if_gone_cb(void *ctx, const struct coord *c)
+/* A kind changed its state: each kind's changes go where they belong. */
+static void changed_cb(void *ctx, const struct kind_change *ch)
 {
-	struct daemon *d = ctx;
-
-	if (!index_get(&d->store.index, c))
-		gitq_mark(&d->gitq, index_slot(&d->store.index, c));
-	return 0;
+	if (ch->kind == &decision_kind)
+		decision_changed(ctx, ch->type, ch->detail);
 }
 
-/* Hand the store's writes to the commit queue, starting with whatever
- * may differ from HEAD: every decision, every coordinate the log replay
- * changed, and every decision of HEAD the files no longer hold (the
- * commit keeps only real differences). */
+/* Hand the store's writes to the commit queue: what the log replay
+ * changed, and whatever git finds different from HEAD (the queue's
+ * start-up scan, by the index's stat data, off the loop). */
 static void start_commits(struct daemon *d)
 {
-	struct store *s = &d->store;
-	int rc;
+	struct decisions *ds = &d->decisions;
 
 	if (progress_due())
-		progress_say("comparing %zu decisions with HEAD's",
-			     s->index.count);
-	for (size_t i = 0; i < s->index.n_slots; i++)
-		if (s->index.slots[i])
-			gitq_mark(&d->gitq, i);
-	for (size_t i = 0; i < s->n_replayed; i++)
-		gitq_mark(&d->gitq, s->replayed[i]);
-	rc = gitc_head_coords(d->gitq.gitc, d->limits.max_x, mark_if_gone_cb,
-			      d);
-	if (rc < 0)
-		log_warn("cannot list the decisions of HEAD (%s): deletions "
-			 "made before a crash may stay uncommitted",
-			 strerror(-rc));
-	/* What differs is known only once the first job compared: run it
-	 * now, so health's pending soon counts only real differences. */
-	gitq_commit_soon(&d->gitq);
-	s->on_applied = applied_cb;
-	s->on_applied_ctx = d;
+		progress_say("asking git what differs from HEAD");
+	for (size_t i = 0; i < ds->n_replayed; i++) {
+		struct coord c = index_coord(&ds->index, ds->replayed[i]);
+
+		gitq_mark_coord(&d->gitq, &c);
+	}
+	gitq_start(&d->gitq);
+	d->store.on_change = changed_cb;
+	d->store.on_change_ctx = d;
 }
 
 /*
@@ -712,20 +698,26 @@ int main(int argc, char **argv)
 	if (stats_init(&d->stats, method_count()) < 0)
 		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
-	rc = store_open(&d->store, d->loop, &d->repo, d->limits.max_x,
+	if (decisions_init(&d->decisions, d->repo.root, &d->repo.state,
+			   d->limits.max_x) < 0)
+		fail_startup(1, "out of memory");
+	d->decisions.dir.file_mode = d->repo.file_mode;
+	d->decisions.dir.dir_mode = d->repo.dir_mode;
+	rc = store_open(&d->store, d->loop, &d->repo.state,
+			(struct store_kind *const[]){&d->decisions.sk}, 1,
 			&d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
 	if (trim_start(&d->trim, d->loop) < 0)
 		log_warn("cannot start the rest-time trim of freed memory");
-	if (catchup_start(&d->catchup, d->loop, &d->store.index) < 0)
+	if (catchup_start(&d->catchup, d->loop, &d->decisions.index) < 0)
 		fail_startup(1, "cannot start the search index's catch-up");
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
-	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
-		       &d->repo.state, d->limits.commit_delay_ms,
+	rc = gitq_init(&d->gitq, d->loop, &d->store, &d->decisions.index,
+		       d->repo.root, &d->repo.state, d->limits.commit_delay_ms,
 		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
@@ -766,7 +758,7 @@ int main(int argc, char **argv)
 		log_info("configuration from %s", cfg.path);
 	log_config(&cfg.cur);
 	log_info("serving %s on %s (%zu decisions)", d->repo.root,
-		 d->server.path, d->store.index.count);
+		 d->server.path, d->decisions.index.count);
 	if (d->limits.idle_exit_s)
 		log_info("exiting after %u s without a connection or anything "
 			 "to write or commit (idle_exit_s)",
@@ -784,6 +776,8 @@ int main(int argc, char **argv)
 	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	/* After the loop's last run: a job's end may still touch it. */
+	decisions_done(&d->decisions);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
 	vmdir_load_report_done(&d->loaded);

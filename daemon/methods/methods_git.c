@@ -358,10 +358,10 @@ int decision_history(struct call *call)
 	if (!r->result)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
-	slot = index_slot(&q->store->index, &r->coord);
-	r->uncommitted = !r->after[0] && gitq_uncommitted(q, slot);
+	slot = index_slot(q->index, &r->coord);
+	r->uncommitted = !r->after[0] && gitq_uncommitted_coord(q, &r->coord);
 	if (r->uncommitted) {
-		const struct record *rec = q->store->index.slots[slot];
+		const struct record *rec = q->index->slots[slot];
 		struct decision d;
 		char msg[VMEM_ERRMSG_LEN];
 		json_t *v = NULL;
@@ -413,24 +413,6 @@ int git_rollback_point(struct call *call)
 
 /* ---- git.reload ---- */
 
-/* Keep what a reload quarantined in the list health reports. */
-static void remember_quarantined(struct vmdir_load_report *all,
-				 const struct vmdir_load_report *rep)
-{
-	struct vmdir_quarantined *q;
-
-	if (!rep || !rep->n_quarantined)
-		return;
-	q = realloc(all->quarantined,
-		    (all->n_quarantined + rep->n_quarantined) * sizeof(*q));
-	if (!q)
-		return; /* health lists fewer; the log has them all */
-	memcpy(q + all->n_quarantined, rep->quarantined,
-	       rep->n_quarantined * sizeof(*q));
-	all->quarantined = q;
-	all->n_quarantined += rep->n_quarantined;
-}
-
 static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 			const struct vmdir_load_report *rep)
 {
@@ -451,11 +433,15 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 				 rep->quarantined[i].path,
 				 rep->quarantined[i].moved_to,
 				 rep->quarantined[i].reason);
-		if (d->reload_seen != s->reloads_done)
-			remember_quarantined(&d->loaded, rep);
+		/* Kept for health once per reload (its callers share
+		 * one rep); on failure only the log has them. */
+		if (d->reload_seen != s->reloads_done && rep &&
+		    vmdir_load_report_merge(&d->loaded, rep) < 0)
+			log_warn("out of memory: health lists fewer "
+				 "quarantined files than the log");
 		d->reload_seen = s->reloads_done;
 		call_reply(call, json_pack("{s:I,s:o}", "count",
-					   (json_int_t)d->store.index.count,
+					   (json_int_t)d->decisions.index.count,
 					   "quarantined",
 					   rep ? quarantined_json(rep)
 					       : json_array()));

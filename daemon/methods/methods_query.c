@@ -113,7 +113,7 @@ static int reply_walk(struct call *call, const struct query_walk *w)
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}
-	r->ix = &call->d->store.index;
+	r->ix = &call->d->decisions.index;
 	r->w = *w;
 	index_scan_begin(r->ix, &r->sc);
 	index_scan_pass(&r->sc, w->slot);
@@ -136,7 +136,7 @@ int decision_query_range(struct call *call)
 	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
 	    !param_after(call, &after, &has_after))
 		return CALL_DONE;
-	query_walk_range(&w, &call->d->store.index, &x, &y, &z,
+	query_walk_range(&w, &call->d->decisions.index, &x, &y, &z,
 			 has_after ? &after : NULL, (size_t)limit);
 	return reply_walk(call, &w);
 }
@@ -160,7 +160,7 @@ int decision_query_partial_order(struct call *call)
 	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
 	    !param_after(call, &after, &has_after))
 		return CALL_DONE;
-	query_walk_before(&w, &call->d->store.index, xt, yt, zf,
+	query_walk_before(&w, &call->d->decisions.index, xt, yt, zf,
 			  has_after ? &after : NULL, (size_t)limit);
 	return reply_walk(call, &w);
 }
@@ -267,7 +267,7 @@ int decision_search(struct call *call)
 {
 	static const char *const allowed[] = {"terms", "match_all",   "limit",
 					      "after", "after_score", NULL};
-	struct index *ix = &call->d->store.index;
+	struct index *ix = &call->d->decisions.index;
 	json_t *terms = json_object_get(call->params, "terms");
 	const char *texts[SEARCH_TERMS_MAX];
 	size_t lens[SEARCH_TERMS_MAX];

@@ -17,7 +17,9 @@ For each size, on a fresh repository, a release vmemd with --max-x 50000
                        load, once the daemon has rested 6 s), after the
                        restart (the same) and the peak during the first
                        git.sync; also
-                       (RSS - an empty daemon's RSS) / content
+                       (RSS - an empty daemon's RSS) / content, and the
+                       anonymous part alone (RssAnon: without the files
+                       mapped)
   search               round trips through the socket, limit 100, p50 and
                        p99 of every query shape of vmem-fts5-bench (the
                        same generator, the same queries): phrase of common
@@ -164,6 +166,11 @@ class Daemon:
     def rss(self):
         return status_kib(self.proc.pid, "VmRSS") * 1024
 
+    def rss_anon(self):
+        """The daemon's own memory: RSS without file pages mapped (the
+        libraries, files libgit2 maps)."""
+        return status_kib(self.proc.pid, "RssAnon") * 1024
+
     def wait_idle(self, idle_max, quiet=2.0):
         """CPU seconds spent until idle for quiet seconds, and the wall
         time until the quiet began."""
@@ -287,8 +294,9 @@ def run_size(args, n, tmp, empty_rss):
     # At rest: the writer and the search index have caught up, and the
     # daemon has rested long enough to give freed memory back (its trim
     # runs after a quiet 2-second tick).
-    d.wait_idle(120, quiet=6.0)
+    d.wait_idle(args.idle_max, quiet=6.0)
     r["rss_rest"] = d.rss()
+    r["anon_rest"] = d.rss_anon()
     r["search"] = search_round_trips(c, qs)
     idle, busy = stall_figure(d, args.stall_stores)
     r["stall"] = (pct(idle, 0.5), pct(idle, 0.99), pct(busy, 0.5),
@@ -315,6 +323,7 @@ def run_size(args, n, tmp, empty_rss):
     r["cpu_after"], r["idle_after"] = d.wait_idle(args.idle_max)
     d.wait_idle(60, quiet=6.0)
     r["rss_restart"] = d.rss()
+    r["anon_restart"] = d.rss_anon()
     d.stop()
     r["empty_rss"] = empty_rss
     if not args.keep:
@@ -361,16 +370,21 @@ def print_results(rows):
     print()
     print("Memory (MB): content, RSS at rest / after restart / peak "
           "during the first sync, an empty daemon's RSS, and (RSS - "
-          "empty) / content:")
+          "empty) / content; the anonymous part of RSS (without files "
+          "mapped) at rest / after restart and its ratio:")
     for r in rows:
         e = r["empty_rss"]
         print("  {:>9,}: {:.1f} MB; {:.1f} / {:.1f} / {:.1f} MB; empty "
-              "{:.1f} MB; {} / {} / {}".format(
+              "{:.1f} MB; {} / {} / {}; anonymous {:.1f} / {:.1f} MB = "
+              "{} / {}".format(
                   r["n"], r["content"] / 1e6, r["rss_rest"] / 1e6,
                   r["rss_restart"] / 1e6, r["rss_sync"] / 1e6, e / 1e6,
                   ratio(r["rss_rest"] - e, r["content"]),
                   ratio(r["rss_restart"] - e, r["content"]),
-                  ratio(r["rss_sync"] - e, r["content"])))
+                  ratio(r["rss_sync"] - e, r["content"]),
+                  r["anon_rest"] / 1e6, r["anon_restart"] / 1e6,
+                  ratio(r["anon_rest"], r["content"]),
+                  ratio(r["anon_restart"], r["content"])))
     print()
     print("Search round trips through the socket, limit 100, ms "
           "(p50 / p99):")

@@ -523,15 +523,18 @@ static void check_random_query(struct search_index *si, struct docs *d,
 	const char *terms[3];
 	size_t lens[3], n = 1 + rnd_n(3), i, k, n_hits, n_model = 0;
 	struct mterm mt[3];
-	struct mhit model[64];
+	struct mhit *model = calloc(d->n, sizeof(*model));
 	bool all = rnd_n(2), ok;
-	size_t limit = rnd_n(3) ? 0 : 1 + rnd_n(5);
+	/* small limits stop inside a block, 100 (the benchmarks') often after
+	 * several */
+	size_t limit = rnd_n(3) ? 0 : 1 + rnd_n(rnd_n(2) ? 5 : 100);
 	struct search_query *q = NULL;
 	struct search_hit *hits = NULL;
 	unsigned n_unique = 0;
 	char msg[128];
 	int rc;
 
+	ck_assert_ptr_nonnull(model);
 	for (i = 0; i < n; i++) {
 		random_term(bufs[i], sizeof(bufs[i]));
 		terms[i] = bufs[i];
@@ -586,6 +589,7 @@ static void check_random_query(struct search_index *si, struct docs *d,
 		ck_assert(hits[i].matched == model[i].matched);
 	}
 out:
+	free(model);
 	free(hits);
 	search_query_free(q);
 	for (i = 0; i < n; i++)
@@ -629,6 +633,65 @@ START_TEST(random_consistency)
 	}
 	for (i = 0; i < 50; i++)
 		check_random_query(si, &d, docv);
+	search_free(si);
+	docs_done(&d);
+}
+END_TEST
+
+/* The same model with thousands of documents over the same small
+ * vocabulary: every token's postings span several compressed blocks (128
+ * documents each), so block tables, skips between blocks and a limit met
+ * in a later block are exercised, and removals empty blocks in the middle
+ * of a list. */
+START_TEST(random_consistency_many_blocks)
+{
+	enum { SLOTS = 3000, OPS = 1500 };
+	uint64_t seed = seed_from_env();
+	struct search_index *si = search_new(SLOTS);
+	struct tokv *docv = calloc(SLOTS, sizeof(*docv));
+	struct docs d;
+	size_t op, i;
+
+	printf("# random_consistency_many_blocks seed %" PRIu64
+	       " (VMEM_SEARCH_SEED to repeat)\n",
+	       seed);
+	fflush(stdout);
+	rng_state = seed ? seed : 1;
+	ck_assert_ptr_nonnull(si);
+	ck_assert_ptr_nonnull(docv);
+	docs_init(&d, SLOTS);
+	for (i = 0; i < SLOTS; i++) {
+		char *text = random_text();
+
+		put(si, &d, i, text);
+		tokv_of(&docv[i], text, strlen(text));
+		free(text);
+	}
+	for (i = 0; i < 100; i++)
+		check_random_query(si, &d, docv);
+	/* Remove a run of slots whole (blocks emptied mid-list), then
+	 * random replaces and removes. */
+	for (i = SLOTS / 3; i < SLOTS / 3 + 400; i++) {
+		put(si, &d, i, NULL);
+		tokv_done(&docv[i]);
+	}
+	for (op = 0; op < OPS; op++) {
+		size_t slot = rnd_n(SLOTS);
+		char *text = rnd_n(4) ? random_text() : NULL;
+
+		put(si, &d, slot, text);
+		tokv_done(&docv[slot]);
+		if (text)
+			tokv_of(&docv[slot], text, strlen(text));
+		free(text);
+		if (op % 10 == 0)
+			check_random_query(si, &d, docv);
+	}
+	for (i = 0; i < 100; i++)
+		check_random_query(si, &d, docv);
+	for (i = 0; i < SLOTS; i++)
+		tokv_done(&docv[i]);
+	free(docv);
 	search_free(si);
 	docs_done(&d);
 }
@@ -907,6 +970,7 @@ static Suite *search_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tr, 60);
 	tcase_add_test(tr, random_consistency);
+	tcase_add_test(tr, random_consistency_many_blocks);
 	tcase_add_test(tr, steps_see_the_beginning);
 	tcase_add_test(tr, pages_follow_the_whole_list);
 	suite_add_tcase(s, tr);

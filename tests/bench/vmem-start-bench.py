@@ -15,7 +15,9 @@ the same repository), --runs times:
                      git status) spends after that answer until it has
                      been idle for 2 s (and how long that took), capped
                      by --idle-max
-  stop               SIGTERM until the process is gone (graceful)
+  stop               after one decision.store (so whatever a stop saves
+                     or commits is there to do): SIGTERM until the process
+                     is gone (graceful)
 
 Every run starts from a stop that was itself graceful, so the figures are
 those of an ordinary restart. Prints figures; never fails on time. Quote
@@ -199,6 +201,14 @@ def measure(vmemd, root, tmp, runs, idle_max, label):
         start = d.start()
         start_cpu = d.start_cpu
         cpu, idle = d.wait_idle(idle_max)
+        # A stop after a write: the snapshot must be saved again and the
+        # write committed, as in any stop of a daemon that did work.
+        c = Conn(d.sock)
+        c.call("server.hello", {"agent_id": "bench"})
+        c.call("decision.store", {"coordinate": coord_of(1),
+                                  "content": text_of(len(rows) + 7, 480),
+                                  "overwrite": True})
+        c.close()
         stop = d.stop()
         rows.append((start, start_cpu, cpu, idle, stop))
     return rows

@@ -300,12 +300,15 @@ static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
 static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
 			     uint64_t files)
 {
-	(void)ctx;
+	const struct decisions *ds = ctx;
+
+	/* Decisions loaded: those read, and those taken from the index
+	 * snapshot without reading their files. */
+	(void)files;
 	if (progress_due())
-		progress_say("loading the decision files: %llu loaded, %llu of "
+		progress_say("loading the decision files: %zu loaded, %llu of "
 			     "%llu entries of " VMDIR_DIRNAME,
-			     (unsigned long long)files,
-			     (unsigned long long)done,
+			     ds->index.count, (unsigned long long)done,
 			     (unsigned long long)total);
 }
 
@@ -333,6 +336,7 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 			 "decision file",
 			 INDEXSNAP_NAME, why);
 	ds->dir.progress = load_progress_cb;
+	ds->dir.progress_ctx = ds;
 	if (l.snap)
 		rc = vmdir_rescan(&ds->dir, snap_known_cb, load_cb, &l, rep,
 				  errmsg, n);

@@ -39,7 +39,8 @@ size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c)
 
 static void mark_dirty(struct decisions *ds, size_t slot)
 {
-	ds->snap_current = false;
+	if (ds->snap_stale < SIZE_MAX)
+		ds->snap_stale++;
 	if (ds->dirty[slot])
 		return;
 	ds->dirty[slot] = 1;
@@ -343,30 +344,31 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 	else
 		rc = vmdir_load(&ds->dir, load_cb, &l, rep, errmsg, n);
 	ds->dir.progress = NULL;
-	if (rc == 0 && l.snap) {
-		size_t read = rep ? rep->loaded : SIZE_MAX;
-
+	ds->snap_stale = SIZE_MAX;
+	if (rc == 0 && l.snap && rep) {
 		log_info("index snapshot: %zu decisions taken from it, %zu "
 			 "files read (changed since, or not in it)",
-			 snap.taken, read);
-		/* It holds exactly the index: until something changes, a
-		 * stop has nothing new to save. */
-		ds->snap_current = read == 0 && snap.taken == snap.count;
+			 snap.taken, rep->loaded);
+		/* What a start from it would read or drop now. */
+		ds->snap_stale = rep->loaded + (snap.count - snap.taken);
 	}
 	indexsnap_done(&snap);
 	return rc;
 }
 
-long decisions_save_snapshot(struct decisions *ds, bool *saved, char *errmsg,
-			     size_t n)
+long decisions_save_snapshot(struct decisions *ds, bool *saved, size_t *stale,
+			     char *errmsg, size_t n)
 {
 	*saved = false;
+	*stale = 0;
 	if (!ds->dir.state) {
 		errmsg_set(errmsg, n, "no state directory");
 		return -EINVAL;
 	}
-	if (ds->snap_current)
+	if (ds->snap_stale <= ds->index.count / DECISIONS_SNAP_STALE_DIV) {
+		*stale = ds->snap_stale;
 		return (long)ds->index.count;
+	}
 	*saved = true;
 	return indexsnap_save(ds->dir.state, &ds->index, ds->stamps, ds->dirty,
 			      errmsg, n);
@@ -627,7 +629,8 @@ static void reload_apply(struct decisions *ds, size_t slot, struct record *rec,
 {
 	const struct record *old = ds->index.slots[slot];
 
-	ds->snap_current = false;
+	if (ds->snap_stale < SIZE_MAX)
+		ds->snap_stale++;
 	ds->stamps[slot] = *stamp;
 	if (record_same(old, rec)) {
 		record_free(rec);
@@ -712,6 +715,7 @@ int decisions_init(struct decisions *ds, const char *root,
 	int rc;
 
 	memset(ds, 0, sizeof(*ds));
+	ds->snap_stale = SIZE_MAX;
 	ds->sk.kind = &decision_kind;
 	ds->max_x = max_x;
 	rc = index_init(&ds->index, max_x);

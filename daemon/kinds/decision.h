@@ -39,9 +39,11 @@ struct decisions {
 	size_t *dirty_list;
 	size_t n_dirty;
 	struct vmdir_stamp *stamps;
-	/* The state directory's index snapshot holds exactly the index and
-	 * its stamps (all of it came from there, nothing changed since). */
-	bool snap_current;
+	/* How far the state directory's index snapshot is from the index:
+	 * the files a start from it would read (changed since it was saved,
+	 * or not in it) plus the slots changed since this start; SIZE_MAX:
+	 * no snapshot was used. */
+	size_t snap_stale;
 
 	/* Slots the log replay changed at start-up: they may differ from
 	 * HEAD (whoever starts commits marks them). */
@@ -99,15 +101,23 @@ int decisions_init(struct decisions *ds, const char *root,
 void decisions_done(struct decisions *ds);
 
 /*
+ * A stop keeps the snapshot it started from while at most 1 in this many
+ * decisions changed since (the next start reads those few files) rather
+ * than rewrite all of it.
+ */
+#define DECISIONS_SNAP_STALE_DIV 64
+
+/*
  * Save the index with its files' stamps as the state directory's
  * snapshot (find/indexsnap), which the next start's load takes records
  * from instead of reading files that did not change; unless the snapshot
- * there is the index already (*saved false: every record came from it
- * and nothing changed since). Blocking: after the loop has stopped. The
- * number of decisions it holds, or -errno (errmsg).
+ * there is close enough (*saved false, *stale: the files the next start
+ * reads at most, see DECISIONS_SNAP_STALE_DIV). Blocking: after the loop
+ * has stopped. The number of decisions the index holds, or -errno
+ * (errmsg).
  */
-long decisions_save_snapshot(struct decisions *ds, bool *saved, char *errmsg,
-			     size_t n);
+long decisions_save_snapshot(struct decisions *ds, bool *saved, size_t *stale,
+			     char *errmsg, size_t n);
 
 /* The store's lock slot of a coordinate, as leases take it. */
 size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c);

@@ -650,7 +650,8 @@ static void save_snapshot(struct daemon *d)
 	char errmsg[1024];
 	uint64_t t0 = uv_hrtime();
 	bool saved;
-	long n = decisions_save_snapshot(&d->decisions, &saved, errmsg,
+	size_t stale;
+	long n = decisions_save_snapshot(&d->decisions, &saved, &stale, errmsg,
 					 sizeof(errmsg));
 
 	if (n < 0)
@@ -658,9 +659,9 @@ static void save_snapshot(struct daemon *d)
 			 "every decision file",
 			 errmsg);
 	else if (!saved)
-		log_info("index snapshot: unchanged since the start (%ld "
-			 "decisions), kept as it is",
-			 n);
+		log_info("index snapshot: kept (%ld decisions; the next start "
+			 "reads at most %zu files)",
+			 n, stale);
 	else
 		log_info("index snapshot: %ld decisions saved in %.0f ms", n,
 			 (double)(uv_hrtime() - t0) / 1e6);

@@ -85,8 +85,9 @@ class Startup(vt.VmemTestCase):
         # A stop after a start that changed nothing keeps it as it is...
         conn.close()
         self.stop_settled()
-        self.assertRegex(self.last_run_log(), r"index snapshot: unchanged "
-                         r"since the start \(%d decisions\)" % len(recs))
+        self.assertRegex(self.last_run_log(), r"index snapshot: kept \(%d "
+                         r"decisions; the next start reads at most 0 files"
+                         % len(recs))
         self.daemon.start()
         self.assertEqual(self.taken_and_read(), (len(recs), 0))
         # ... and one after a write saves it again, the write included.
@@ -100,6 +101,32 @@ class Startup(vt.VmemTestCase):
         self.daemon.start()
         self.assertEqual(self.taken_and_read(), (len(recs), 0))
         self.assertServes(self.connect("snap"), recs)
+
+    def test_stop_keeps_a_snapshot_few_changes_behind(self):
+        conn = self.connect("snap")
+        items = [{"coordinate": vt.coord(1 + i // 8, 1 + i // 2 % 4,
+                                         2 + i % 2),
+                  "content": "bulk decision %d" % i} for i in range(128)]
+        conn.call("decision.store_many", {"items": items})
+        conn.close()
+        self.stop_settled()
+        self.daemon.start()
+        self.assertEqual(self.taken_and_read(), (128, 0))
+        conn = self.connect("snap")
+        changed = conn.store(3, 2, 2, "changed after the snapshot",
+                             overwrite=True)
+        self.assertFileMatches(changed)
+        conn.close()
+        self.daemon.stop()
+        # One change in 128: the snapshot stays, one file behind...
+        self.assertRegex(self.last_run_log(), r"index snapshot: kept \(128 "
+                         r"decisions; the next start reads at most 1 files")
+        # ... and the next start reads that file.
+        self.daemon.start()
+        self.assertEqual(self.taken_and_read(), (127, 1))
+        conn = self.connect("snap")
+        self.assertEqual(conn.get(3, 2, 2), changed)
+        self.assertEqual(conn.get(1, 1, 2)["content"], "bulk decision 0")
 
     def test_same_size_edit_with_mtime_put_back_is_seen(self):
         conn = self.connect("snap")

@@ -94,7 +94,7 @@ static int xdir_parse(const char *name, int max_x, int *x)
 	return 0;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
+int vmdir_write_all(int fd, const char *buf, size_t len)
 {
 	ssize_t r;
 
@@ -166,7 +166,7 @@ static int copy_file(int sdfd, const char *name, int qfd, const char *qname)
 		}
 		if (r == 0)
 			break;
-		ret = write_all(out, buf, (size_t)r);
+		ret = vmdir_write_all(out, buf, (size_t)r);
 		if (ret < 0)
 			goto out;
 	}
@@ -447,7 +447,7 @@ int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
 			   strerror(-ret));
 		return ret;
 	}
-	ret = write_all(fd, data, len);
+	ret = vmdir_write_all(fd, data, len);
 	if (ret == 0 && fsync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -954,10 +954,8 @@ struct apply {
 	mode_t dir_mode; /* of the directories created (0: the umask's) */
 };
 
-/* Open (creating when create, with mode unless 0) directory name in dfd,
- * refusing symlinks. */
-static int open_subdir(int dfd, const char *name, bool create, mode_t mode,
-		       bool *made)
+int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
+		      bool *made)
 {
 	struct stat st;
 	int fd;
@@ -1008,7 +1006,7 @@ static int write_durable(int dfd, const char *name, const char *tag,
 	if (mode && fchmod(fd, mode) < 0)
 		ret = -errno;
 	if (ret == 0)
-		ret = write_all(fd, text, len);
+		ret = vmdir_write_all(fd, text, len);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -1052,7 +1050,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 		a->xs = xs;
 		a->capx = a->capx ? a->capx * 2 : 8;
 	}
-	fd = open_subdir(a->vfd, name, create, a->dir_mode, &made);
+	fd = vmdir_open_subdir(a->vfd, name, create, a->dir_mode, &made);
 	if (fd == -ENOENT && !create)
 		fd = -1;
 	else if (fd < 0) {
@@ -1089,7 +1087,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			   strerror(-ret));
 		goto out;
 	}
-	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
+	ret = vmdir_open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
 	if (ret < 0) {
 		errmsg_set(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
 			   strerror(-ret),

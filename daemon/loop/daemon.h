@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "decision.h"
+#include "experience.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -44,6 +45,7 @@ struct daemon {
 	struct repo repo;
 	struct store store;
 	struct decisions decisions; /* the decision kind, in the store */
+	struct experiences experiences; /* the experience kind, likewise */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

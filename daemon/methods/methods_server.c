@@ -110,11 +110,13 @@ int server_health(struct call *call)
 		return CALL_DONE;
 	call_reply(
 		call,
-		json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
+		json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I}",
+			  "status",
 			  d->stopping ? "stopping"
 				      : (degraded ? "degraded" : "ok"),
 			  "version", VMEMD_VERSION, "repo", d->repo.root,
 			  "decisions", (json_int_t)d->decisions.index.count,
+			  "experiences", (json_int_t)d->experiences.ix.n_live,
 			  "pending", (json_int_t)gitq_pending(&d->gitq),
 			  "last_commit", last_commit_json(&d->gitq),
 			  "commit_deferred",
@@ -353,7 +355,7 @@ int server_stats(struct call *call)
 		call,
 		json_pack(
 			"{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I},"
-			"s:I,s:I,s:I}",
+			"s:I,s:I,s:I,s:{s:I,s:I,s:I}}",
 			"uptime_s",
 			(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
 			"connections",
@@ -366,6 +368,9 @@ int server_stats(struct call *call)
 			"commit", (json_int_t)gitq_pending(&d->gitq), "leases",
 			(json_int_t)leases_count(&d->leases), "subscriptions",
 			(json_int_t)d->subs.n, "resident_bytes",
-			resident_bytes()));
+			resident_bytes(), "experiences", "count",
+			(json_int_t)d->experiences.ix.n_live, "agents",
+			(json_int_t)d->experiences.ix.n_agents, "index_bytes",
+			(json_int_t)expindex_memory(&d->experiences.ix)));
 	return CALL_DONE;
 }

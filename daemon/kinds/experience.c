@@ -792,6 +792,9 @@ struct rescan_job {
 	size_t n_found, cap_found;
 	struct found_line *cur; /* lines of the shard being read */
 	size_t n_cur, cap_cur;
+	char **moved; /* files below experiences/ that a quarantine changed
+			 or took away (to commit) */
+	size_t n_moved;
 };
 
 static void found_lines_free(struct found_line *lines, size_t n)
@@ -814,6 +817,9 @@ static void rescan_job_free(struct rescan_job *j)
 	}
 	free(j->found);
 	found_lines_free(j->cur, j->n_cur);
+	for (size_t i = 0; i < j->n_moved; i++)
+		free(j->moved[i]);
+	free(j->moved);
 	free(j);
 }
 
@@ -939,7 +945,20 @@ static int rescan(struct store_kind *k, void *job,
 		.ctx = j,
 	};
 
-	return shards_scan(&of(k)->files, &v, rep, errmsg, n);
+	static const char prefix[] = VMDIR_DIRNAME "/" VMDIR_EXPERIENCES "/";
+	int rc = shards_scan(&of(k)->files, &v, rep, errmsg, n);
+
+	/* What a quarantine changed in the tree goes into the next commit. */
+	j->moved = calloc(rep->n_quarantined ? rep->n_quarantined : 1,
+			  sizeof(*j->moved));
+	for (size_t i = 0; j->moved && i < rep->n_quarantined; i++) {
+		const char *path = rep->quarantined[i].path;
+
+		if (strncmp(path, prefix, sizeof(prefix) - 1) == 0 &&
+		    (j->moved[j->n_moved] = strdup(path + sizeof(prefix) - 1)))
+			j->n_moved++;
+	}
+	return rc;
 }
 
 /* Docs whose counts a reload changed, each with its record as read
@@ -1064,6 +1083,8 @@ static int rescan_end(struct store_kind *k, void *job, int rc, bool probe)
 		changed = probe_changed(j);
 	else if (rc == 0)
 		reload_apply(xs, j);
+	for (size_t i = 0; i < j->n_moved; i++)
+		report(xs, KIND_RELOADED, UINT32_MAX, j->moved[i]);
 	rescan_job_free(j);
 	return changed;
 }

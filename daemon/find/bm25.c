@@ -670,6 +670,13 @@ static int pick_cmp(const void *a, const void *b)
 	return x->q < y->q ? -1 : x->q > y->q;
 }
 
+static int pick_q_cmp(const void *a, const void *b)
+{
+	const struct pick *x = a, *y = b;
+
+	return x->q < y->q ? -1 : x->q > y->q;
+}
+
 /* Add one index term's contribution to every live document holding
  * it. */
 static int score_term(struct bm25 *ix, const struct term *t, unsigned bit,
@@ -801,6 +808,8 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 	qsort(picks, n_picks, sizeof(*picks), pick_cmp);
 	if (n_picks > BM25_TERMS_MAX)
 		n_picks = BM25_TERMS_MAX;
+	/* The chosen ones in query order: matched bits read as the query. */
+	qsort(picks, n_picks, sizeof(*picks), pick_q_cmp);
 	if (grow_array((void **)&ix->touched, &ix->cap_touched, ix->next_doc,
 		 sizeof(*ix->touched)) < 0)
 		goto out;

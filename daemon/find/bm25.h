@@ -108,7 +108,8 @@ const char *bm25_query_term(const struct bm25_query *q, size_t i);
  * then tie key, then newest document number. Only the BM25_TERMS_MAX
  * query terms with the fewest matching documents are scored: scored[i]
  * (BM25_TERMS_MAX entries, the caller's) receives the query term that
- * bit i of a hit's matched stands for, *n_scored how many. *hits is
+ * bit i of a hit's matched stands for (in query order), *n_scored how
+ * many. *hits is
  * malloc'd (NULL when none). 0 or -ENOMEM.
  */
 int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,

@@ -214,7 +214,7 @@ void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
 	struct buf line = {0};
 
 	for (sub = s->head; sub; sub = next) {
-		char head[160];
+		char head[256];
 		int n;
 
 		next = sub->next; /* notifying may close a slow subscriber */

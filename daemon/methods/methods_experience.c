@@ -274,11 +274,19 @@ static bool append_hit(struct buf *b, const struct exp_doc *d,
 	return ok;
 }
 
+/*
+ * find_similar: the ranking of the context; with after (a result's id),
+ * the results ranked after it, among the first RESULTS_LIMIT_MAX.
+ */
 int experience_find_similar(struct call *call)
 {
-	static const char *const allowed[] = {"agent_id", "context", "limit",
-					      "min_importance", NULL};
+	static const char *const allowed[] = {"agent_id", "context",
+					      "limit",	  "min_importance",
+					      "after",	  NULL};
 	json_t *ctx = json_object_get(call->params, "context");
+	json_t *after = json_object_get(call->params, "after");
+	struct expid after_id;
+	size_t first = 0;
 	struct expindex *ix = &call->d->experiences.ix;
 	int64_t limit = SIMILAR_DEFAULT, min_imp = EXP_IMPORTANCE_MIN;
 	const char *agent, *terms[BM25_TERMS_MAX];
@@ -306,6 +314,14 @@ int experience_find_similar(struct call *call)
 			   EXP_TEXT_MAX);
 		return CALL_DONE;
 	}
+	if (after && !json_is_null(after) &&
+	    (!json_is_string(after) ||
+	     expid_parse(json_string_value(after), json_string_length(after),
+			 &after_id) < 0)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "after must be an experience id (a UUIDv7)");
+		return CALL_DONE;
+	}
 	rc = bm25_query_parse(json_string_value(ctx), json_string_length(ctx),
 			      &q, msg, sizeof(msg));
 	if (rc == -EINVAL) {
@@ -314,11 +330,23 @@ int experience_find_similar(struct call *call)
 	}
 	if (rc == 0)
 		rc = expindex_similar(ix, q, agent, agent ? strlen(agent) : 0,
-				      (int)min_imp, (size_t)limit, &hits, &n,
-				      terms, &n_terms);
+				      (int)min_imp,
+				      after && !json_is_null(after)
+					      ? RESULTS_LIMIT_MAX
+					      : (size_t)limit,
+				      &hits, &n, terms, &n_terms);
+	if (rc == 0 && after && !json_is_null(after)) {
+		first = n; /* not among them: nothing after it */
+		for (size_t i = 0; i < n; i++)
+			if (expid_cmp(&ix->docs[hits[i].doc].id, &after_id) ==
+			    0)
+				first = i + 1;
+		if (n > first + (size_t)limit)
+			n = first + (size_t)limit;
+	}
 	ok = rc == 0 && buf_append(&b, "[", 1);
-	for (size_t i = 0; ok && i < n; i++)
-		ok = (i == 0 || buf_append(&b, ",", 1)) &&
+	for (size_t i = first; ok && i < n; i++)
+		ok = (i == first || buf_append(&b, ",", 1)) &&
 		     append_hit(&b, &ix->docs[hits[i].doc], &hits[i], terms,
 				n_terms);
 	if (ok && buf_append(&b, "]", 1))

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 
+import test_mcp
 import vmemtest as vt
 
 ID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-"
@@ -485,6 +486,76 @@ class Shards(vt.GitCase):
             self.assertIn(rec["id"], seen)
         self.assertEqual(conn.call("experience.stats")["total_count"],
                          len(seen))
+
+
+class Mcp(test_mcp.McpMixin, vt.VmemTestCase):
+    def test_tools(self):
+        c = self.mcp(agent_id="mcp-agent")
+        tools = {t["name"]: t for t in c.call("tools/list")["tools"]}
+        for name in ("record_experience", "recall_experiences",
+                     "find_similar_experiences", "experience_stats"):
+            self.assertIn(name, tools)
+        self.assertIn("Before acting",
+                      tools["find_similar_experiences"]["description"])
+        self.assertIn("After acting",
+                      tools["record_experience"]["description"])
+        self.assertEqual(sorted(tools["record_experience"]["inputSchema"]
+                                ["required"]),
+                         ["action", "context", "outcome"])
+        init = c.call("initialize", test_mcp.init_params())
+        self.assertIn("find_similar_experiences", init["instructions"])
+        rec = self.tool_ok(c, "record_experience",
+                           {"context": "flaky test in CI",
+                            "action": "reran with -j1",
+                            "outcome": "passed: a race in the fixture",
+                            "tags": ["ci", "flaky"], "importance": 8})
+        self.assertRegex(rec["id"], ID_RE)
+        self.assertEqual(rec["agent_id"], "mcp-agent")
+        self.tool_error(c, "record_experience",
+                        {"context": "x", "action": "y", "outcome": "z",
+                         "importance": 11}, "ValueError")
+        self.tool_error(c, "record_experience", {"context": "x"},
+                        "ValueError")
+        big = "w%d " * 400 % tuple(range(400))
+        recs = [self.tool_ok(c, "record_experience",
+                             {"context": "ci run %d %s" % (i, big),
+                              "action": "a", "outcome": "o",
+                              "tags": ["ci"]}) for i in range(5)]
+        page = self.tool_ok(c, "recall_experiences",
+                            {"tags": ["ci"], "limit": 2})
+        self.assertEqual([r["id"] for r in page["experiences"]],
+                         [recs[4]["id"], recs[3]["id"]])
+        self.assertTrue(page["more"])
+        self.assertTrue(page["experiences"][0]["context_truncated"])
+        self.assertEqual(page["experiences"][0]["context_bytes"],
+                         len(recs[4]["context"]))
+        rest = self.tool_ok(c, "recall_experiences",
+                            {"tags": ["ci"], "limit": 200,
+                             "after": page["next_after"]})
+        self.assertEqual([r["id"] for r in rest["experiences"]],
+                         [r["id"] for r in recs[2::-1]] + [rec["id"]])
+        self.assertFalse(rest["more"])
+        found = self.tool_ok(c, "find_similar_experiences",
+                             {"context": "the CI test is flaky"})
+        self.assertEqual(found["experiences"][0]["id"], rec["id"])
+        self.assertEqual(found["experiences"][0]["matched_terms"],
+                         ["ci", "test", "flaky"])
+        one = self.tool_ok(c, "find_similar_experiences",
+                           {"context": "ci run", "limit": 1})
+        self.assertTrue(one["more"])
+        two = self.tool_ok(c, "find_similar_experiences",
+                           {"context": "ci run", "limit": 1,
+                            "after": one["next_after"]})
+        self.assertNotEqual(two["experiences"][0]["id"],
+                            one["experiences"][0]["id"])
+        self.tool_error(c, "find_similar_experiences", {"context": "the of"},
+                        "QueryError")
+        stats = self.tool_ok(c, "experience_stats", {})
+        self.assertEqual(stats["total_count"], 6)
+        self.assertEqual(stats["tag_distribution"], {"ci": 6, "flaky": 1})
+        self.assertEqual(self.tool_ok(c, "experience_stats",
+                                      {"agent_id": "mcp-agent"})
+                         ["agent_id"], "mcp-agent")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 
+import test_cli
 import test_mcp
 import vmemtest as vt
 
@@ -486,6 +487,81 @@ class Shards(vt.GitCase):
             self.assertIn(rec["id"], seen)
         self.assertEqual(conn.call("experience.stats")["total_count"],
                          len(seen))
+
+
+class Cli(test_cli.CliTestCase):
+    def test_commands(self):
+        out = self.ok("--agent", "goal_seeker_1", "exp", "add", "--context",
+                      "User requested file analysis", "--action",
+                      "Analyzed src/", "--outcome", "Found 142 files",
+                      "--tag", "analysis", "--tag", "codebase",
+                      "--importance", "7", "--metadata", '{"files": 142}'
+                      ).stdout
+        m = re.fullmatch(r"stored (\S+)\n", out)
+        self.assertIsNotNone(m, out)
+        rid = m.group(1)
+        conn = self.connect()
+        rec = conn.call("experience.get", {"id": rid})
+        self.assertEqual((rec["agent_id"], rec["tags"], rec["importance"],
+                          rec["metadata"]),
+                         ("goal_seeker_1", ["analysis", "codebase"], 7,
+                          {"files": 142}))
+        # The agent of writes (VMEM_AGENT_ID) by default.
+        other = self.json_of("exp", "add", "--context", "deploy the db",
+                             "--action", "ran migrations", "--outcome",
+                             "ok", "--tag", "db")
+        self.assertEqual(other["agent_id"], test_cli.AGENT)
+        table = self.ok("--agent", "goal_seeker_1", "exp", "ls").stdout
+        self.assertIn(rid, table)
+        self.assertIn("analysis,codebase", table)
+        self.assertIn("User requested", table)
+        self.assertNotIn(other["id"], table)
+        self.assertEqual(self.json_of("--agent", "goal_seeker_1", "exp",
+                                      "ls", "--tag", "analysis",
+                                      "--since", "1h",
+                                      "--min-importance", "7"),
+                         [rec])
+        self.assertEqual(self.json_of("--agent", "goal_seeker_1", "exp",
+                                      "ls", "--since", "2000-01-01",
+                                      "--until", "2000-01-02"), [])
+        self.assertEqual(self.json_of("exp", "ls"), [other])
+        sim = self.json_of("exp", "similar", "file", "analysis")
+        self.assertEqual([r["id"] for r in sim], [rid])
+        self.assertIn("SCORE", self.ok("exp", "similar", "migrations").stdout)
+        self.assertEqual(self.json_of("--agent", "nobody", "exp", "similar",
+                                      "migrations"), [])
+        stats = self.ok("exp", "stats").stdout
+        self.assertRegex(stats, r"experiences\s+2\n")
+        self.assertRegex(stats, r"analysis\s+1\s+\u2588+")
+        self.assertRegex(stats, r"goal_seeker_1\s+1\s+\u2588+")
+        self.assertEqual(self.json_of("--agent", "goal_seeker_1", "exp",
+                                      "stats")["total_count"], 1)
+        self.assertEqual(self.json_of("exp", "get", rid), rec)
+        self.assertIn("Found 142 files", self.ok("exp", "get", rid).stdout)
+        self.assertEqual(self.ok("exp", "rm", rid).stdout,
+                         "deleted %s\n" % rid)
+        self.fails(1, "exp", "rm", rid)
+        self.fails(1, "exp", "get", rid)
+        self.fails(1, "exp", "similar", "the", type_name="QueryError")
+        self.fails(1, "exp", "get", "not-an-id", type_name="ValueError")
+
+    def test_usage_errors(self):
+        for args in (["exp"], ["exp", "nope"], ["exp", "add"],
+                     ["exp", "add", "--context", "c", "--action", "a"],
+                     ["exp", "add", "--context", "c", "--action", "a",
+                      "--outcome", "o", "--importance", "11"],
+                     ["exp", "add", "--context", "c", "--action", "a",
+                      "--outcome", "o", "--metadata", "[1]"],
+                     ["exp", "ls", "--since", "yesterday"],
+                     ["exp", "ls", "--limit", "0"],
+                     ["exp", "ls", "--x", "1-2"],
+                     ["exp", "similar"], ["exp", "stats", "--tag", "t"],
+                     ["exp", "get"], ["exp", "rm", "a", "b"],
+                     ["ls", "--tag", "t"]):
+            with self.subTest(args=args):
+                self.fails(2, *args)
+        self.assertEqual(self.connect().call("server.health")
+                         ["experiences"], 0)
 
 
 class Mcp(test_mcp.McpMixin, vt.VmemTestCase):

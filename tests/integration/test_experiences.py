@@ -564,6 +564,27 @@ class Cli(test_cli.CliTestCase):
                          ["experiences"], 0)
 
 
+class Python(vt.VmemTestCase):
+    def test_amplihack_memory(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(
+            __file__)), "..", "..", "client", "python"))
+        import amplihack_memory as am
+        os.environ["VMEM_SOCKET"] = self.daemon.sock
+        try:
+            with am.MemoryConnector(self.repo.root, autostart=False) as c:
+                store = am.ExperienceStore(c)
+                rid = store.store("py", "python client context", "acted",
+                                  "done", tags=["p"], importance=9)
+                got = store.retrieve("py")
+        finally:
+            del os.environ["VMEM_SOCKET"]
+        rec = self.connect().call("experience.get", {"id": rid})
+        self.assertEqual(got[0].to_dict(),
+                         dict(rec, timestamp=got[0].timestamp.isoformat()))
+        self.assertEqual(got[0].timestamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                         rec["timestamp"])
+
+
 class Mcp(test_mcp.McpMixin, vt.VmemTestCase):
     def test_tools(self):
         c = self.mcp(agent_id="mcp-agent")

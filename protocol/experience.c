@@ -418,8 +418,213 @@ static int parse_record(json_t *obj, struct experience *e, char *msg)
 	return rc;
 }
 
-int exp_parse_line(const char *s, size_t len, struct exp_line *out,
-		   char msg[VMEM_ERRMSG_LEN])
+/* ---- the fast path: our own lines ---- */
+
+/* A cursor over a line. */
+struct scan {
+	const char *p, *end;
+};
+
+static bool lit(struct scan *sc, const char *text)
+{
+	size_t n = strlen(text);
+
+	if ((size_t)(sc->end - sc->p) < n || memcmp(sc->p, text, n) != 0)
+		return false;
+	sc->p += n;
+	return true;
+}
+
+static int hex4(const char *p)
+{
+	int v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		int c = p[i], d = c >= '0' && c <= '9'	 ? c - '0'
+				  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+				  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+							 : -1;
+
+		if (d < 0)
+			return -1;
+		v = v << 4 | d;
+	}
+	return v;
+}
+
+static size_t put_utf8(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xc0 | cp >> 6);
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (char)(0xe0 | cp >> 12);
+		o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+		o[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (char)(0xf0 | cp >> 18);
+	o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	o[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/*
+ * A JSON string at the cursor (its opening quote already read), decoded
+ * into a malloc'd NUL-terminated copy. false for anything JSON would
+ * refuse or we would refuse after (a raw control character, a bad
+ * escape, a lone surrogate, NUL): the general parser then judges it.
+ */
+static bool fast_string(struct scan *sc, char **out, size_t *len)
+{
+	const char *q = sc->p;
+	char *buf, *o;
+
+	while (q < sc->end && *q != '"') /* an upper bound of the length */
+		q += *q == '\\' ? 2 : 1;
+	if (q >= sc->end)
+		return false;
+	buf = malloc((size_t)(q - sc->p) + 1);
+	if (!buf)
+		return false;
+	o = buf;
+	while (*sc->p != '"') {
+		unsigned char c = (unsigned char)*sc->p++;
+		int cp, lo;
+
+		if (c < 0x20)
+			goto bad;
+		if (c != '\\') {
+			*o++ = (char)c;
+			continue;
+		}
+		switch (*sc->p++) {
+		case '"': *o++ = '"'; break;
+		case '\\': *o++ = '\\'; break;
+		case '/': *o++ = '/'; break;
+		case 'b': *o++ = '\b'; break;
+		case 'f': *o++ = '\f'; break;
+		case 'n': *o++ = '\n'; break;
+		case 'r': *o++ = '\r'; break;
+		case 't': *o++ = '\t'; break;
+		case 'u':
+			if (sc->end - sc->p < 4 || (cp = hex4(sc->p)) <= 0)
+				goto bad; /* \u0000 included */
+			sc->p += 4;
+			if (cp >= 0xdc00 && cp <= 0xdfff)
+				goto bad;
+			if (cp >= 0xd800 && cp <= 0xdbff) {
+				if (sc->end - sc->p < 6 || sc->p[0] != '\\' ||
+				    sc->p[1] != 'u' ||
+				    (lo = hex4(sc->p + 2)) < 0xdc00 ||
+				    lo > 0xdfff)
+					goto bad;
+				sc->p += 6;
+				cp = 0x10000 + ((cp - 0xd800) << 10) +
+				     (lo - 0xdc00);
+			}
+			o += put_utf8(o, (uint32_t)cp);
+			break;
+		default:
+			goto bad;
+		}
+	}
+	sc->p++;
+	*o = '\0';
+	*len = (size_t)(o - buf);
+	if (!utf8_valid(buf, *len))
+		goto bad;
+	*out = buf;
+	return true;
+bad:
+	free(buf);
+	return false;
+}
+
+/*
+ * A record line exactly as exp_dump writes it (members in order, compact),
+ * read without building a JSON tree: 0 with *e filled, or 1 when the line
+ * is anything else (or breaks a rule), for the general parser to judge:
+ * its answer is the same for every line this one accepts.
+ */
+static int fast_record(const char *s, size_t len, struct experience *e)
+{
+	static const char *const keys[EXP_NFIELDS] = {
+		",\"context\":\"", ",\"action\":\"", ",\"outcome\":\""};
+	struct scan sc = {s, s + len};
+	const char *digits;
+	char *tmp = NULL, *ts = NULL;
+	size_t n;
+	json_t *tags = NULL;
+	int imp = 0;
+
+	if (!lit(&sc, "{\"id\":\"") || sc.end - sc.p < EXPID_LEN + 2 ||
+	    expid_parse(sc.p, EXPID_LEN, &e->id) < 0)
+		return 1;
+	sc.p += EXPID_LEN;
+	if (!lit(&sc, "\",\"agent_id\":\"") ||
+	    !fast_string(&sc, &e->agent_id, &n) ||
+	    agent_id_check(e->agent_id, n, NULL) != 0)
+		goto other;
+	for (int f = 0; f < EXP_NFIELDS; f++)
+		if (!lit(&sc, keys[f]) ||
+		    !fast_string(&sc, &e->text[f], &e->text_len[f]) ||
+		    exp_text_check((enum exp_field)f, e->text[f],
+				   e->text_len[f], false, NULL) != 0)
+			goto other;
+	if (!lit(&sc, ",\"timestamp\":\"") || !fast_string(&sc, &ts, &n) ||
+	    n != VMEM_TIMESTAMP_LEN || timestamp_parse(ts, &e->timestamp) < 0 ||
+	    !lit(&sc, ",\"importance\":"))
+		goto other;
+	digits = sc.p;
+	while (sc.p < sc.end && *sc.p >= '0' && *sc.p <= '9' && imp <= 10)
+		imp = imp * 10 + (*sc.p++ - '0');
+	if (imp < EXP_IMPORTANCE_MIN || imp > EXP_IMPORTANCE_MAX ||
+	    *digits == '0' || !lit(&sc, ",\"tags\":["))
+		goto other;
+	e->importance = imp;
+	tags = json_array();
+	while (tags && sc.p < sc.end && *sc.p != ']') {
+		if ((json_array_size(tags) && !lit(&sc, ",")) ||
+		    !lit(&sc, "\"") || !fast_string(&sc, &tmp, &n) ||
+		    json_array_append_new(tags, json_stringn(tmp, n)) < 0)
+			goto other;
+		free(tmp);
+		tmp = NULL;
+	}
+	if (!tags || !lit(&sc, "],\"metadata\":") ||
+	    exp_tags_from_json(tags, &e->tags, &e->n_tags, NULL) != 0)
+		goto other;
+	if (sc.end - sc.p == 3 && memcmp(sc.p, "{}}", 3) == 0) {
+		e->metadata = json_object();
+	} else if (sc.end - sc.p > 1 && sc.end[-1] == '}') {
+		e->metadata = json_loadb(sc.p, (size_t)(sc.end - sc.p - 1),
+					 JSON_REJECT_DUPLICATES, NULL);
+		if (exp_metadata_check(e->metadata, NULL) != 0)
+			goto other;
+	}
+	if (!e->metadata)
+		goto other;
+	json_decref(tags);
+	free(ts);
+	return 0;
+other:
+	json_decref(tags);
+	free(tmp);
+	free(ts);
+	experience_done(e);
+	return 1;
+}
+
+int exp_parse_line_general(const char *s, size_t len, struct exp_line *out,
+			   char msg[VMEM_ERRMSG_LEN])
 {
 	json_error_t jerr;
 	json_t *obj;
@@ -449,6 +654,17 @@ int exp_parse_line(const char *s, size_t len, struct exp_line *out,
 	}
 	json_decref(obj);
 	return rc;
+}
+
+int exp_parse_line(const char *s, size_t len, struct exp_line *out,
+		   char msg[VMEM_ERRMSG_LEN])
+{
+	size_t n = len > 0 && s[len - 1] == '\r' ? len - 1 : len;
+
+	memset(out, 0, sizeof(*out));
+	if (n <= EXP_LINE_MAX && fast_record(s, n, &out->rec) == 0)
+		return 0;
+	return exp_parse_line_general(s, len, out, msg);
 }
 
 /* ---- shard names ---- */

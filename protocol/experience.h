@@ -135,6 +135,15 @@ int exp_parse_line(const char *s, size_t len, struct exp_line *out,
 		   char msg[VMEM_ERRMSG_LEN]);
 
 /*
+ * exp_parse_line through a JSON tree only. exp_parse_line first reads
+ * the lines exp_dump writes without one (a start-up reads every record
+ * of every shard), and this for the rest; both agree on every line (the
+ * fuzz harness shard_line checks it).
+ */
+int exp_parse_line_general(const char *s, size_t len, struct exp_line *out,
+			   char msg[VMEM_ERRMSG_LEN]);
+
+/*
  * The directory name of an agent's shards, NUL-terminated into out (at
  * least EXP_SEGMENT_MAX + 1 bytes). Returns its length, or -1 for an
  * agent id agent_id_check refuses.

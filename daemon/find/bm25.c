@@ -34,7 +34,9 @@ struct term {
 	uint32_t df;   /* live documents holding it */
 	uint32_t last; /* the last document of its postings */
 	uint32_t len, cap;
+	uint32_t hash; /* of its bytes: probes compare it first */
 	uint8_t tok_len;
+	bool stop; /* a stop word: known, never posted */
 	uint8_t *post;
 };
 
@@ -160,10 +162,13 @@ static long lookup(const struct bm25 *ix, const char *tok, size_t len)
 
 	if (!ix->table_cap)
 		return -1;
-	for (i = hash(tok, len) & mask; ix->table[i]; i = (i + 1) & mask) {
+	uint64_t h = hash(tok, len);
+
+	for (i = h & mask; ix->table[i]; i = (i + 1) & mask) {
 		const struct term *t = &ix->terms[ix->table[i] - 1];
 
-		if (t->tok_len == len && memcmp(tok_of(ix, t), tok, len) == 0)
+		if (t->hash == (uint32_t)h && t->tok_len == len &&
+		    memcmp(tok_of(ix, t), tok, len) == 0)
 			return (long)ix->table[i] - 1;
 	}
 	return -1;
@@ -179,6 +184,7 @@ static int grow_table(struct bm25 *ix)
 	for (size_t n = 0; n < ix->n_terms; n++) {
 		const struct term *t = &ix->terms[n];
 		size_t i = hash(tok_of(ix, t), t->tok_len) & (cap - 1);
+
 
 		while (table[i])
 			i = (i + 1) & (cap - 1);
@@ -213,6 +219,8 @@ static long intern(struct bm25 *ix, const char *tok, size_t len)
 	memset(t, 0, sizeof(*t));
 	t->tok = (uint32_t)ix->arena_len;
 	t->tok_len = (uint8_t)len;
+	t->hash = (uint32_t)hash(tok, len);
+	t->stop = bm25_stopword(tok, len);
 	memcpy(ix->arena + ix->arena_len, tok, len);
 	ix->arena_len += len;
 	ix->tf[ix->n_terms] = 0;
@@ -317,12 +325,15 @@ static int collect_cb(void *ctx, const char *tok, size_t len, size_t pos)
 	long t;
 
 	(void)pos;
-	if (len > BM25_TOKEN_MAX || bm25_stopword(tok, len))
+	if (len > BM25_TOKEN_MAX)
 		return 0;
-	c->len += c->weight;
+	/* Stop words are terms too, so each token costs one lookup. */
 	t = c->intern ? intern(ix, tok, len) : lookup(ix, tok, len);
 	if (t < 0)
 		return c->intern ? -ENOMEM : 0;
+	if (ix->terms[t].stop)
+		return 0;
+	c->len += c->weight;
 	if (ix->tf[t] == 0) {
 		if (grow_array((void **)&ix->touched, &ix->cap_touched, c->n + 1,
 			 sizeof(*ix->touched)) < 0)
@@ -875,6 +886,24 @@ out:
 	free(picks);
 	free(pool);
 	return rc;
+}
+
+void bm25_trim(struct bm25 *ix)
+{
+	for (size_t i = 0; i < ix->n_terms; i++) {
+		struct term *t = &ix->terms[i];
+		uint8_t *p;
+
+		if (t->cap == t->len)
+			continue;
+		p = t->len ? realloc(t->post, t->len) : NULL;
+		if (p || !t->len) {
+			if (!t->len)
+				free(t->post);
+			t->post = p;
+			t->cap = t->len;
+		}
+	}
 }
 
 size_t bm25_memory(const struct bm25 *ix)

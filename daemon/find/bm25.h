@@ -116,6 +116,10 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 		bm25_accept_fn accept, void *ctx, struct bm25_hit **hits,
 		size_t *n_hits, size_t *scored, size_t *n_scored);
 
+/* Give back the room the postings grew into (after a bulk load: the
+ * next addition to a term grows it again). */
+void bm25_trim(struct bm25 *ix);
+
 /* Bytes held (postings, vocabulary, per-document arrays, scratch). */
 size_t bm25_memory(const struct bm25 *ix);
 

@@ -875,6 +875,29 @@ void exp_stats_done(struct exp_stats *s)
 	memset(s, 0, sizeof(*s));
 }
 
+/* realloc a list down to its length (kept as it is without memory). */
+static void vec_trim(struct docvec *v)
+{
+	uint32_t *p;
+
+	if (v->cap == v->n || v->n == 0)
+		return;
+	p = realloc(v->v, v->n * sizeof(*v->v));
+	if (p) {
+		v->v = p;
+		v->cap = v->n;
+	}
+}
+
+void expindex_trim(struct expindex *ix)
+{
+	for (size_t a = 0; a < ix->n_agents; a++)
+		vec_trim(&ix->agents[a].list);
+	for (size_t i = 0; i < ix->n_at; i++)
+		vec_trim(&ix->at_lists[i]);
+	bm25_trim(ix->bm);
+}
+
 size_t expindex_memory(const struct expindex *ix)
 {
 	size_t n = sizeof(*ix) + ix->cap_docs * sizeof(*ix->docs) +

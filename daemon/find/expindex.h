@@ -196,6 +196,9 @@ int expindex_stats(const struct expindex *ix, const char *agent,
 		   size_t agent_len, struct exp_stats *out);
 void exp_stats_done(struct exp_stats *s);
 
+/* Give back the room that lists and postings grew into (after a load). */
+void expindex_trim(struct expindex *ix);
+
 /* Bytes held, records included. */
 size_t expindex_memory(const struct expindex *ix);
 

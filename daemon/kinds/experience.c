@@ -13,6 +13,7 @@
 #include "experience.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -583,6 +584,8 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 	rc = shards_scan(&xs->files, &v, rep, errmsg, n);
 	free(r.recs);
 	free(r.tombs);
+	expindex_trim(&xs->ix);
+	malloc_trim(0);
 	return rc;
 }
 

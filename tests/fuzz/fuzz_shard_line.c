@@ -3,7 +3,9 @@
  * experience.c). The input is one line of a shard (or a log payload after
  * its tag). Oracles:
  * - the parser accepts or refuses with a reason, leaving nothing held on
- *   refusal;
+ *   refusal, and exactly as the general parser (a JSON tree) does: the
+ *   fast path for our own lines accepts nothing else, and reads the same
+ *   record;
  * - an accepted record passes the field checks, and its line form
  *   (exp_dump) parses back to the same record; an accepted tombstone
  *   likewise through exp_dump_tombstone;
@@ -104,6 +106,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	msg[0] = '\0';
 	rc = exp_parse_line((const char *)data, size, &l, msg);
+	{
+		struct exp_line g;
+		int grc = exp_parse_line_general((const char *)data, size, &g,
+						 msg);
+
+		FUZZ_CHECK((rc == 0) == (grc == 0));
+		if (rc == 0) {
+			FUZZ_CHECK(l.is_tombstone == g.is_tombstone);
+			if (!l.is_tombstone)
+				same_record(&l.rec, &g.rec);
+		}
+		exp_line_done(&g);
+	}
 	if (rc == 0) {
 		round_trip(&l);
 	} else {

@@ -63,9 +63,15 @@ struct bm25 {
 	size_t cap_tf;
 	uint32_t *touched;
 	size_t cap_touched;
-	float *acc;
-	uint64_t *mask;
+	struct acc *acc; /* per document: one cache line for both */
 	size_t cap_acc;
+};
+
+/* A document's running score in a search, and the query terms it
+ * matched. */
+struct acc {
+	uint64_t mask;
+	float score;
 };
 
 struct qterm {
@@ -294,7 +300,6 @@ void bm25_free(struct bm25 *ix)
 	free(ix->tf);
 	free(ix->touched);
 	free(ix->acc);
-	free(ix->mask);
 	free(ix);
 }
 
@@ -689,39 +694,40 @@ static int pick_q_cmp(const void *a, const void *b)
 }
 
 /* Add one index term's contribution to every live document holding
- * it. */
+ * it: idf * tf * (k1 + 1) / (tf + k1 * (1 - b) + k1 * b * dl / avgdl),
+ * its constants worked out once per term. */
 static int score_term(struct bm25 *ix, const struct term *t, unsigned bit,
 		      double avgdl, size_t *n_touched)
 {
 	double n = (double)ix->n_live, df = (double)t->df;
-	double idf = log(1.0 + (n - df + 0.5) / (df + 0.5));
+	float c = (float)(log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0));
+	float base = (float)(K1 * (1.0 - B)), slope = (float)(K1 * B / avgdl);
 	const uint8_t *p = t->post, *end = t->post + t->len;
+	uint64_t b = 1ull << bit;
 	uint32_t doc = 0;
 	bool first = true;
 
 	while (p < end) {
-		uint32_t gap = 0, tf;
+		uint32_t gap = 0;
+		float tf;
 		int shift = 0;
+		struct acc *a;
 
 		while (*p & 0x80) {
 			gap |= (uint32_t)(*p++ & 0x7f) << shift;
 			shift += 7;
 		}
 		gap |= (uint32_t)*p++ << shift;
-		tf = *p++;
+		tf = (float)*p++;
 		doc = first ? gap : doc + gap;
 		first = false;
 		if (!is_live(ix, doc))
 			continue;
-		{
-			double norm = K1 * (1.0 - B + B * ix->dl[doc] / avgdl);
-			double s = idf * tf * (K1 + 1.0) / (tf + norm);
-
-			if (ix->mask[doc] == 0)
-				ix->touched[(*n_touched)++] = doc;
-			ix->acc[doc] += (float)s;
-			ix->mask[doc] |= 1ull << bit;
-		}
+		a = &ix->acc[doc];
+		if (a->mask == 0)
+			ix->touched[(*n_touched)++] = doc;
+		a->score += c * tf / (tf + base + slope * (float)ix->dl[doc]);
+		a->mask |= b;
 	}
 	return 0;
 }
@@ -825,20 +831,11 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 		 sizeof(*ix->touched)) < 0)
 		goto out;
 	if (ix->cap_acc < ix->next_doc) {
-		size_t cap = ix->next_doc * 2;
-		float *acc = realloc(ix->acc, cap * sizeof(*acc));
-		uint64_t *mask;
+		size_t cap = ix->cap_acc;
 
-		if (acc)
-			ix->acc = acc;
-		mask = acc ? realloc(ix->mask, cap * sizeof(*mask)) : NULL;
-		if (!mask)
+		if (grow_array((void **)&ix->acc, &cap, ix->next_doc,
+			       sizeof(*ix->acc)) < 0)
 			goto out;
-		ix->mask = mask;
-		memset(ix->acc + ix->cap_acc, 0,
-		       (cap - ix->cap_acc) * sizeof(*ix->acc));
-		memset(ix->mask + ix->cap_acc, 0,
-		       (cap - ix->cap_acc) * sizeof(*ix->mask));
 		ix->cap_acc = cap;
 	}
 	avgdl = (double)ix->total_len / (double)ix->n_live;
@@ -857,7 +854,8 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 		goto reset;
 	for (size_t i = 0; i < n_touched; i++) {
 		uint32_t doc = ix->touched[i];
-		struct bm25_hit h = {doc, ix->acc[doc], ix->mask[doc], 0};
+		struct bm25_hit h = {doc, ix->acc[doc].score, ix->acc[doc].mask,
+				     0};
 
 		if (accept && !accept(ctx, doc, &h.tie))
 			continue;
@@ -878,8 +876,7 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 	rc = 0;
 reset:
 	for (size_t i = 0; i < n_touched; i++) {
-		ix->acc[ix->touched[i]] = 0;
-		ix->mask[ix->touched[i]] = 0;
+		ix->acc[ix->touched[i]] = (struct acc){0, 0};
 	}
 out:
 	free(heap);
@@ -914,7 +911,7 @@ size_t bm25_memory(const struct bm25 *ix)
 		   ix->cap_docs * (sizeof(*ix->dl) + 1) +
 		   ix->cap_tf * sizeof(*ix->tf) +
 		   ix->cap_touched * sizeof(*ix->touched) +
-		   ix->cap_acc * (sizeof(*ix->acc) + sizeof(*ix->mask));
+		   ix->cap_acc * sizeof(*ix->acc);
 
 	for (size_t i = 0; i < ix->n_terms; i++)
 		n += ix->terms[i].cap;

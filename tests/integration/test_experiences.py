@@ -487,6 +487,9 @@ class Shards(vt.GitCase):
             self.assertIn(rec["id"], seen)
         self.assertEqual(conn.call("experience.stats")["total_count"],
                          len(seen))
+        # What the log replayed into the shards reaches git too.
+        self.sync(conn)
+        self.assertStatus([])
 
 
 class Cli(test_cli.CliTestCase):

@@ -49,11 +49,13 @@
 #define REFLOG_MSG     "vector-memory: commit"
 #define FALLBACK_NAME  "vmemd"
 #define FALLBACK_EMAIL "vmemd@localhost"
-#define MAX_TRIES      5
-#define PATH_MAX_VM    64 /* ".vector-memory/x-NNN.../y-Y-z-Z.json" */
-#define ANY_X	       1000000
-#define FILE_MAX       (256u << 20) /* the largest file we commit */
-#define READ_TRIES     5
+/* Pack files libgit2 may keep open at once. */
+#define GITC_PACK_FDS 32
+#define MAX_TRIES     5
+#define PATH_MAX_VM   64 /* ".vector-memory/x-NNN.../y-Y-z-Z.json" */
+#define ANY_X	      1000000
+#define FILE_MAX      (256u << 20) /* the largest file we commit */
+#define READ_TRIES    5
 /* Loose objects are written at zlib's fastest level: the big trees of a
  * commit are SHA-1 ids that hardly compress, and gc packs them anyway. */
 #define LOOSE_LEVEL    1 /* Z_BEST_SPEED */
@@ -68,9 +70,10 @@ struct gitc {
 	char *gitdir;	 /* with a trailing slash, as libgit2 gives it */
 	char *workdir;	 /* likewise */
 	char *commondir; /* likewise */
-	const struct statedir *state; /* ours: the marker, the lock files
-					 made there, the index copy (borrowed) */
-	int workfd;	 /* the working tree, for openat2 */
+	const struct statedir
+		*state; /* ours: the marker, the lock files
+			   made there, the index copy (borrowed) */
+	int workfd;	/* the working tree, for openat2 */
 	struct gitmark mark;
 	void (*hook)(void *ctx, enum gitc_step step);
 	void *hook_ctx;
@@ -159,6 +162,9 @@ int gitc_open(struct gitc **out, const char *workdir,
 	 * default: after a power loss they may be older, never broken, and
 	 * the start-up scan finds what HEAD lacks. */
 	git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, 0);
+	/* libgit2 keeps every pack it has read open (no limit by default);
+	 * big commits add a pack each, so bound the descriptors it holds. */
+	git_libgit2_opts(GIT_OPT_SET_MWINDOW_FILE_LIMIT, (size_t)GITC_PACK_FDS);
 	g = calloc(1, sizeof(*g));
 	if (!g) {
 		ret = -ENOMEM;

@@ -417,6 +417,45 @@ class Shards(vt.GitCase):
         self.assertEqual(conn.call("experience.stats")["total_count"], 5)
         theirs.stop()
 
+    def test_merge_without_union_markers_taken_out(self):
+        # No merge=union: git leaves conflict markers in the shard; the
+        # user commits the file as it is; the daemon serves both sides'
+        # lines, takes the markers out and commits the clean shard.
+        self.git("commit", "-q", "--allow-empty", "-m", "start")
+        self.git("branch", "other")
+        conn = self.connect(agent_id="same")
+        ours = [exp(conn, context="ours %d" % i) for i in range(2)]
+        self.sync(conn)
+        self.git("checkout", "-q", "other")
+        self.assertTrue(vt.wait_until(
+            lambda: conn.call("experience.retrieve") == [], 5.0))
+        theirs = [exp(conn, context="theirs %d" % i) for i in range(2)]
+        self.sync(conn)
+        self.git("checkout", "-q", "-")
+        p = self.git_run("merge", "--no-edit", "other")
+        self.assertNotEqual(p.returncode, 0, "the shards did not conflict")
+        path = shard_rel(ours[0])
+        self.git("add", path)
+        self.git("commit", "-q", "--no-edit")
+        everyone = sorted(ours + theirs, key=lambda r: r["id"])[::-1]
+        self.assertTrue(vt.wait_until(
+            lambda: conn.call("experience.retrieve") == everyone, 5.0),
+            conn.call("experience.retrieve"))
+        # The markers are kept in the quarantine (a reload after a change
+        # under the daemon logs it; health lists what start-up and
+        # git.reload quarantined).
+        kept = os.listdir(self.repo.quarantine)
+        self.assertEqual(len(kept), 1, kept)
+        with open(os.path.join(self.repo.quarantine, kept[0])) as f:
+            self.assertEqual([ln[:7] for ln in f],
+                             ["<<<<<<<", "=======", ">>>>>>>"])
+        self.assertRegex(self.daemon.stderr(), r"1 quarantined")
+        self.assertTrue(vt.wait_until(lambda: self.status() == [], 5.0),
+                        self.status())
+        blob = self.git("show", "HEAD:" + path)
+        self.assertNotIn("<<<<<<<", blob)
+        self.assertEqual(len(blob.splitlines()), 4)
+
     def test_bad_line_quarantined(self):
         conn = self.connect(agent_id="q")
         good = [exp(conn), exp(conn)]

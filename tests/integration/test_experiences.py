@@ -389,7 +389,8 @@ class Shards(vt.GitCase):
         self.git("commit", "-q", "-m", "start")
         clone = self.repo.path("clone")
         subprocess.run(["git", "clone", "-q", self.repo.root, clone],
-                       check=True, env=self.git_env())
+                       check=True, capture_output=True, env=self.git_env(),
+                       timeout=vt.scaled(30))
         theirs = self.new_daemon(*self.daemon_args, root=clone,
                                  name="vmemd-clone",
                                  sock=self.repo.path("clone.sock")).start()
@@ -401,8 +402,10 @@ class Shards(vt.GitCase):
         self.sync(conn)
         self.sync(other)
         env = self.git_env()
+        # Captured: git's "Auto-merging" lines would break the TAP stream.
         subprocess.run(["git", "-C", clone, "pull", "-q", "--no-rebase",
-                        "--no-edit"], check=True, env=env)
+                        "--no-edit"], check=True, capture_output=True,
+                       env=env, timeout=vt.scaled(30))
         everyone = sorted(ours + mine, key=lambda r: r["id"])
         self.assertTrue(vt.wait_until(
             lambda: other.call("experience.retrieve", {"limit": 100})

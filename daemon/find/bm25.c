@@ -11,7 +11,14 @@
  *
  * A search adds each scored term's contribution into a per-document
  * accumulator (kept between searches, reset through the list of the
- * documents it touched), then keeps the best documents in a heap.
+ * documents it touched), then keeps the best documents in a heap. Terms
+ * go highest possible contribution first (the rarest, usually); once
+ * the best documents so far score above all that the remaining terms
+ * could give a document together, no document they alone hold can be
+ * among the results, and those terms only add to the documents already
+ * touched (MaxScore, term at a time): a query mixing a rare word with
+ * common ones reads the common words' postings without a new
+ * accumulator, filter call or heap entry for each of their documents.
  */
 #include "bm25.h"
 
@@ -36,7 +43,8 @@ struct term {
 	uint32_t len, cap;
 	uint32_t hash; /* of its bytes: probes compare it first */
 	uint8_t tok_len;
-	bool stop; /* a stop word: known, never posted */
+	bool stop;	/* a stop word: known, never posted */
+	uint8_t tf_max; /* highest frequency ever posted (a bound) */
 	uint8_t *post;
 };
 
@@ -57,6 +65,7 @@ struct bm25 {
 	bool any_doc;
 	size_t n_live;
 	uint64_t total_len; /* over the live documents */
+	uint32_t dl_min;    /* lowest non-zero length ever added (a bound) */
 
 	/* Scratch of an addition (per term) and of a search (per doc). */
 	uint32_t *tf;
@@ -72,7 +81,10 @@ struct bm25 {
 struct acc {
 	uint64_t mask;
 	float score;
+	uint8_t accept; /* ACC_* : the filter's answer, asked once */
 };
+
+enum { ACC_UNASKED, ACC_TAKEN, ACC_REFUSED };
 
 struct qterm {
 	char *tok;
@@ -389,6 +401,8 @@ static int post(struct term *t, uint32_t doc, uint32_t tf, bool first)
 	}
 	t->post[t->len++] = (uint8_t)gap;
 	t->post[t->len++] = (uint8_t)(tf > TF_MAX ? TF_MAX : tf);
+	if (t->post[t->len - 1] > t->tf_max)
+		t->tf_max = t->post[t->len - 1];
 	t->last = doc;
 	return 0;
 }
@@ -436,6 +450,8 @@ int bm25_add(struct bm25 *ix, uint32_t doc, const struct bm25_field *fields,
 	} else {
 		ix->live[doc / 8] |= (uint8_t)(1u << (doc % 8));
 		ix->dl[doc] = c.len > UINT32_MAX ? UINT32_MAX : (uint32_t)c.len;
+		if (ix->dl[doc] && (!ix->dl_min || ix->dl[doc] < ix->dl_min))
+			ix->dl_min = ix->dl[doc];
 		ix->n_live++;
 		ix->total_len += ix->dl[doc];
 	}
@@ -693,17 +709,51 @@ static int pick_q_cmp(const void *a, const void *b)
 	return x->q < y->q ? -1 : x->q > y->q;
 }
 
-/* Add one index term's contribution to every live document holding
- * it: idf * tf * (k1 + 1) / (tf + k1 * (1 - b) + k1 * b * dl / avgdl),
- * its constants worked out once per term. */
-static int score_term(struct bm25 *ix, const struct term *t, unsigned bit,
-		      double avgdl, size_t *n_touched)
+/* An index term to score: its query bit, idf * (k1 + 1), and the most
+ * it can add to one document (its highest frequency in the shortest
+ * document: a bound, since neither ever goes back). */
+struct unit {
+	uint32_t term;
+	unsigned bit;
+	float c;
+	double bound;
+};
+
+static int unit_cmp(const void *a, const void *b)
 {
+	const struct unit *x = a, *y = b;
+
+	if (x->bound != y->bound)
+		return x->bound > y->bound ? -1 : 1;
+	return x->term < y->term ? -1 : x->term > y->term;
+}
+
+static struct unit unit_of(const struct bm25 *ix, uint32_t term, unsigned bit,
+			   double avgdl)
+{
+	const struct term *t = &ix->terms[term];
 	double n = (double)ix->n_live, df = (double)t->df;
-	float c = (float)(log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0));
+	double c = log(1.0 + (n - df + 0.5) / (df + 0.5)) * (K1 + 1.0);
+	double tf = t->tf_max;
+
+	return (struct unit){term, bit, (float)c,
+			     c * tf /
+				     (tf + K1 * (1.0 - B) +
+				      K1 * B * (double)ix->dl_min / avgdl)};
+}
+
+/* Add one index term's contribution to every live document holding it
+ * (only to those touched already when !grow): idf * tf * (k1 + 1) /
+ * (tf + k1 * (1 - b) + k1 * b * dl / avgdl), its constants worked out
+ * once per term. */
+static void score_term(struct bm25 *ix, const struct unit *u, double avgdl,
+		       bool grow, size_t *n_touched)
+{
+	const struct term *t = &ix->terms[u->term];
+	float c = u->c;
 	float base = (float)(K1 * (1.0 - B)), slope = (float)(K1 * B / avgdl);
 	const uint8_t *p = t->post, *end = t->post + t->len;
-	uint64_t b = 1ull << bit;
+	uint64_t b = 1ull << u->bit;
 	uint32_t doc = 0;
 	bool first = true;
 
@@ -721,15 +771,68 @@ static int score_term(struct bm25 *ix, const struct term *t, unsigned bit,
 		tf = (float)*p++;
 		doc = first ? gap : doc + gap;
 		first = false;
-		if (!is_live(ix, doc))
-			continue;
 		a = &ix->acc[doc];
+		if ((!grow && a->mask == 0) || !is_live(ix, doc))
+			continue;
 		if (a->mask == 0)
 			ix->touched[(*n_touched)++] = doc;
 		a->score += c * tf / (tf + base + slope * (float)ix->dl[doc]);
 		a->mask |= b;
 	}
-	return 0;
+}
+
+/* Whether the filter takes doc (asked once per search). */
+static bool taken(struct bm25 *ix, uint32_t doc, bm25_accept_fn accept,
+		  void *ctx)
+{
+	struct acc *a = &ix->acc[doc];
+	uint64_t tie;
+
+	if (a->accept == ACC_UNASKED)
+		a->accept = !accept || accept(ctx, doc, &tie) ? ACC_TAKEN
+							      : ACC_REFUSED;
+	return a->accept == ACC_TAKEN;
+}
+
+/* The limit-th best score of the touched documents the filter takes
+ * (-1 when fewer), by a min-heap in low[limit]. */
+static double threshold(struct bm25 *ix, size_t n_touched, size_t limit,
+			bm25_accept_fn accept, void *ctx, float *low)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < n_touched; i++) {
+		uint32_t doc = ix->touched[i];
+		float sc = ix->acc[doc].score;
+		size_t k = 0;
+
+		if ((n == limit && sc <= low[0]) ||
+		    !taken(ix, doc, accept, ctx))
+			continue;
+		if (n < limit) {
+			/* sift up */
+			for (k = n++; k > 0 && low[(k - 1) / 2] > sc;
+			     k = (k - 1) / 2)
+				low[k] = low[(k - 1) / 2];
+			low[k] = sc;
+			continue;
+		}
+		/* replace the top, sift down */
+		for (;;) {
+			size_t l = 2 * k + 1, m = l;
+
+			if (l >= n)
+				break;
+			if (l + 1 < n && low[l + 1] < low[l])
+				m = l + 1;
+			if (low[m] >= sc)
+				break;
+			low[k] = low[m];
+			k = m;
+		}
+		low[k] = sc;
+	}
+	return n == limit ? low[0] : -1.0;
 }
 
 /* Heap order: the worst hit on top. */
@@ -789,9 +892,14 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 {
 	struct pick *picks = NULL;
 	uint32_t *pool = NULL;
+	struct unit *units = NULL;
+	double *rest = NULL; /* rest[i]: the bounds of units i.. summed */
+	uint64_t *rest_df = NULL;
+	float *low = NULL;
 	struct bm25_hit *heap = NULL;
 	size_t n_picks = 0, pool_len = 0, pool_cap = 0, n_touched = 0;
-	size_t n_heap = 0;
+	size_t n_heap = 0, n_units = 0, tried_at = 0;
+	bool grow = true;
 	double avgdl;
 	int rc = -ENOMEM;
 
@@ -841,13 +949,41 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 	avgdl = (double)ix->total_len / (double)ix->n_live;
 	if (avgdl <= 0)
 		avgdl = 1;
+	units = malloc((pool_len + 1) * sizeof(*units));
+	rest = malloc((pool_len + 1) * sizeof(*rest));
+	rest_df = malloc((pool_len + 1) * sizeof(*rest_df));
+	low = malloc(limit < ix->n_live ? limit * sizeof(*low) : 1);
+	if (!units || !rest || !rest_df || !low)
+		goto out;
 	for (size_t i = 0; i < n_picks; i++) {
 		scored[i] = picks[i].q;
 		for (size_t k = 0; k < picks[i].n; k++)
-			score_term(ix, &ix->terms[pool[picks[i].first + k]],
-				   (unsigned)i, avgdl, &n_touched);
+			units[n_units++] = unit_of(ix, pool[picks[i].first + k],
+						   (unsigned)i, avgdl);
 	}
 	*n_scored = n_picks;
+	/* The highest bounds first; what the others could still add. */
+	qsort(units, n_units, sizeof(*units), unit_cmp);
+	rest[n_units] = 0;
+	rest_df[n_units] = 0;
+	for (size_t i = n_units; i-- > 0;) {
+		rest[i] = rest[i + 1] + units[i].bound;
+		rest_df[i] = rest_df[i + 1] + ix->terms[units[i].term].df;
+	}
+	for (size_t i = 0; i < n_units; i++) {
+		/* Are the best so far out of reach of what is left? Asked
+		 * when it costs less than the postings left to read, and
+		 * again once the touched documents doubled (a bounded
+		 * cost); a margin for the rounding of float sums. */
+		if (grow && i > 0 && limit < ix->n_live && n_touched >= limit &&
+		    n_touched <= rest_df[i] && n_touched >= 2 * tried_at) {
+			tried_at = n_touched;
+			if (rest[i] * (1.0 + 1e-4) <
+			    threshold(ix, n_touched, limit, accept, ctx, low))
+				grow = false;
+		}
+		score_term(ix, &units[i], avgdl, grow, &n_touched);
+	}
 	heap = malloc((limit < n_touched ? limit : n_touched) * sizeof(*heap) +
 		      1);
 	if (!heap)
@@ -857,7 +993,11 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 		struct bm25_hit h = {doc, ix->acc[doc].score, ix->acc[doc].mask,
 				     0};
 
-		if (accept && !accept(ctx, doc, &h.tie))
+		/* Below the worst kept: out, without asking the filter. */
+		if (n_heap == limit && h.score < heap[0].score)
+			continue;
+		if (ix->acc[doc].accept == ACC_REFUSED ||
+		    (accept && !accept(ctx, doc, &h.tie)))
 			continue;
 		if (n_heap < limit) {
 			heap[n_heap] = h;
@@ -875,11 +1015,14 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 	heap = NULL;
 	rc = 0;
 reset:
-	for (size_t i = 0; i < n_touched; i++) {
-		ix->acc[ix->touched[i]] = (struct acc){0, 0};
-	}
+	for (size_t i = 0; i < n_touched; i++)
+		ix->acc[ix->touched[i]] = (struct acc){0, 0, ACC_UNASKED};
 out:
 	free(heap);
+	free(low);
+	free(rest_df);
+	free(rest);
+	free(units);
 	free(picks);
 	free(pool);
 	return rc;

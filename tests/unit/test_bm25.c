@@ -168,6 +168,113 @@ START_TEST(test_ties_and_filter)
 }
 END_TEST
 
+/* The pruned search (a few results: terms that cannot lift a new
+ * document into them only update the ones touched) against the whole
+ * ranking (every match kept, nothing pruned): the same hits, scores and
+ * matched terms, on a corpus of skewed word frequencies with removed
+ * documents and a filter. */
+struct counted {
+	unsigned long calls;
+};
+
+static bool counted_cb(void *ctx, uint32_t doc, uint64_t *tie)
+{
+	((struct counted *)ctx)->calls++;
+	*tie = doc % 7;
+	return doc % 5 != 3;
+}
+
+static uint64_t lcg(uint64_t *s)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return *s >> 33;
+}
+
+/* Word k of a skewed vocabulary of 300 (low k much more frequent). */
+static void word(char *w, uint64_t *s)
+{
+	uint64_t a = lcg(s) % 300, b = lcg(s) % 300;
+
+	snprintf(w, 16, "w%llu", (unsigned long long)(a * b / 300));
+}
+
+static void text(char *out, size_t words, uint64_t *s)
+{
+	size_t o = 0;
+
+	for (size_t i = 0; i < words; i++) {
+		char w[16];
+
+		word(w, s);
+		o += (size_t)sprintf(out + o, "%s%s", i ? " " : "", w);
+	}
+}
+
+START_TEST(test_pruned_equals_whole)
+{
+	enum { DOCS = 4000 };
+	struct bm25 *ix = bm25_new();
+	uint64_t seed = 42;
+	unsigned long pruned_calls = 0, whole_calls = 0;
+	int differs = 0;
+
+	for (uint32_t d = 0; d < DOCS; d++) {
+		char c[600], a[300], o[300];
+
+		text(c, 20 + lcg(&seed) % 40, &seed);
+		text(a, 5 + lcg(&seed) % 20, &seed);
+		text(o, 5 + lcg(&seed) % 20, &seed);
+		add(ix, d, c, a, o);
+		if (d % 11 == 4)
+			del(ix, d, c, a, o);
+	}
+	for (int n = 0; n < 300; n++) {
+		char qt[200];
+		struct bm25_query *q;
+		struct bm25_hit *few, *all;
+		size_t n_few, n_all, sc[BM25_TERMS_MAX], n_sc, limit;
+		struct counted cf = {0}, ca = {0};
+		char msg[200];
+
+		text(qt, 2 + lcg(&seed) % 7, &seed);
+		if (n % 10 == 0)
+			strcat(qt, " w1*");
+		limit = 1 + lcg(&seed) % 10;
+		ck_assert_int_eq(bm25_query_parse(qt, strlen(qt), &q, msg,
+						  sizeof(msg)),
+				 0);
+		ck_assert_int_eq(bm25_search(ix, q, limit, counted_cb, &cf,
+					     &few, &n_few, sc, &n_sc),
+				 0);
+		ck_assert_int_eq(bm25_search(ix, q, DOCS, counted_cb, &ca, &all,
+					     &n_all, sc, &n_sc),
+				 0);
+		ck_assert_uint_eq(n_few, n_all < limit ? n_all : limit);
+		for (size_t i = 0; i < n_few; i++) {
+			ck_assert_msg(few[i].doc == all[i].doc &&
+					      few[i].score == all[i].score &&
+					      few[i].matched == all[i].matched &&
+					      few[i].tie == all[i].tie,
+				      "query '%s' limit %zu: hit %zu is d%u "
+				      "(%g), not d%u (%g)",
+				      qt, limit, i, few[i].doc, few[i].score,
+				      all[i].doc, all[i].score);
+		}
+		pruned_calls += cf.calls;
+		whole_calls += ca.calls;
+		differs += cf.calls < ca.calls;
+		free(few);
+		free(all);
+		bm25_query_free(q);
+	}
+	/* The few results ask the filter about far fewer documents. */
+	ck_assert_msg(pruned_calls * 4 < whole_calls, "%lu vs %lu calls",
+		      pruned_calls, whole_calls);
+	ck_assert_int_gt(differs, 200);
+	bm25_free(ix);
+}
+END_TEST
+
 START_TEST(test_remove)
 {
 	struct bm25 *ix = bm25_new();
@@ -269,6 +376,7 @@ static Suite *bm25_suite(void)
 	tcase_add_test(tc, test_remove);
 	tcase_add_test(tc, test_scored_terms);
 	tcase_add_test(tc, test_prefix_vocabulary);
+	tcase_add_test(tc, test_pruned_equals_whole);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -168,10 +168,12 @@ static json_t *params_of(struct cli *cli, size_t sub)
 		if (cli->metadata) {
 			json_t *m = json_loads(cli->metadata, 0, NULL);
 
-			if (!json_is_object(m))
+			if (!json_is_object(m)) {
+				json_decref(m); /* LeakSanitizer runs at exit */
 				die_usage("--metadata takes a JSON object, not "
 					  "'%s'",
 					  cli->metadata);
+			}
 			set_or_die(p, "metadata", m);
 		}
 		set_or_die(p, "agent_id", json_string(cli->agent));

@@ -279,6 +279,7 @@ START_TEST(test_field_rules)
 
 	v = json_object();
 	ck_assert_int_eq(exp_metadata_check(v, msg), 0);
+	big[EXP_TEXT_MAX + 1] = '\0'; /* a string of 16,401 bytes below */
 	json_object_set_new(v, "k", json_string(big + EXP_TEXT_MAX - 16400));
 	ck_assert_int_eq(exp_metadata_check(v, msg), RPC_INVALID_PARAMS);
 	json_decref(v);

@@ -387,8 +387,14 @@ static int post(struct term *t, uint32_t doc, uint32_t tf, bool first)
 	uint32_t gap = first ? doc : doc - t->last;
 
 	if (t->len + 6 > t->cap) {
+		/* Doubling a cap that bm25_trim cut to the length (a posting
+		 * of 2 bytes) may still leave less than the 6 bytes needed. */
 		size_t cap = t->cap ? (size_t)t->cap * 2 : 8;
-		uint8_t *p = realloc(t->post, cap);
+		uint8_t *p;
+
+		if (cap < (size_t)t->len + 6)
+			cap = (size_t)t->len + 6;
+		p = realloc(t->post, cap);
 
 		if (!p)
 			return -ENOMEM;

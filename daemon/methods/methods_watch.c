@@ -20,7 +20,7 @@ static bool param_kinds(struct call *call, unsigned *out)
 	json_t *v = json_object_get(call->params, "kinds"), *k;
 	size_t i;
 
-	*out = SUBS_DECISIONS;
+	*out = SUBS_KIND_DECISION;
 	if (!v)
 		return true;
 	if (!json_is_array(v) || json_array_size(v) == 0)
@@ -31,9 +31,9 @@ static bool param_kinds(struct call *call, unsigned *out)
 		const char *name = json_string_value(k);
 
 		if (name && !strcmp(name, "decision"))
-			*out |= SUBS_DECISIONS;
+			*out |= SUBS_KIND_DECISION;
 		else if (name && !strcmp(name, "experience"))
-			*out |= SUBS_EXPERIENCES;
+			*out |= SUBS_KIND_EXPERIENCE;
 		else
 			goto bad;
 	}
@@ -62,7 +62,7 @@ int watch_subscribe(struct call *call)
 	    !param_range(call, "z_range", &z))
 		return CALL_DONE;
 	for (size_t i = 0; i < 3; i++)
-		if (!(kinds & SUBS_DECISIONS) &&
+		if (!(kinds & SUBS_KIND_DECISION) &&
 		    json_object_get(call->params, box[i])) {
 			call_error(call, RPC_INVALID_PARAMS, NULL,
 				   "%s applies to decisions: add \"decision\" "
@@ -70,7 +70,7 @@ int watch_subscribe(struct call *call)
 				   box[i]);
 			return CALL_DONE;
 		}
-	if (agent && !(kinds & SUBS_EXPERIENCES)) {
+	if (agent && !(kinds & SUBS_KIND_EXPERIENCE)) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "agent_id applies to experiences: add "
 			   "\"experience\" to kinds");

@@ -90,7 +90,7 @@ int subs_add_format(struct subs *s, struct conn *conn,
 	sub->id = ++s->last_id;
 	sub->format = format;
 	sub->conn = conn;
-	sub->kinds = SUBS_DECISIONS;
+	sub->kinds = SUBS_KIND_DECISION;
 	sub->x = *x;
 	sub->y = *y;
 	sub->z = *z;
@@ -158,7 +158,7 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		/* Notifying may close a slow subscriber, which drops its
 		 * subscriptions: step first. */
 		next = sub->next;
-		if (!(sub->kinds & SUBS_DECISIONS) ||
+		if (!(sub->kinds & SUBS_KIND_DECISION) ||
 		    !in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
 		    !in_range(&sub->z, c->z))
 			continue;
@@ -218,11 +218,10 @@ void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
 		int n;
 
 		next = sub->next; /* notifying may close a slow subscriber */
-		if (!(sub->kinds & SUBS_EXPERIENCES) ||
-		    (sub->agent_id && (!agent || strlen(sub->agent_id) !=
-							 agent_len ||
-				       memcmp(sub->agent_id, agent,
-					      agent_len) != 0)))
+		if (!(sub->kinds & SUBS_KIND_EXPERIENCE) ||
+		    (sub->agent_id &&
+		     (!agent || strlen(sub->agent_id) != agent_len ||
+		      memcmp(sub->agent_id, agent, agent_len) != 0)))
 			continue;
 		n = snprintf(head, sizeof(head),
 			     "{\"jsonrpc\":\"2.0\",\"method\":"

@@ -35,17 +35,18 @@ enum subs_format {
 	SUBS_MCP_LIST,
 };
 
-/* The kinds of record a subscription is told about. */
+/* The kinds of record a subscription is told about (a mask; 1 << 1 and
+ * 1 << 2 are left to the conversation kinds, messages and documents). */
 enum {
-	SUBS_DECISIONS = 1 << 0,
-	SUBS_EXPERIENCES = 1 << 1,
+	SUBS_KIND_DECISION = 1 << 0,
+	SUBS_KIND_EXPERIENCE = 1 << 3,
 };
 
 struct subscription {
 	uint64_t id;
 	enum subs_format format;
 	struct conn *conn;
-	unsigned kinds;		/* SUBS_DECISIONS, SUBS_EXPERIENCES */
+	unsigned kinds; /* SUBS_KIND_DECISION, SUBS_KIND_EXPERIENCE */
 	struct axis_range x, y, z; /* decisions: the box */
 	char *agent_id;		/* experiences: only this agent's (owned;
 				   NULL: every agent's) */

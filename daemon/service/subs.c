@@ -158,7 +158,9 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		/* Notifying may close a slow subscriber, which drops its
 		 * subscriptions: step first. */
 		next = sub->next;
-		if (!(sub->kinds & SUBS_KIND_DECISION) ||
+		/* A subscriber cut off in this burst keeps its
+		 * subscriptions until its close callback: skip them. */
+		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_DECISION) ||
 		    !in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
 		    !in_range(&sub->z, c->z))
 			continue;
@@ -218,7 +220,8 @@ void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
 		int n;
 
 		next = sub->next; /* notifying may close a slow subscriber */
-		if (!(sub->kinds & SUBS_KIND_EXPERIENCE) ||
+		/* one cut off in this burst: see subs_notify */
+		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_EXPERIENCE) ||
 		    (sub->agent_id &&
 		     (!agent || strlen(sub->agent_id) != agent_len ||
 		      memcmp(sub->agent_id, agent, agent_len) != 0)))

@@ -301,15 +301,16 @@ static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
 static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
 			     uint64_t files)
 {
-	const struct decisions *ds = ctx;
+	const struct load_ctx *l = ctx;
 
-	/* Decisions loaded: those read, and those taken from the index
+	/* Decisions loaded: the files read, and those taken from the index
 	 * snapshot without reading their files. */
-	(void)files;
 	if (progress_due())
-		progress_say("loading the decision files: %zu loaded, %llu of "
+		progress_say("loading the decision files: %llu loaded, %llu of "
 			     "%llu entries of " VMDIR_DIRNAME,
-			     ds->index.count, (unsigned long long)done,
+			     (unsigned long long)files +
+				     (l->snap ? l->snap->taken : 0),
+			     (unsigned long long)done,
 			     (unsigned long long)total);
 }
 
@@ -337,13 +338,14 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 			 "decision file",
 			 INDEXSNAP_NAME, why);
 	ds->dir.progress = load_progress_cb;
-	ds->dir.progress_ctx = ds;
+	ds->dir.progress_ctx = &l;
 	if (l.snap)
 		rc = vmdir_rescan(&ds->dir, snap_known_cb, load_cb, &l, rep,
 				  errmsg, n);
 	else
 		rc = vmdir_load(&ds->dir, load_cb, &l, rep, errmsg, n);
 	ds->dir.progress = NULL;
+	ds->dir.progress_ctx = NULL;
 	ds->snap_stale = SIZE_MAX;
 	if (rc == 0 && l.snap && rep) {
 		log_info("index snapshot: %zu decisions taken from it, %zu "

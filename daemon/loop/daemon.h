@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "conversation.h"
 #include "decision.h"
+#include "document.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -20,6 +22,7 @@
 #include "stats.h"
 #include "store.h"
 #include "subs.h"
+#include "trace.h"
 #include "watch.h"
 #include "vmdir.h"
 
@@ -36,6 +39,7 @@ struct limits {
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;
 	unsigned idle_exit_s; /* in force: 0 never */
+	uint32_t embedding_dim; /* numbers per document embedding */
 };
 
 struct daemon {
@@ -44,6 +48,10 @@ struct daemon {
 	struct repo repo;
 	struct store store;
 	struct decisions decisions; /* the decision kind, in the store */
+	/* The local kinds (issue 15), in the store. */
+	struct conversations conversations;
+	struct documents documents;
+	struct trace_sink *trace; /* --trace-file; NULL: no tracing */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

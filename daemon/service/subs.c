@@ -8,10 +8,12 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "buf.h"
 #include "conn.h"
 #include "log.h"
+#include "uuid.h"
 
 void subs_init(struct subs *s)
 {
@@ -72,10 +74,29 @@ int subs_add_format(struct subs *s, struct conn *conn,
 	sub->x = *x;
 	sub->y = *y;
 	sub->z = *z;
+	sub->kinds = SUBS_KIND_DECISION;
 	sub->next = s->head;
 	s->head = sub;
 	s->n++;
 	*id = sub->id;
+	return 0;
+}
+
+int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
+		   const struct axis_range *x, const struct axis_range *y,
+		   const struct axis_range *z, const uint8_t *session,
+		   uint64_t *id)
+{
+	int ret = subs_add_format(s, conn, x, y, z, SUBS_WATCH, id);
+
+	if (ret < 0)
+		return ret;
+	/* The newest is the head. */
+	s->head->kinds = kinds;
+	if (session) {
+		s->head->one_session = true;
+		memcpy(s->head->session, session, REC_KEY);
+	}
 	return 0;
 }
 
@@ -120,6 +141,7 @@ static const char *const event_names[] = {
 	[SUBS_STORED] = "stored",
 	[SUBS_DELETED] = "deleted",
 	[SUBS_RELOADED] = "reloaded",
+	[SUBS_UPDATED] = "updated",
 };
 
 void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
@@ -135,7 +157,8 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		/* Notifying may close a slow subscriber, which drops its
 		 * subscriptions: step first. */
 		next = sub->next;
-		if (!in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
+		if (!(sub->kinds & SUBS_KIND_DECISION) ||
+		    !in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
 		    !in_range(&sub->z, c->z))
 			continue;
 		if (sub->format == SUBS_MCP_LIST) {
@@ -178,6 +201,83 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 			continue;
 		}
 		conn_notify(sub->conn, line.data, line.len);
+	}
+	buf_done(&line);
+}
+
+/* Send line to sub's connection, or close it when the line could not be
+ * built. */
+static void deliver(struct subscription *sub, const struct buf *line, bool ok)
+{
+	if (!ok) {
+		log_err("out of memory notifying subscriber %" PRIu64, sub->id);
+		conn_close(sub->conn);
+		return;
+	}
+	conn_notify(sub->conn, line->data, line->len);
+}
+
+void subs_notify_message(struct subs *s, const uint8_t *session,
+			 const struct conv_msg *m)
+{
+	struct subscription *sub, *next;
+	char head[256], sid[UUID_TEXT_LEN + 1];
+	struct buf line = {0};
+
+	uuid_format(session, sid);
+	for (sub = s->head; sub; sub = next) {
+		int n;
+
+		next = sub->next;
+		if (!(sub->kinds & SUBS_KIND_MESSAGE) ||
+		    sub->format != SUBS_WATCH ||
+		    (sub->one_session &&
+		     memcmp(sub->session, session, REC_KEY) != 0))
+			continue;
+		n = snprintf(head, sizeof(head),
+			     "{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			     "\"params\":{\"subscription\":%" PRIu64
+			     ",\"kind\":\"message\",\"event\":\"%s\","
+			     "\"session_id\":\"%s\",\"message\":",
+			     sub->id, m ? "stored" : "deleted", sid);
+		line.len = 0;
+		deliver(sub, &line,
+			buf_append(&line, head, (size_t)n) &&
+				(m ? conv_message_json(&line, m)
+				   : buf_puts(&line, "null")) &&
+				buf_puts(&line, "}}\n"));
+	}
+	buf_done(&line);
+}
+
+void subs_notify_document(struct subs *s, const struct docindex *ix,
+			  enum subs_event ev, const uint8_t *id,
+			  const struct doc *d)
+{
+	struct subscription *sub, *next;
+	char head[256], text[UUID_TEXT_LEN + 1];
+	struct buf line = {0};
+
+	uuid_format(id, text);
+	for (sub = s->head; sub; sub = next) {
+		int n;
+
+		next = sub->next;
+		if (!(sub->kinds & SUBS_KIND_DOCUMENT) ||
+		    sub->format != SUBS_WATCH)
+			continue;
+		n = snprintf(head, sizeof(head),
+			     "{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			     "\"params\":{\"subscription\":%" PRIu64
+			     ",\"kind\":\"document\",\"event\":\"%s\","
+			     "\"id\":\"%s\",\"document\":",
+			     sub->id, event_names[ev], text);
+		line.len = 0;
+		deliver(sub, &line,
+			buf_append(&line, head, (size_t)n) &&
+				(d ? doc_json(&line, ix, d, false, 0, false)
+				   : buf_puts(&line, "null")) &&
+				buf_puts(&line, "}}\n"));
 	}
 	buf_done(&line);
 }

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convindex.h"
+#include "docindex.h"
 #include "index.h"
 #include "query.h"
 
@@ -22,6 +24,14 @@ enum subs_event {
 	SUBS_STORED,
 	SUBS_DELETED,
 	SUBS_RELOADED,
+	SUBS_UPDATED, /* a document changed in place */
+};
+
+/* The kinds of record a subscription watches (a mask). */
+enum {
+	SUBS_KIND_DECISION = 1 << 0,
+	SUBS_KIND_MESSAGE = 1 << 1,
+	SUBS_KIND_DOCUMENT = 1 << 2,
 };
 
 /* What a subscriber is sent: watch.changed (the native protocol), or the
@@ -39,6 +49,9 @@ struct subscription {
 	enum subs_format format;
 	struct conn *conn;
 	struct axis_range x, y, z;
+	unsigned kinds;	  /* SUBS_KIND_* */
+	bool one_session; /* messages of session only */
+	uint8_t session[REC_KEY];
 	struct subscription *next;
 };
 
@@ -64,6 +77,16 @@ int subs_add_format(struct subs *s, struct conn *conn,
 		    const struct axis_range *z, enum subs_format format,
 		    uint64_t *id);
 
+/*
+ * watch.subscribe with kinds: decisions in the box (when kinds has
+ * SUBS_KIND_DECISION), messages (of session only, when not NULL),
+ * documents. 0 or -ENOMEM.
+ */
+int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
+		   const struct axis_range *x, const struct axis_range *y,
+		   const struct axis_range *z, const uint8_t *session,
+		   uint64_t *id);
+
 /* conn's subscription of that format and box, or NULL (borrowed). */
 struct subscription *subs_find(struct subs *s, const struct conn *conn,
 			       enum subs_format format,
@@ -81,5 +104,16 @@ void subs_drop_conn(struct subs *s, const struct conn *conn);
  * (NULL when there is none). */
 void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		 const struct record *rec);
+
+/* Tell the subscribers of messages of session: m stored, or (m NULL) the
+ * session deleted with its messages. */
+void subs_notify_message(struct subs *s, const uint8_t *session,
+			 const struct conv_msg *m);
+
+/* Tell the subscribers of documents: d (NULL when deleted) under id, its
+ * form without the embedding. */
+void subs_notify_document(struct subs *s, const struct docindex *ix,
+			  enum subs_event ev, const uint8_t *id,
+			  const struct doc *d);
 
 #endif

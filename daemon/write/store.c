@@ -114,6 +114,12 @@ int64_t store_timestamp(struct store_kind *k)
 	return t;
 }
 
+void store_timestamp_seen(struct store_kind *k, int64_t usec)
+{
+	if (usec > k->store->last_timestamp)
+		k->store->last_timestamp = usec;
+}
+
 void store_changed(struct store_kind *k, enum kind_change_type type,
 		   const void *detail)
 {

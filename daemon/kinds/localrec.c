@@ -176,23 +176,23 @@ int rec_meta_text(const json_t *v, char **text, size_t *len, char *msg,
 	return 0;
 }
 
-int rec_embedding_from_json(const json_t *v, uint32_t dim, float *out,
-			    char *msg, size_t n)
+int rec_embedding_from_json(const json_t *v, uint32_t dim, const char *what,
+			    float *out, char *msg, size_t n)
 {
 	bool nonzero = false;
 	size_t count;
 
 	if (!json_is_array(v)) {
-		errmsg_set(msg, n, "embedding must be an array of %u numbers",
+		errmsg_set(msg, n, "%s must be an array of %u numbers", what,
 			   dim);
 		return -EINVAL;
 	}
 	count = json_array_size(v);
 	if (count != dim) {
 		errmsg_set(msg, n,
-			   "embedding has %zu numbers; this tree's "
-			   "embedding_dim is %u",
-			   count, dim);
+			   "%s has %zu numbers; this tree's embedding_dim is "
+			   "%u",
+			   what, count, dim);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < count; i++) {
@@ -200,23 +200,24 @@ int rec_embedding_from_json(const json_t *v, uint32_t dim, float *out,
 		float f;
 
 		if (!json_is_number(x)) {
-			errmsg_set(msg, n, "embedding[%zu] is not a number", i);
+			errmsg_set(msg, n, "%s[%zu] is not a number", what, i);
 			return -EINVAL;
 		}
 		f = (float)json_number_value(x);
 		if (!isfinite(f)) {
 			errmsg_set(msg, n,
-				   "embedding[%zu] is not a finite float32 "
-				   "number",
-				   i);
+				   "%s[%zu] is not a finite float32 number",
+				   what, i);
 			return -EINVAL;
 		}
 		nonzero |= f != 0;
 		out[i] = f;
 	}
 	if (!nonzero) {
-		errmsg_set(msg, n, "embedding is all zeros (no direction to "
-				   "compare by cosine)");
+		errmsg_set(msg, n,
+			   "%s is all zeros (no direction to compare by "
+			   "cosine)",
+			   what);
 		return -EINVAL;
 	}
 	return 0;

@@ -118,12 +118,12 @@ int rec_meta_text(const json_t *v, char **text, size_t *len, char *msg,
 		  size_t n);
 
 /*
- * An embedding: a JSON array of exactly dim finite numbers (as float32),
- * not all zero, into out (dim floats). 0 or -EINVAL with msg naming both
- * numbers when the count is wrong.
+ * An embedding (called what in messages): a JSON array of exactly dim
+ * finite numbers (as float32), not all zero, into out (dim floats). 0 or
+ * -EINVAL with msg naming both numbers when the count is wrong.
  */
-int rec_embedding_from_json(const json_t *v, uint32_t dim, float *out,
-			    char *msg, size_t n);
+int rec_embedding_from_json(const json_t *v, uint32_t dim, const char *what,
+			    float *out, char *msg, size_t n);
 
 /* ---- record payloads ---- */
 

@@ -557,7 +557,9 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 		log_warn("documents: the vector index file was not used (%s): "
 			 "exact search serves while it is rebuilt",
 			 ret == -ENOENT ? "absent" : why);
+		/* Saved once it is whole again (at the latest at a stop). */
 		ds->published_since_save = true;
+		ds->changes++;
 	}
 	ret = index_boot(ds, why, sizeof(why));
 	if (ret < 0) {
@@ -572,6 +574,9 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 	boot_free(ds);
 	ds->booting = false;
 	maybe_build(ds);
+	if (!ds->job && !strcmp(ds->index_state, "rebuilding"))
+		/* Too few vectors for a graph: exact search is the index. */
+		snprintf(ds->index_state, sizeof(ds->index_state), "rebuilt");
 	return 0;
 oom:
 	errmsg_set(errmsg, n, "out of memory");

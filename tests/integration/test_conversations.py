@@ -10,6 +10,7 @@ import threading
 import uuid
 
 import vmemtest as vt
+from test_cli import CliTestCase
 
 E_VALUE = vt.E_VALUE
 E_QUERY = vt.E_QUERY
@@ -466,6 +467,49 @@ class Tracing(vt.VmemTestCase):
         spans = vt.wait_until(lambda: vt.read_spans(self.trace), 3.0)
         self.assertTrue(spans)
         self.assertNotIn("parentSpanId", spans[-1])
+
+
+class Cli(CliTestCase):
+    def test_chat_ls_and_show(self):
+        c = self.connect(agent_id="a")
+        s1, s2 = sid(), sid()
+        c.call("message.store", {"session_id": s1, "role": "user",
+                                 "content": "first line\nsecond",
+                                 "user_id": "ada"})
+        for i in range(3):
+            c.call("message.store", {"session_id": s2, "role": "assistant",
+                                     "content": "answer %d" % i,
+                                     "user_id": "bob"})
+        out = self.ok("chat", "ls").stdout.splitlines()
+        self.assertEqual(out[0].split(), ["SESSION", "UPDATED", "MESSAGES",
+                                          "USER"])
+        self.assertEqual([ln.split()[0] for ln in out[1:]], [s2, s1])
+        self.assertEqual(out[1].split()[2:], ["3", "bob"])
+        self.assertEqual([ln.split()[0] for ln in self.ok(
+            "chat", "ls", "--user", "ada").stdout.splitlines()[1:]], [s1])
+        self.assertEqual(len(self.ok("chat", "ls", "--limit", "1")
+                             .stdout.splitlines()), 2)
+        shown = self.ok("chat", "show", s2, "--limit", "2").stdout
+        self.assertNotIn("answer 0", shown)
+        self.assertRegex(shown, r"(?s)^\[\S+Z\] assistant:\nanswer 1\n"
+                                r"\[\S+Z\] assistant:\nanswer 2\n$")
+        self.assertIn("first line\nsecond",
+                      self.ok("chat", "show", s1).stdout)
+        got = self.json_of("chat", "show", s2)
+        self.assertEqual([m["content"] for m in got],
+                         ["answer 0", "answer 1", "answer 2"])
+        self.assertEqual(self.ok("chat", "show", sid()).stdout,
+                         "no messages\n")
+
+    def test_chat_errors(self):
+        for args in (("chat",), ("chat", "rm"), ("chat", "show"),
+                     ("chat", "ls", "extra"), ("chat", "show", sid(),
+                                               "--limit", "0"),
+                     ("chat", "ls", "--meta", "a=b"),
+                     ("chat", "show", sid(), "--user", "u")):
+            with self.subTest(args=args):
+                self.fails(2, *args)
+        self.fails(1, "chat", "show", "not-a-uuid", type_name="ValueError")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import threading
 import uuid
 
 import vmemtest as vt
+from test_cli import CliTestCase
 
 E_VALUE = vt.E_VALUE
 DIM = 8
@@ -571,6 +572,80 @@ class Tracing(DocCase):
         hc = by["memory.health_check"]
         self.assertEqual(hc["status"], "ok")
         self.assertIn("vmemd", hc["postgres_version"])
+
+
+class Cli(CliTestCase):
+    daemon_args = ("--embedding-dim", "4")
+
+    def test_doc_add_search_between(self):
+        notes = self.repo.path("notes.md")
+        with open(notes, "w") as f:
+            f.write("Attention is all you need\nsecond line\n")
+        vec = self.repo.path("a.vec")
+        with open(vec, "w") as f:
+            f.write("[1, 0, 0, 0]")
+        out = self.ok("doc", "add", notes, "--meta", "category=research",
+                      "--meta", "source=arxiv", "--embedding-file",
+                      vec).stdout
+        self.assertRegex(out, r"^stored document [0-9a-f-]{36}\n$")
+        first = out.split()[-1]
+        other = self.repo.path("b.vec")
+        with open(other, "w") as f:
+            f.write("0.5 0.5\n0, 0\n")
+        second = self.json_of("doc", "add", "-", "--embedding-file", other,
+                              "--meta", "category=news",
+                              stdin="from stdin")["id"]
+        got = self.json_of("--json", "doc", "search", "--embedding-file",
+                           vec, "--top", "5")
+        self.assertEqual([d["id"] for d in got], [first, second])
+        self.assertEqual(got[0]["content"],
+                         "Attention is all you need\nsecond line\n")
+        self.assertEqual(got[0]["metadata"], {"category": "research",
+                                              "source": "arxiv"})
+        lines = self.ok("doc", "search", "--embedding-file", vec,
+                        "--meta", "category=news").stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["DOCUMENT", "SCORE", "CONTENT"])
+        self.assertEqual(lines[1].split()[:3], [second, "0.707107", "from"])
+        between = self.ok("doc", "between", "2000-01-01T00:00:00Z",
+                          "2200-01-01T00:00:00Z").stdout.splitlines()
+        self.assertEqual([ln.split()[0] for ln in between[1:]],
+                         [second, first])
+        self.assertIn("Attention is all you need", between[2])
+        self.assertNotIn("second line", between[2])
+        self.assertEqual(len(self.json_of(
+            "doc", "between", "2000-01-01T00:00:00Z",
+            "2200-01-01T00:00:00Z", "--limit", "1",
+            "--meta", "category=research")), 1)
+
+    def test_doc_errors(self):
+        vec = self.repo.path("bad.vec")
+        with open(vec, "w") as f:
+            f.write("1 2 3")
+        text = self.repo.path("t.txt")
+        with open(text, "w") as f:
+            f.write("x")
+        p = self.fails(1, "doc", "add", text, "--embedding-file", vec,
+                       type_name="ValueError")
+        self.assertIn("3", p.stderr)
+        self.assertIn("4", p.stderr)
+        self.fails(1, "doc", "between", "2020-01-02T00:00:00Z",
+                   "2020-01-01T00:00:00Z", type_name="ValueError")
+        empty = self.repo.path("empty.txt")
+        open(empty, "w").close()
+        for args in (("doc",), ("doc", "rm", "x"), ("doc", "add"),
+                     ("doc", "add", empty), ("doc", "add", "/nonexistent"),
+                     ("doc", "search"), ("doc", "search", "--top", "0",
+                                         "--embedding-file", vec),
+                     ("doc", "search", "--embedding-file", "/nonexistent"),
+                     ("doc", "between", "2020-01-01T00:00:00Z"),
+                     ("doc", "add", text, "--top", "3"),
+                     ("doc", "search", "--embedding-file", vec, "--limit",
+                      "2"),
+                     ("doc", "add", text, "--meta", "novalue")):
+            with self.subTest(args=args):
+                self.fails(2, *args)
+        self.assertEqual(self.connect().call("server.health")["counts"][
+            "documents"], 0)
 
 
 if __name__ == "__main__":

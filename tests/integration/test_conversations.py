@@ -11,6 +11,7 @@ import uuid
 
 import vmemtest as vt
 from test_cli import CliTestCase
+from test_mcp import McpMixin
 
 E_VALUE = vt.E_VALUE
 E_QUERY = vt.E_QUERY
@@ -510,6 +511,59 @@ class Cli(CliTestCase):
             with self.subTest(args=args):
                 self.fails(2, *args)
         self.fails(1, "chat", "show", "not-a-uuid", type_name="ValueError")
+
+
+class Mcp(McpMixin, vt.VmemTestCase):
+    def test_remember_and_history(self):
+        c = self.mcp(client="agent-one")
+        s = sid()
+        m = self.tool_ok(c, "remember_message", {
+            "session_id": s, "role": "user", "content": "hello",
+            "metadata": {"source": "chat"}})
+        self.assertEqual(m, c.call("message.history", {"session_id": s})[0])
+        self.assertEqual(c.call("session.get", {"session_id": s})[
+            "user_id"], "agent-one")
+        for i in range(60):
+            self.tool_ok(c, "remember_message", {
+                "session_id": s, "role": "assistant",
+                "content": "%d %s" % (i, "x" * (1500 if i == 59 else 10))})
+        h = self.tool_ok(c, "conversation_history", {"session_id": s})
+        self.assertEqual((h["count"], h["older"]), (50, True))
+        self.assertEqual(h["messages"][-1]["content_truncated"], True)
+        self.assertEqual(h["messages"][-1]["content_bytes"], 1503)
+        self.assertTrue(h["messages"][0]["content"].startswith("10 "))
+        h = self.tool_ok(c, "conversation_history",
+                         {"session_id": s, "limit": 200})
+        self.assertEqual((h["count"], h["older"]), (61, False))
+        self.assertEqual(h["messages"][0], m)
+        empty = self.tool_ok(c, "conversation_history",
+                             {"session_id": sid()})
+        self.assertEqual(empty, {"messages": [], "count": 0,
+                                 "older": False})
+        big = "y" * 3000
+        for _ in range(80):  # 80 previews of 1 KB: over the page
+            self.tool_ok(c, "remember_message", {
+                "session_id": s, "role": "user", "content": big})
+        h = self.tool_ok(c, "conversation_history",
+                         {"session_id": s, "limit": 200})
+        self.assertLess(len(json.dumps(h)), 64 * 1024 + 4096)
+        self.assertTrue(h["older"])
+
+    def test_errors_are_tool_results(self):
+        c = self.mcp()
+        self.tool_error(c, "remember_message",
+                        {"session_id": sid(), "role": "robot",
+                         "content": "x"}, "ValueError")
+        self.tool_error(c, "remember_message",
+                        {"session_id": "x", "role": "user",
+                         "content": "x"}, "ValueError")
+        self.tool_error(c, "remember_message",
+                        {"session_id": sid(), "role": "user"},
+                        "ValueError")
+        for limit in (0, 201, "5"):
+            self.tool_error(c, "conversation_history",
+                            {"session_id": sid(), "limit": limit},
+                            "ValueError")
 
 
 if __name__ == "__main__":

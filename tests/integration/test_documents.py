@@ -17,6 +17,7 @@ import uuid
 
 import vmemtest as vt
 from test_cli import CliTestCase
+from test_mcp import McpMixin
 
 E_VALUE = vt.E_VALUE
 DIM = 8
@@ -646,6 +647,50 @@ class Cli(CliTestCase):
                 self.fails(2, *args)
         self.assertEqual(self.connect().call("server.health")["counts"][
             "documents"], 0)
+
+
+class Mcp(McpMixin, DocCase):
+    def test_search_and_between(self):
+        c = self.mcp()
+        rng = random.Random(17)
+        made = []
+        for i in range(30):
+            made.append(self.store(c, ("long " * 400) if i == 0 else
+                                   "d%d" % i, {"even": i % 2 == 0},
+                                   rand_vec(rng)))
+        q = rand_vec(rng)
+        direct = self.search(c, q, 12, metadata_filters={"even": True})
+        got = self.tool_ok(c, "search_documents",
+                           {"query_embedding": q, "top_k": 12,
+                            "metadata_filters": {"even": True}})
+        self.assertEqual((got["count"], got["more"]), (12, True))
+        self.assertEqual([d["id"] for d in got["documents"]],
+                         [d["id"] for d in direct])
+        self.assertEqual([d["score"] for d in got["documents"]],
+                         [d["score"] for d in direct])
+        got = self.tool_ok(c, "search_documents",
+                           {"query_embedding": q, "top_k": 200})
+        self.assertEqual((got["count"], got["more"]), (30, False))
+        first = [d for d in got["documents"] if d["id"] == made[0]["id"]]
+        self.assertTrue(first[0]["content_truncated"])
+        times = [d["created_at"] for d in made]
+        got = self.tool_ok(c, "documents_between",
+                           {"start": times[5], "end": times[20],
+                            "limit": 10})
+        self.assertEqual((got["count"], got["more"]), (10, True))
+        self.assertEqual([d["id"] for d in got["documents"]],
+                         [d["id"] for d in made[11:21]][::-1])
+        got = self.tool_ok(c, "documents_between",
+                           {"start": times[0], "end": times[-1],
+                            "metadata_filters": {"even": False}})
+        self.assertEqual((got["count"], got["more"]), (15, False))
+        self.tool_error(c, "search_documents",
+                        {"query_embedding": [1.0] * (DIM + 1)},
+                        "ValueError")
+        self.tool_error(c, "documents_between",
+                        {"start": times[5], "end": times[1]}, "ValueError")
+        self.tool_error(c, "search_documents",
+                        {"query_embedding": q, "top_k": 201}, "ValueError")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,11 @@ TOOLS = {
     "decision_history": "decision.history",
     "delete_decision": "decision.delete",
     "sync_memory": "git.sync",
+    # conversations and documents (issue 15)
+    "remember_message": "message.store",
+    "conversation_history": "message.history",
+    "search_documents": "document.semantic_search",
+    "documents_between": "document.temporal_query",
 }
 COORD_TOOLS = ["store_decision", "get_decision", "decision_history",
                "delete_decision"]
@@ -330,7 +335,7 @@ class ToolList(McpMixin, vt.VmemTestCase):
         res = c.call("tools/list")
         self.assertEqual(sorted(res), ["tools"])
         tools = {t["name"]: t for t in res["tools"]}
-        self.assertEqual(len(res["tools"]), 8)
+        self.assertEqual(len(res["tools"]), len(TOOLS))
         self.assertEqual(sorted(tools), sorted(TOOLS))
         for name, t in tools.items():
             with self.subTest(tool=name):

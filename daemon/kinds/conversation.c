@@ -309,7 +309,8 @@ int conversations_open(struct conversations *cv, uv_loop_t *loop,
 	cv->sk.kind = &conversation_kind;
 	convindex_init(&cv->ix);
 	return localseg_open(&cv->seg, loop, state, CONVERSATION_DIR, stores, 1,
-			     CONVERSATION_LOG_TAG, loads, cv, msg, msglen);
+			     CONVERSATION_LOG_TAG, NULL, loads, cv, msg,
+			     msglen);
 }
 
 void conversations_done(struct conversations *cv)

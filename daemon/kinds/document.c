@@ -667,7 +667,7 @@ int documents_open(struct documents *ds, uv_loop_t *loop,
 	if (ret < 0 && ret != -ENOENT)
 		return ret;
 	ret = localseg_open(&ds->seg, loop, state, DOCUMENT_DIR, stores,
-			    STORE_DOCS, DOCUMENT_LOG_TAG, loads, ds, msg,
+			    STORE_DOCS, DOCUMENT_LOG_TAG, NULL, loads, ds, msg,
 			    msglen);
 	if (ret == -EINVAL && had && had != dim)
 		errmsg_set(msg, msglen,

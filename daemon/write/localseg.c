@@ -35,7 +35,8 @@ struct lsnap {
 int localseg_open(struct localseg *ls, uv_loop_t *loop,
 		  const struct statedir *state, const char *name,
 		  const char *const *stores, unsigned n, uint8_t tag,
-		  const seg_load_fn *load, void *ctx, char *msg, size_t msglen)
+		  const struct seg_opts *o, const seg_load_fn *load, void *ctx,
+		  char *msg, size_t msglen)
 {
 	int ret;
 
@@ -45,7 +46,7 @@ int localseg_open(struct localseg *ls, uv_loop_t *loop,
 		ls->sub[i].fd = -1;
 	ls->loop = loop;
 	ls->tag = tag;
-	ls->opts.segment_max = SEG_SIZE_DEFAULT;
+	ls->opts.segment_max = o ? o->segment_max : SEG_SIZE_DEFAULT;
 	if (n == 0 || n > LOCALSEG_STORES) {
 		errmsg_set(msg, msglen, "%u segment stores", n);
 		return -EINVAL;

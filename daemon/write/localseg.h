@@ -75,14 +75,15 @@ struct localseg {
 
 /*
  * Open (creating them) the directory name of state and in it the stores
- * named stores[0..n-1], each read through load[i] (segment.h: a key's
- * current payload) with ctx. Blocking, at start-up. 0 or -errno with
+ * named stores[0..n-1] (with options o; NULL: the defaults), each read
+ * through load[i] (segment.h: a key's current payload) with ctx. Blocking, at start-up. 0 or -errno with
  * msg; localseg_close cleans up either way.
  */
 int localseg_open(struct localseg *ls, uv_loop_t *loop,
 		  const struct statedir *state, const char *name,
 		  const char *const *stores, unsigned n, uint8_t tag,
-		  const seg_load_fn *load, void *ctx, char *msg, size_t msglen);
+		  const struct seg_opts *o, const seg_load_fn *load, void *ctx,
+		  char *msg, size_t msglen);
 
 /* Release everything (after the loop's last run). */
 void localseg_close(struct localseg *ls);

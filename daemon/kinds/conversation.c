@@ -305,12 +305,16 @@ int conversations_open(struct conversations *cv, uv_loop_t *loop,
 	static const char *const stores[] = {"main"};
 	static const seg_load_fn loads[] = {load_cb};
 
+	int ret;
+
 	memset(cv, 0, sizeof(*cv));
 	cv->sk.kind = &conversation_kind;
 	convindex_init(&cv->ix);
-	return localseg_open(&cv->seg, loop, state, CONVERSATION_DIR, stores, 1,
-			     CONVERSATION_LOG_TAG, NULL, loads, cv, msg,
-			     msglen);
+	ret = localseg_open(&cv->seg, loop, state, CONVERSATION_DIR, stores, 1,
+			    CONVERSATION_LOG_TAG, NULL, loads, cv, msg, msglen);
+	if (ret == 0 && cv->seg.last_error[0])
+		log_warn("conversations: %s", cv->seg.last_error);
+	return ret;
 }
 
 void conversations_done(struct conversations *cv)

@@ -678,6 +678,8 @@ int documents_open(struct documents *ds, uv_loop_t *loop,
 			   dim, had, had, state->path, DOCUMENT_DIR);
 	if (ret < 0)
 		return ret;
+	if (ds->seg.last_error[0])
+		log_warn("documents: %s", ds->seg.last_error);
 	if (had != dim) {
 		if (had && ds->ix.n_docs > 0) {
 			errmsg_set(msg, msglen,

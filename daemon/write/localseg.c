@@ -65,6 +65,14 @@ int localseg_open(struct localseg *ls, uv_loop_t *loop,
 		if (ret < 0)
 			return ret;
 		segstore_stats(ls->st[i], &ls->stats[i]);
+		if (ls->report[i].torn_bytes)
+			/* Never acknowledged (the log has it, or never had). */
+			snprintf(ls->last_error, sizeof(ls->last_error),
+				 "cut a torn tail of %llu bytes off %s/%s/%s at "
+				 "offset %llu",
+				 (unsigned long long)ls->report[i].torn_bytes,
+				 name, stores[i], ls->report[i].torn_file,
+				 (unsigned long long)ls->report[i].torn_offset);
 	}
 	return 0;
 }

@@ -160,61 +160,83 @@ int server_health(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const char *last_error = d->store.last_error[0] ? d->store.last_error
+	const char *last_error = d->store.last_error[0] && !d->gitq.stopped[0]
+					 ? d->store.last_error
 				 : d->gitq.last_error[0] ? d->gitq.last_error
 							 : local_error(d);
 	bool degraded = d->loaded.n_quarantined > 0 ||
-			store_failing(&d->store) ||
+			store_failing(&d->store) || d->gitq.stopped[0] ||
 			d->conversations.n_adopted > 0 ||
 			d->documents.n_orphans > 0;
 	const char *status = d->stopping ? "stopping"
 					 : (degraded ? "degraded" : "ok");
-	json_t *health;
+	json_t *h, *locks = json_array();
+	char *save = NULL, *p, list[sizeof(d->gitq.foreign_locks)];
 
-	if (!param_only(call, allowed))
+	if (!param_only(call, allowed)) {
+		json_decref(locks);
 		return CALL_DONE;
-	health = json_pack(
-		"{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status", status,
-		"version", VMEMD_VERSION, "repo", d->repo.root, "decisions",
-		(json_int_t)d->decisions.index.count, "pending",
-		(json_int_t)gitq_pending(&d->gitq), "last_commit",
-		last_commit_json(&d->gitq), "commit_deferred",
-		d->gitq.deferred[0] ? json_string(d->gitq.deferred)
-				    : json_null(),
-		"quarantined", quarantined_json(&d->loaded), "last_error",
-		last_error[0] ? json_string(last_error) : json_null(),
-		"uptime_s",
-		(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000));
+	}
+	snprintf(list, sizeof(list), "%s", d->gitq.foreign_locks);
+	for (p = strtok_r(list, ",", &save); p && locks;
+	     p = strtok_r(NULL, ",", &save))
+		json_array_append_new(locks, json_string(p + (*p == ' ')));
+	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
+		      status, "version", VMEMD_VERSION, "repo", d->repo.root,
+		      "decisions", (json_int_t)d->decisions.index.count,
+		      "pending", (json_int_t)gitq_pending(&d->gitq),
+		      "last_commit", last_commit_json(&d->gitq),
+		      "commit_deferred",
+		      d->gitq.deferred[0] ? json_string(d->gitq.deferred)
+					  : json_null(),
+		      "quarantined", quarantined_json(&d->loaded), "last_error",
+		      last_error[0] ? json_string(last_error) : json_null(),
+		      "uptime_s",
+		      (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000));
+	if (h && locks) {
+		json_object_set_new(h, "commits_stopped",
+				    d->gitq.stopped[0]
+					    ? json_string(d->gitq.stopped)
+					    : json_null());
+		json_object_set_new(h, "git_locks", locks);
+		locks = NULL;
+	}
+	json_decref(locks);
 	/* Conversations and documents: counts per kind, what serves them. */
-	if (health &&
+	if (h &&
 	    json_object_update_new(
-		    health,
-		    json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
-			      "s:{s:I,s:I}}",
-			      "versions", versions_json(), "counts",
-			      "decisions", (json_int_t)d->decisions.index.count,
-			      "sessions",
-			      (json_int_t)d->conversations.ix.n_sessions,
-			      "messages",
-			      (json_int_t)d->conversations.ix.n_messages,
-			      "documents", (json_int_t)d->documents.ix.n_docs,
-			      "embeddings",
-			      (json_int_t)docindex_vectors(&d->documents.ix),
-			      "local_storage", "conversations",
-			      segments_json(&d->conversations.seg),
-			      "documents", segments_json(&d->documents.seg),
-			      "vector_index", vector_index_json(&d->documents),
-			      "repaired", "sessions_adopted",
-			      (json_int_t)d->conversations.n_adopted,
-			      "embeddings_dropped",
-			      (json_int_t)d->documents.n_orphans)) < 0) {
-		json_decref(health);
-		health = NULL;
+		    h, json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
+				 "s:{s:I,s:I}}",
+				 "versions", versions_json(), "counts",
+				 "decisions",
+				 (json_int_t)d->decisions.index.count,
+				 "sessions",
+				 (json_int_t)d->conversations.ix.n_sessions,
+				 "messages",
+				 (json_int_t)d->conversations.ix.n_messages,
+				 "documents", (json_int_t)d->documents.ix.n_docs,
+				 "embeddings",
+				 (json_int_t)docindex_vectors(&d->documents.ix),
+				 "local_storage", "conversations",
+				 segments_json(&d->conversations.seg),
+				 "documents", segments_json(&d->documents.seg),
+				 "vector_index",
+				 vector_index_json(&d->documents), "repaired",
+				 "sessions_adopted",
+				 (json_int_t)d->conversations.n_adopted,
+				 "embeddings_dropped",
+				 (json_int_t)d->documents.n_orphans)) < 0) {
+		json_decref(h);
+		h = NULL;
+	}
+	if (!h) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
 	}
 	call_attr_str(call, "status", status, strlen(status));
 	call_attr_str(call, "postgres_version", "vmemd " VMEMD_VERSION,
 		      strlen("vmemd " VMEMD_VERSION));
-	call_reply(call, health);
+	call_reply(call, h);
 	return CALL_DONE;
 }
 

@@ -56,6 +56,7 @@
 #define PRELOAD_DEPTH 32
 #define SEARCH_TAGS   50
 #define BEFORE_ISSUES 10
+#define SESSIONS      10000
 #define NS	      1000000000ull
 
 enum proto { P_JSON, P_LINE, P_RESP };
@@ -68,6 +69,7 @@ enum op {
 	OP_SEARCH,
 	OP_RANGE,
 	OP_BEFORE,
+	OP_MESSAGE, /* message.store into one of SESSIONS sessions */
 	N_MIX_OPS,
 	OP_ECHO = N_MIX_OPS,
 	OP_PRELOAD,
@@ -77,8 +79,9 @@ enum op {
 };
 
 static const char *const op_names[] = {
-	"get",	  "exists", "store",   "store_new", "search",	 "range",
-	"before", "echo",   "preload", "redis SET", "redis GET", "preload",
+	"get",	   "exists", "store",	"store_new", "search",
+	"range",   "before", "message", "echo",	     "preload",
+	"redis SET", "redis GET", "preload",
 };
 
 struct mix {
@@ -295,6 +298,28 @@ static int emit_store(struct buf *o, uint64_t id, uint64_t k, int x, int y,
 	return 0;
 }
 
+/* A message of the decisions' value size, in session k % SESSIONS: a
+ * durable write of the same size through the conversation kind. */
+static int emit_message(struct buf *o, uint64_t id, uint64_t k)
+{
+	int vb = g.value_bytes, n;
+	size_t room = (size_t)vb + 256;
+
+	if (buf_reserve(o, room) < 0)
+		return -ENOMEM;
+	n = snprintf(o->p + o->len, room,
+		     "%s%" PRIu64 ",\"method\":\"message.store\",\"params\":"
+		     "{\"session_id\":\"00000000-0000-4000-8000-%012" PRIu64
+		     "\",\"role\":\"user\",\"content\":\"tag%02u %.*s\","
+		     "\"user_id\":\"bench\"}}\n",
+		     jhead, id, k % SESSIONS, (unsigned)(k % SEARCH_TAGS),
+		     vb - 6, g.filler);
+	if (n < 0 || (size_t)n >= room)
+		return -EOVERFLOW;
+	o->len += (size_t)n;
+	return 0;
+}
+
 static int emit_resp_set(struct buf *o, uint64_t k)
 {
 	int vb = g.value_bytes, n;
@@ -369,6 +394,8 @@ static int emit(struct buf *o, enum op op, uint64_t id, uint64_t *rng,
 			     (int)(rnd(rng) % 6) + 1);
 		break;
 	}
+	case OP_MESSAGE:
+		return emit_message(o, id, rnd(rng));
 	case OP_RSET:
 		return emit_resp_set(o, k);
 	case OP_RPRELOAD:
@@ -1312,7 +1339,7 @@ static void usage(FILE *f)
 		"[--pin]\n"
 		"  --mix SPEC   op[=weight],... with op one of get, exists, "
 		"store,\n"
-		"               store_new, search, range, before "
+		"               store_new, search, range, before, message "
 		"(repeatable;\n"
 		"               default: get, then store, each its own row)\n");
 }

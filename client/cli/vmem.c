@@ -1001,8 +1001,8 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 	q = json_object_get(h, "git_locks");
 	json_array_foreach(q, i, item)
 	{
-		printf("%-13s%s (left alone: not ours)\n", "git lock:",
-		       json_string_value(item));
+		printf("%-13s%s (left alone: not ours)\n",
+		       "git lock:", json_string_value(item));
 	}
 	print_opt_line("last error:", json_object_get(h, "last_error"));
 	q = json_object_get(h, "quarantined");
@@ -2093,8 +2093,8 @@ static json_t *doc_params(const struct cli *cli)
 			read_embedding(cli->embedding_file));
 		if (cli->top)
 			set_new(p, "top_k",
-				json_integer(count_opt("--top", cli->top,
-						       1000)));
+				json_integer(
+					count_opt("--top", cli->top, 1000)));
 		if (cli->meta)
 			set_new(p, "metadata_filters", json_incref(cli->meta));
 		method = "document.semantic_search";
@@ -2205,9 +2205,8 @@ static int cmd_memory(struct cli *cli, vmem_client *c, json_t *call)
 	json_t *r;
 	int status;
 
-	r = call_json(cli, c, method, json_incref(json_object_get(call,
-								  "params")),
-		      &status);
+	r = call_json(cli, c, method,
+		      json_incref(json_object_get(call, "params")), &status);
 	if (!r)
 		return status;
 	if (strcmp(method, "session.list") == 0)

@@ -57,9 +57,10 @@ bool buf_reserve(struct buf *b, size_t n)
 /* What a byte becomes inside a JSON string: 0 as it is, else the length
  * of its escape. */
 static const unsigned char esc_len[256] = {
-	6, 6, 6, 6, 6, 6, 6, 6, 2, 2, 2, 6, 2, 2, 6, 6, /* \b \t \n \f \r */
-	6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6,
-	0, 0, 2, /* '"' */
+	6,	    6, 6, 6, 6, 6, 6, 6, 2, 2, 2, 6, 2, 2, 6, 6, /* \b \t \n \f
+								    \r */
+	6,	    6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 0,
+	0,	    2, /* '"' */
 	['\\'] = 2,
 };
 

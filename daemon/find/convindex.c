@@ -77,8 +77,8 @@ static size_t user_slot(const struct convindex *ix, const char *name,
 	return i;
 }
 
-static struct conv_user *user_find(const struct convindex *ix,
-				   const char *name, size_t len)
+static struct conv_user *user_find(const struct convindex *ix, const char *name,
+				   size_t len)
 {
 	return ix->cap_users ? ix->users[user_slot(ix, name, len)] : NULL;
 }
@@ -128,8 +128,7 @@ static void user_drop(struct convindex *ix, struct conv_user *u)
 		j = (j + 1) & (ix->cap_users - 1);
 		if (!ix->users[j])
 			break;
-		home = (size_t)fnv1a64(ix->users[j]->name,
-				       ix->users[j]->len) &
+		home = (size_t)fnv1a64(ix->users[j]->name, ix->users[j]->len) &
 		       (ix->cap_users - 1);
 		if ((j > i && (home <= i || home > j)) ||
 		    (j < i && home <= i && home > j)) {
@@ -202,8 +201,7 @@ static void link_user(struct conv_session *s)
 
 /* Off its user's list; the user goes with its last session unless
  * keep (the session is relinked at once). */
-static void unlink_user(struct convindex *ix, struct conv_session *s,
-			bool keep)
+static void unlink_user(struct convindex *ix, struct conv_session *s, bool keep)
 {
 	struct conv_user *u = s->user;
 
@@ -242,8 +240,8 @@ static void touch(struct convindex *ix, struct conv_session *s)
 
 /* ---- sessions ---- */
 
-static struct conv_session *placeholder(struct convindex *ix,
-					const uint8_t *id, int64_t at)
+static struct conv_session *placeholder(struct convindex *ix, const uint8_t *id,
+					int64_t at)
 {
 	struct conv_session *s = calloc(1, sizeof(*s));
 

@@ -276,8 +276,8 @@ bool docindex_del(struct docindex *ix, const uint8_t *id)
 	return true;
 }
 
-int docindex_set_vector(struct docindex *ix, const uint8_t *id,
-			const float *v, char *msg, size_t n)
+int docindex_set_vector(struct docindex *ix, const uint8_t *id, const float *v,
+			char *msg, size_t n)
 {
 	struct doc *d = idmap_get(&ix->byid, id);
 
@@ -351,8 +351,9 @@ int docindex_search(const struct docindex *ix, const float *query, size_t k,
 	if (filter) {
 		ret = docindex_match(ix, filter, &cands, &n_cands);
 		if (ret == -EINVAL)
-			snprintf(msg, msgn, "metadata_filters is beyond the "
-					    "limits of a filter");
+			snprintf(msg, msgn,
+				 "metadata_filters is beyond the "
+				 "limits of a filter");
 		if (ret < 0)
 			return ret;
 		if (n_cands == 0)
@@ -392,7 +393,8 @@ int docindex_between(const struct docindex *ix, int64_t start, int64_t end,
 		     const json_t *filter, size_t limit,
 		     bool (*fn)(void *ctx, const struct doc *d), void *ctx)
 {
-	size_t lo = time_bound(ix, start, false), hi = time_bound(ix, end, true);
+	size_t lo = time_bound(ix, start, false),
+	       hi = time_bound(ix, end, true);
 	uint32_t *match = NULL;
 	uint8_t *bits = NULL;
 	size_t n_match = 0, sent = 0, i;

@@ -79,8 +79,8 @@ bool docindex_del(struct docindex *ix, const uint8_t *id);
 
 /* Set or remove (v NULL) the vector of the document with that id. 0,
  * -ENOENT (no such document), or vindex_put's errors with msg. */
-int docindex_set_vector(struct docindex *ix, const uint8_t *id,
-			const float *v, char *msg, size_t n);
+int docindex_set_vector(struct docindex *ix, const uint8_t *id, const float *v,
+			char *msg, size_t n);
 
 bool docindex_has_vector(const struct docindex *ix, const struct doc *d);
 

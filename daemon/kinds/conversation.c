@@ -20,7 +20,7 @@
 #include "protocol/errors.h"
 #include "uuid.h"
 
-#define STORE_MAIN 0
+#define STORE_MAIN   0
 #define ADOPTED_USER "unknown"
 
 static struct conversations *of(struct store_kind *k)
@@ -79,8 +79,7 @@ static int apply_op(void *arg, const struct logop *op)
 static int lock(struct store_kind *k, const struct store_write *w,
 		struct kind_lock *out)
 {
-	const struct conv_write *cw =
-		KIND_CONTAINER(w, struct conv_write, w);
+	const struct conv_write *cw = KIND_CONTAINER(w, struct conv_write, w);
 
 	(void)k;
 	if (cw->op == CONV_CREATE_SESSION)
@@ -109,8 +108,8 @@ static bool put_session(struct store_kind *k, struct conv_write *cw,
 		.meta = cw->op == CONV_CREATE_SESSION ? cw->meta : "{}",
 		.meta_len = cw->op == CONV_CREATE_SESSION ? cw->meta_len : 2,
 	};
-	uint8_t *p = logpay_put(&cw->payload, STORE_MAIN, id,
-				rec_session_size(&r));
+	uint8_t *p =
+		logpay_put(&cw->payload, STORE_MAIN, id, rec_session_size(&r));
 
 	if (p)
 		rec_session_encode(&r, p);
@@ -215,8 +214,8 @@ static void report(struct conversations *cv, enum conv_change_what what,
 {
 	struct conv_change ch = {what, session, m};
 
-	store_changed(&cv->sk, what == CONV_SESSION_DELETED ? KIND_DELETED
-							    : KIND_STORED,
+	store_changed(&cv->sk,
+		      what == CONV_SESSION_DELETED ? KIND_DELETED : KIND_STORED,
 		      &ch);
 }
 
@@ -390,8 +389,8 @@ static int snapshot(struct store_kind *k, void **snap)
 	return localseg_snapshot(&of(k)->seg, snap);
 }
 
-static int write_segs(struct store_kind *k, void *snap, bool sync,
-		      char *errmsg, size_t n)
+static int write_segs(struct store_kind *k, void *snap, bool sync, char *errmsg,
+		      size_t n)
 {
 	return localseg_write(&of(k)->seg, snap, sync, errmsg, n);
 }

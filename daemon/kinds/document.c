@@ -23,12 +23,12 @@
 #include "protocol/errors.h"
 #include "uuid.h"
 
-#define STORE_DOCS	2 /* stores: */
-#define S_DOCS		0
-#define S_VECTORS	1
-#define SETTINGS	"settings"
-#define SAVE_EVERY_MS	30000
-#define INDEX_FILE_MAX	((size_t)1 << 40)
+#define STORE_DOCS     2 /* stores: */
+#define S_DOCS	       0
+#define S_VECTORS      1
+#define SETTINGS       "settings"
+#define SAVE_EVERY_MS  30000
+#define INDEX_FILE_MAX ((size_t)1 << 40)
 
 static struct documents *of(struct store_kind *k)
 {
@@ -62,8 +62,8 @@ static int boot_put(struct documents *ds, const uint8_t *id,
 	if (!bv) {
 		if (b->rows == b->cap) {
 			size_t cap = b->cap ? b->cap * 2 : 1024;
-			float *v = realloc(b->v, cap * ds->vopts.dim *
-							 sizeof(float));
+			float *v = realloc(b->v,
+					   cap * ds->vopts.dim * sizeof(float));
 
 			if (!v)
 				return -ENOMEM;
@@ -176,8 +176,9 @@ static int apply_op(void *arg, const struct logop *op)
 	if (ret == 0)
 		ret = docindex_put(&ds->ix, op->key, &r);
 	if (ret == -EINVAL)
-		errmsg_set(a->msg, a->n, "a document whose metadata is not "
-					 "a JSON object");
+		errmsg_set(a->msg, a->n,
+			   "a document whose metadata is not "
+			   "a JSON object");
 	if (ret == -ENOMEM)
 		errmsg_set(a->msg, a->n, "out of memory");
 	return ret;
@@ -264,8 +265,8 @@ static int lock(struct store_kind *k, const struct store_write *w,
 
 static bool put_doc(struct doc_write *dw, const struct rec_document *r)
 {
-	uint8_t *p = logpay_put(&dw->payload, S_DOCS, dw->id,
-				rec_document_size(r));
+	uint8_t *p =
+		logpay_put(&dw->payload, S_DOCS, dw->id, rec_document_size(r));
 
 	if (p)
 		rec_document_encode(r, p);
@@ -400,8 +401,8 @@ static int replay(struct store_kind *k, const char *payload, size_t len,
 	return 0;
 }
 
-static int load_store(struct documents *ds, unsigned store,
-		      const uint8_t *key, const void *payload, size_t len)
+static int load_store(struct documents *ds, unsigned store, const uint8_t *key,
+		      const void *payload, size_t len)
 {
 	struct logop op = {LOGOP_PUT, store, key, payload, len};
 	char msg[160];
@@ -642,8 +643,7 @@ int documents_open(struct documents *ds, uv_loop_t *loop,
 		   size_t msglen)
 {
 	static const char *const stores[STORE_DOCS] = {"docs", "vectors"};
-	static const seg_load_fn loads[STORE_DOCS] = {load_doc_cb,
-						      load_vec_cb};
+	static const seg_load_fn loads[STORE_DOCS] = {load_doc_cb, load_vec_cb};
 	struct statedir dir = {.fd = -1};
 	uint32_t had = 0;
 	int ret;
@@ -767,8 +767,8 @@ static int snapshot(struct store_kind *k, void **out)
 	return 0;
 }
 
-static int write_segs(struct store_kind *k, void *snap, bool sync,
-		      char *errmsg, size_t n)
+static int write_segs(struct store_kind *k, void *snap, bool sync, char *errmsg,
+		      size_t n)
 {
 	struct documents *ds = of(k);
 	struct dsnap *sn = snap;
@@ -777,10 +777,9 @@ static int write_segs(struct store_kind *k, void *snap, bool sync,
 	/* The index file is a cache of the segments: its failure is
 	 * reported, never a failure of the pass. */
 	if (sn->index)
-		sn->index_rc = vindex_write_file(&ds->seg.dir, DOCUMENT_INDEX,
-						 sn->index, sn->index_len,
-						 sn->index_msg,
-						 sizeof(sn->index_msg));
+		sn->index_rc = vindex_write_file(
+			&ds->seg.dir, DOCUMENT_INDEX, sn->index, sn->index_len,
+			sn->index_msg, sizeof(sn->index_msg));
 	return ret;
 }
 

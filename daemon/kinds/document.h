@@ -66,8 +66,8 @@ struct documents {
 	bool stopping; /* no new builds; save what changed */
 
 	/* Persistence of the vector index. */
-	uint64_t changes;	/* rows added or removed, builds published */
-	uint64_t saved_changes; /* changes as of the last save */
+	uint64_t changes;	 /* rows added or removed, builds published */
+	uint64_t saved_changes;	 /* changes as of the last save */
 	bool removed_since_save; /* a row removed or replaced */
 	bool published_since_save;
 	bool saving; /* a writer pass carries a save */

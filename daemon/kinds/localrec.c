@@ -63,8 +63,9 @@ int rec_user_id_check(const char *s, size_t len, char *msg, size_t n)
 	}
 	for (size_t i = 0; i < len; i++)
 		if (control_at((const unsigned char *)s, len, i)) {
-			errmsg_set(msg, n, "user_id must not contain control "
-					   "characters");
+			errmsg_set(msg, n,
+				   "user_id must not contain control "
+				   "characters");
 			return -EINVAL;
 		}
 	return 0;
@@ -159,8 +160,9 @@ int rec_meta_text(const json_t *v, char **text, size_t *len, char *msg,
 	}
 	size = json_dumpb(v, NULL, 0, JSON_COMPACT);
 	if (size == 0 || size > REC_META_MAX) {
-		errmsg_set(msg, n, "metadata is %zu bytes as JSON, more than %d",
-			   size, REC_META_MAX);
+		errmsg_set(msg, n,
+			   "metadata is %zu bytes as JSON, more than %d", size,
+			   REC_META_MAX);
 		return -EINVAL;
 	}
 	t = malloc(size + 1);

@@ -38,7 +38,7 @@ struct limits {
 	int max_x;
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;
-	unsigned idle_exit_s; /* in force: 0 never */
+	unsigned idle_exit_s;	/* in force: 0 never */
 	uint32_t embedding_dim; /* numbers per document embedding */
 };
 

@@ -237,7 +237,7 @@ static bool take_meta(struct call *call, struct trace_ctx *parent,
 static const char *operation_of(const char *span_name)
 {
 	return strncmp(span_name, "memory.", 7) == 0 ? span_name + 7
-						      : span_name;
+						     : span_name;
 }
 
 static void span_begin(struct call *call, const char *method,
@@ -264,9 +264,9 @@ static void span_end(struct call *call)
 		return;
 	span_attr_bool(sp, "operation.success", !call->failed);
 	trace_sink_emit(call->d->trace, sp, trace_now_ns(),
-			call->failed ? (call->span_err ? call->span_err
-						       : "error")
-				     : NULL);
+			call->failed
+				? (call->span_err ? call->span_err : "error")
+				: NULL);
 	span_done(sp);
 	free(sp);
 	free(call->span_err);

@@ -525,8 +525,7 @@ static void decision_changed(struct daemon *d, enum kind_change_type type,
 
 /* A message stored, a session deleted: to the subscribers of messages
  * (local records: nothing to commit). */
-static void conversation_changed(struct daemon *d,
-				 const struct conv_change *ch)
+static void conversation_changed(struct daemon *d, const struct conv_change *ch)
 {
 	if (ch->what == CONV_MESSAGE_STORED)
 		subs_notify_message(&d->subs, ch->session, ch->m);

@@ -220,8 +220,8 @@ bool param_uuid(struct call *call, const char *name, bool required,
 			   "missing parameter: %s", name);
 		return false;
 	}
-	if (!json_is_string(v) || uuid_parse(json_string_value(v),
-					     json_string_length(v), out) < 0) {
+	if (!json_is_string(v) ||
+	    uuid_parse(json_string_value(v), json_string_length(v), out) < 0) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "%s must be a UUID "
 			   "(xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
@@ -235,8 +235,7 @@ bool param_uuid(struct call *call, const char *name, bool required,
 	return true;
 }
 
-bool param_str(struct call *call, const char *name, const char **s,
-	       size_t *len)
+bool param_str(struct call *call, const char *name, const char **s, size_t *len)
 {
 	json_t *v = json_object_get(call->params, name);
 
@@ -255,8 +254,7 @@ bool param_str(struct call *call, const char *name, const char **s,
 	return true;
 }
 
-bool param_meta(struct call *call, const char *name, char **text,
-		size_t *len)
+bool param_meta(struct call *call, const char *name, char **text, size_t *len)
 {
 	char msg[VMEM_ERRMSG_LEN];
 	int ret = rec_meta_text(json_object_get(call->params, name), text, len,

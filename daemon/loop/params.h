@@ -76,8 +76,7 @@ bool param_str(struct call *call, const char *name, const char **s,
 
 /* The optional "metadata"-like member name: its compact JSON text
  * (malloc'd, the caller frees; "{}" when absent or null). */
-bool param_meta(struct call *call, const char *name, char **text,
-		size_t *len);
+bool param_meta(struct call *call, const char *name, char **text, size_t *len);
 
 /* A required RFC 3339 time (as timestamp_parse_any reads them; no
  * offset is UTC) in microseconds. */

@@ -305,9 +305,9 @@ static int in_remember(json_t *props, int max_x)
 	(void)max_x;
 	SET("session_id", p_uuid("The conversation: a UUID. A session not "
 				 "known yet is created (for user_id)."));
-	SET("role", json_pack("{s:s,s:[s,s,s],s:s}", "type", "string", "enum",
-			      "user", "assistant", "system", "description",
-			      "Who said it."));
+	SET("role",
+	    json_pack("{s:s,s:[s,s,s],s:s}", "type", "string", "enum", "user",
+		      "assistant", "system", "description", "Who said it."));
 	SET("content", p_str("The message: at least one character, at most "
 			     "1 MiB of UTF-8.",
 			     1, REC_CONTENT_MAX));
@@ -337,10 +337,10 @@ static int in_search_documents(json_t *props, int max_x)
 	SET("query_embedding",
 	    p_vector("The query vector: exactly as many numbers as the "
 		     "daemon's embedding_dim (1536 unless configured)."));
-	SET("top_k", json_pack("{s:s,s:i,s:i,s:i,s:s}", "type", "integer",
-			       "minimum", 1, "maximum", MCP_PAGE_MAX, "default",
-			       10, "description",
-			       "How many documents (the most similar first)."));
+	SET("top_k",
+	    json_pack("{s:s,s:i,s:i,s:i,s:s}", "type", "integer", "minimum", 1,
+		      "maximum", MCP_PAGE_MAX, "default", 10, "description",
+		      "How many documents (the most similar first)."));
 	SET("metadata_filters",
 	    p_meta("Only documents whose metadata contains this object "
 		   "(PostgreSQL jsonb @>: nested objects, arrays contain "
@@ -537,8 +537,7 @@ static json_t *o_conversation(int max_x)
 			 "type", "object", "properties", "messages", "type",
 			 "array", "items", o_message(), "count", "type",
 			 "integer", "minimum", 0, "older", "type", "boolean",
-			 "description",
-			 "older messages exist than those shown",
+			 "description", "older messages exist than those shown",
 			 "required", "messages", "count", "older");
 }
 
@@ -575,8 +574,7 @@ static json_t *o_documents(bool scored)
 			 "type", "object", "properties", "documents", "type",
 			 "array", "items", o_document(scored), "count", "type",
 			 "integer", "minimum", 0, "more", "type", "boolean",
-			 "description",
-			 "more documents match than those shown",
+			 "description", "more documents match than those shown",
 			 "required", "documents", "count", "more");
 }
 
@@ -668,10 +666,9 @@ static int prep_one_more(json_t *args, json_t *params, const char *name,
 			 name, MCP_PAGE_MAX);
 		return -1;
 	}
-	return json_object_set_new(params, name,
-				   json_integer((v ? json_integer_value(v)
-						   : def) +
-						1)) < 0
+	return json_object_set_new(
+		       params, name,
+		       json_integer((v ? json_integer_value(v) : def) + 1)) < 0
 		       ? -ENOMEM
 		       : 0;
 }
@@ -700,8 +697,7 @@ static int preview_item(json_t *item);
  * when newest_last (history: the most recent are kept). The kept items
  * in a new array (in their order); *more when some were left out.
  */
-static json_t *bounded(json_t *list, size_t want, bool newest_last,
-		       bool *more)
+static json_t *bounded(json_t *list, size_t want, bool newest_last, bool *more)
 {
 	size_t total = json_array_size(list), kept = 0, bytes = 128, i;
 	json_t *out = json_array();
@@ -740,13 +736,12 @@ static size_t arg_count(json_t *args, const char *name, size_t def)
 	return json_is_integer(v) ? (size_t)json_integer_value(v) : def;
 }
 
-static json_t *shape_history(json_t *args, json_t *result, char *hint,
-			     size_t n)
+static json_t *shape_history(json_t *args, json_t *result, char *hint, size_t n)
 {
 	bool older;
-	json_t *msgs = bounded(result, arg_count(args, "limit",
-						 MCP_PAGE_DEFAULT),
-			       true, &older);
+	json_t *msgs =
+		bounded(result, arg_count(args, "limit", MCP_PAGE_DEFAULT),
+			true, &older);
 
 	if (!msgs)
 		return NULL;
@@ -764,8 +759,8 @@ static json_t *shape_documents(json_t *args, json_t *result, char *hint,
 			       const char *what)
 {
 	bool more;
-	json_t *docs = bounded(result, arg_count(args, name, def), false,
-			       &more);
+	json_t *docs =
+		bounded(result, arg_count(args, name, def), false, &more);
 
 	if (!docs)
 		return NULL;
@@ -776,22 +771,21 @@ static json_t *shape_documents(json_t *args, json_t *result, char *hint,
 			 (json_int_t)json_array_size(docs), "more", more);
 }
 
-static json_t *shape_search_documents(json_t *args, json_t *result,
-				      char *hint, size_t n)
+static json_t *shape_search_documents(json_t *args, json_t *result, char *hint,
+				      size_t n)
 {
 	return shape_documents(args, result, hint, n, "top_k", 10,
 			       "more documents match (a larger top_k shows "
 			       "more, up to 200).");
 }
 
-static json_t *shape_between(json_t *args, json_t *result, char *hint,
-			     size_t n)
+static json_t *shape_between(json_t *args, json_t *result, char *hint, size_t n)
 {
-	return shape_documents(args, result, hint, n, "limit",
-			       MCP_PAGE_DEFAULT,
-			       "older ones in the window exist: call again with "
-			       "end set to the created_at of the last one "
-			       "shown, or a larger limit.");
+	return shape_documents(
+		args, result, hint, n, "limit", MCP_PAGE_DEFAULT,
+		"older ones in the window exist: call again with "
+		"end set to the created_at of the last one "
+		"shown, or a larger limit.");
 }
 
 /* ---- the table ---- */
@@ -813,10 +807,10 @@ static const char *const search_required[] = {"terms", NULL};
 static const char *const history_args[] = {"limit", "after", NULL};
 static const char *const delete_args[] = {"if_version", "timeout_ms", NULL};
 static const char *const sync_args[] = {"message", NULL};
-static const char *const remember_args[] = {
-	"session_id", "role", "content", "metadata", "user_id", NULL};
-static const char *const remember_required[] = {"session_id", "role",
-						"content", NULL};
+static const char *const remember_args[] = {"session_id", "role",    "content",
+					    "metadata",	  "user_id", NULL};
+static const char *const remember_required[] = {"session_id", "role", "content",
+						NULL};
 static const char *const conversation_args[] = {"session_id", "limit", NULL};
 static const char *const conversation_required[] = {"session_id", NULL};
 static const char *const search_documents_args[] = {
@@ -864,7 +858,8 @@ static const struct mcp_tool tools[] = {
 	 "architecture decisions of issues 10 to 20. A range with min > max "
 	 "is a QueryError." PAGING,
 	 decision_query_range, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
-	 range_args, none, in_query, o_list, NULL, cur_coord, "decisions", NULL},
+	 range_args, none, in_query, o_list, NULL, cur_coord, "decisions",
+	 NULL},
 	{"decisions_before", "Decisions before",
 	 "List every decision made before a point of the work: those of "
 	 "issues x < x_threshold, and at issue x_threshold those of stages "
@@ -873,7 +868,8 @@ static const struct mcp_tool tools[] = {
 	 "x_threshold; z_filter keeps one layer only." PAGING,
 	 decision_query_partial_order,
 	 TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST, before_args,
-	 before_required, in_before, o_list, NULL, cur_coord, "decisions", NULL},
+	 before_required, in_before, o_list, NULL, cur_coord, "decisions",
+	 NULL},
 	{"search_decisions", "Search decisions",
 	 "Full-text search of decision contents: the matching decisions, "
 	 "each with score (how many distinct terms matched) and "
@@ -931,9 +927,9 @@ static const struct mcp_tool tools[] = {
 	 "documents match. Contents over 1 KB are cut; the page stays under "
 	 "64 KB.",
 	 document_semantic_search, TOOL_READ_ONLY | TOOL_IDEMPOTENT,
-	 search_documents_args, search_documents_required,
-	 in_search_documents, o_search_documents, prep_search_documents, NULL,
-	 NULL, shape_search_documents},
+	 search_documents_args, search_documents_required, in_search_documents,
+	 o_search_documents, prep_search_documents, NULL, NULL,
+	 shape_search_documents},
 	{"documents_between", "Documents between two times",
 	 "The documents created in a time window [start, end] (RFC 3339, "
 	 "inclusive), newest first, optionally only those whose metadata "
@@ -1146,8 +1142,9 @@ json_t *mcp_tool_result(const struct mcp_tool *tool, json_t *args,
 {
 	hint[0] = '\0';
 	if (tool->shape)
-		return json_is_array(result) ? tool->shape(args, result, hint, n)
-					     : NULL;
+		return json_is_array(result)
+			       ? tool->shape(args, result, hint, n)
+			       : NULL;
 	if (tool->flags & TOOL_LIST)
 		return page(tool, args, result, hint, n);
 	if (tool->handler == decision_get)

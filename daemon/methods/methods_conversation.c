@@ -153,10 +153,9 @@ int session_create(struct call *call)
 
 int message_store(struct call *call)
 {
-	static const char *const allowed[] = {"session_id", "role",
-					      "content",    "metadata",
-					      "user_id",    "timeout_ms",
-					      NULL};
+	static const char *const allowed[] = {
+		"session_id", "role",	    "content", "metadata",
+		"user_id",    "timeout_ms", NULL};
 	struct conv_call *cc;
 	const char *role;
 	size_t role_len;
@@ -172,8 +171,7 @@ int message_store(struct call *call)
 	    !param_uuid(call, "session_id", true, cc->cw.session, cc->cw.key,
 			NULL) ||
 	    !param_str(call, "role", &role, &role_len) ||
-	    !param_str(call, "content", &cc->cw.content,
-		       &cc->cw.content_len) ||
+	    !param_str(call, "content", &cc->cw.content, &cc->cw.content_len) ||
 	    !param_user(call, &cc->cw.user_id, &cc->cw.user_len) ||
 	    !param_meta(call, "metadata", &cc->meta, &cc->cw.meta_len)) {
 		conv_free(cc);
@@ -189,8 +187,8 @@ int message_store(struct call *call)
 		conv_free(cc);
 		return CALL_DONE;
 	}
-	if (rec_content_check("content", cc->cw.content_len, msg,
-			      sizeof(msg)) < 0) {
+	if (rec_content_check("content", cc->cw.content_len, msg, sizeof(msg)) <
+	    0) {
 		call_error(call, RPC_INVALID_PARAMS, NULL, "%s", msg);
 		conv_free(cc);
 		return CALL_DONE;
@@ -206,8 +204,7 @@ int message_store(struct call *call)
 
 int session_delete(struct call *call)
 {
-	static const char *const allowed[] = {"session_id", "timeout_ms",
-					      NULL};
+	static const char *const allowed[] = {"session_id", "timeout_ms", NULL};
 	struct conv_call *cc;
 
 	if (!param_only(call, allowed))

@@ -18,8 +18,8 @@
 #include "protocol/errors.h"
 #include "uuid.h"
 
-#define TOP_K_DEFAULT	 10
-#define BETWEEN_DEFAULT	 100
+#define TOP_K_DEFAULT	10
+#define BETWEEN_DEFAULT 100
 
 static struct documents *docs_of(struct call *call)
 {
@@ -71,7 +71,7 @@ static bool param_embedding(struct call *call, const char *name, float **v,
 struct doc_call {
 	struct doc_write dw;
 	struct call *call;
-	char *meta;	 /* owned */
+	char *meta;    /* owned */
 	float *vector; /* owned */
 };
 
@@ -152,8 +152,7 @@ static int submit(struct doc_call *dc)
 }
 
 /* content (required unless optional), checked. */
-static bool get_content(struct call *call, struct doc_write *dw,
-			bool optional)
+static bool get_content(struct call *call, struct doc_write *dw, bool optional)
 {
 	char msg[VMEM_ERRMSG_LEN];
 
@@ -199,9 +198,8 @@ int document_store(struct call *call)
 
 int document_update(struct call *call)
 {
-	static const char *const allowed[] = {"id",	   "content",
-					      "metadata",  "embedding",
-					      "timeout_ms", NULL};
+	static const char *const allowed[] = {
+		"id", "content", "metadata", "embedding", "timeout_ms", NULL};
 	struct doc_call *dc;
 	bool clear = false;
 
@@ -226,8 +224,7 @@ int document_update(struct call *call)
 		dc->dw.has_meta = true;
 		dc->dw.meta = dc->meta;
 	}
-	if (!dc->dw.has_content && !dc->dw.has_meta && !dc->vector &&
-	    !clear) {
+	if (!dc->dw.has_content && !dc->dw.has_meta && !dc->vector && !clear) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "nothing to update: give content, metadata or "
 			   "embedding");
@@ -278,7 +275,8 @@ int document_get(struct call *call)
 		call_reply(call, json_null());
 		return CALL_DONE;
 	}
-	reply_buf(call, &b, doc_json(&b, &docs_of(call)->ix, d, false, 0, with));
+	reply_buf(call, &b,
+		  doc_json(&b, &docs_of(call)->ix, d, false, 0, with));
 	return CALL_DONE;
 }
 
@@ -333,9 +331,9 @@ static bool docs_json(struct call *call, const struct doc_hit *hits, size_t n,
 
 int document_semantic_search(struct call *call)
 {
-	static const char *const allowed[] = {
-		"query_embedding", "top_k", "metadata_filters", "exact",
-		"include_embedding", NULL};
+	static const char *const allowed[] = {"query_embedding",   "top_k",
+					      "metadata_filters",  "exact",
+					      "include_embedding", NULL};
 	json_t *k = json_object_get(call->params, "top_k");
 	int64_t top_k = TOP_K_DEFAULT;
 	uint64_t t0 = uv_hrtime();
@@ -419,9 +417,12 @@ static bool between_cb(void *arg, const struct doc *d)
 
 int document_temporal_query(struct call *call)
 {
-	static const char *const allowed[] = {"start", "end",
-					      "metadata_filters", "limit",
-					      "include_embedding", NULL};
+	static const char *const allowed[] = {"start",
+					      "end",
+					      "metadata_filters",
+					      "limit",
+					      "include_embedding",
+					      NULL};
 	int64_t start, end, limit = BETWEEN_DEFAULT;
 	struct between_ctx c = {NULL, 0};
 	json_t *filter;
@@ -441,9 +442,10 @@ int document_temporal_query(struct call *call)
 			   "end is before start");
 		return CALL_DONE;
 	}
-	call_attr_str(call, "start_date",
-		      json_string_value(json_object_get(call->params, "start")),
-		      json_string_length(json_object_get(call->params, "start")));
+	call_attr_str(
+		call, "start_date",
+		json_string_value(json_object_get(call->params, "start")),
+		json_string_length(json_object_get(call->params, "start")));
 	call_attr_str(call, "end_date",
 		      json_string_value(json_object_get(call->params, "end")),
 		      json_string_length(json_object_get(call->params, "end")));

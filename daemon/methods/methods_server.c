@@ -137,8 +137,7 @@ static json_t *vector_index_json(const struct documents *ds)
 
 	vindex_stats(ds->ix.vi, &st);
 	return json_pack("{s:s,s:o,s:I,s:I,s:b,s:I}", "state",
-			 ds->index_state[0] ? ds->index_state : "empty",
-			 "note",
+			 ds->index_state[0] ? ds->index_state : "empty", "note",
 			 ds->index_note[0] ? json_string(ds->index_note)
 					   : json_null(),
 			 "vectors", (json_int_t)st.live, "graph_rows",
@@ -168,8 +167,8 @@ int server_health(struct call *call)
 			store_failing(&d->store) || d->gitq.stopped[0] ||
 			d->conversations.n_adopted > 0 ||
 			d->documents.n_orphans > 0;
-	const char *status = d->stopping ? "stopping"
-					 : (degraded ? "degraded" : "ok");
+	const char *status =
+		d->stopping ? "stopping" : (degraded ? "degraded" : "ok");
 	json_t *h, *locks = json_array();
 	char *save = NULL, *p, list[sizeof(d->gitq.foreign_locks)];
 
@@ -205,27 +204,26 @@ int server_health(struct call *call)
 	/* Conversations and documents: counts per kind, what serves them. */
 	if (h &&
 	    json_object_update_new(
-		    h, json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
-				 "s:{s:I,s:I}}",
-				 "versions", versions_json(), "counts",
-				 "decisions",
-				 (json_int_t)d->decisions.index.count,
-				 "sessions",
-				 (json_int_t)d->conversations.ix.n_sessions,
-				 "messages",
-				 (json_int_t)d->conversations.ix.n_messages,
-				 "documents", (json_int_t)d->documents.ix.n_docs,
-				 "embeddings",
-				 (json_int_t)docindex_vectors(&d->documents.ix),
-				 "local_storage", "conversations",
-				 segments_json(&d->conversations.seg),
-				 "documents", segments_json(&d->documents.seg),
-				 "vector_index",
-				 vector_index_json(&d->documents), "repaired",
-				 "sessions_adopted",
-				 (json_int_t)d->conversations.n_adopted,
-				 "embeddings_dropped",
-				 (json_int_t)d->documents.n_orphans)) < 0) {
+		    h,
+		    json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
+			      "s:{s:I,s:I}}",
+			      "versions", versions_json(), "counts",
+			      "decisions", (json_int_t)d->decisions.index.count,
+			      "sessions",
+			      (json_int_t)d->conversations.ix.n_sessions,
+			      "messages",
+			      (json_int_t)d->conversations.ix.n_messages,
+			      "documents", (json_int_t)d->documents.ix.n_docs,
+			      "embeddings",
+			      (json_int_t)docindex_vectors(&d->documents.ix),
+			      "local_storage", "conversations",
+			      segments_json(&d->conversations.seg), "documents",
+			      segments_json(&d->documents.seg), "vector_index",
+			      vector_index_json(&d->documents), "repaired",
+			      "sessions_adopted",
+			      (json_int_t)d->conversations.n_adopted,
+			      "embeddings_dropped",
+			      (json_int_t)d->documents.n_orphans)) < 0) {
 		json_decref(h);
 		h = NULL;
 	}

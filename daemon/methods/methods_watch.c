@@ -54,8 +54,8 @@ bad:
 
 int watch_subscribe(struct call *call)
 {
-	static const char *const allowed[] = {"x_range", "y_range", "z_range",
-					      "kinds",	 "session_id", NULL};
+	static const char *const allowed[] = {
+		"x_range", "y_range", "z_range", "kinds", "session_id", NULL};
 	struct axis_range x, y, z;
 	uint8_t session[16];
 	bool one_session = false;
@@ -66,8 +66,7 @@ int watch_subscribe(struct call *call)
 	    !param_range(call, "x_range", &x) ||
 	    !param_range(call, "y_range", &y) ||
 	    !param_range(call, "z_range", &z) ||
-	    !param_uuid(call, "session_id", false, session, NULL,
-			&one_session))
+	    !param_uuid(call, "session_id", false, session, NULL, &one_session))
 		return CALL_DONE;
 	if (!(kinds & SUBS_KIND_DECISION) &&
 	    (json_object_get(call->params, "x_range") ||

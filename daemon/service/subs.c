@@ -234,12 +234,13 @@ void subs_notify_message(struct subs *s, const uint8_t *session,
 		    (sub->one_session &&
 		     memcmp(sub->session, session, REC_KEY) != 0))
 			continue;
-		n = snprintf(head, sizeof(head),
-			     "{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
-			     "\"params\":{\"subscription\":%" PRIu64
-			     ",\"kind\":\"message\",\"event\":\"%s\","
-			     "\"session_id\":\"%s\",\"message\":",
-			     sub->id, m ? "stored" : "deleted", sid);
+		n = snprintf(
+			head, sizeof(head),
+			"{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			"\"params\":{\"subscription\":%" PRIu64
+			",\"kind\":\"message\",\"event\":\"%s\","
+			"\"session_id\":\"%s\",\"message\":",
+			sub->id, m ? "stored" : "deleted", sid);
 		line.len = 0;
 		deliver(sub, &line,
 			buf_append(&line, head, (size_t)n) &&
@@ -266,12 +267,13 @@ void subs_notify_document(struct subs *s, const struct docindex *ix,
 		if (!(sub->kinds & SUBS_KIND_DOCUMENT) ||
 		    sub->format != SUBS_WATCH)
 			continue;
-		n = snprintf(head, sizeof(head),
-			     "{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
-			     "\"params\":{\"subscription\":%" PRIu64
-			     ",\"kind\":\"document\",\"event\":\"%s\","
-			     "\"id\":\"%s\",\"document\":",
-			     sub->id, event_names[ev], text);
+		n = snprintf(
+			head, sizeof(head),
+			"{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			"\"params\":{\"subscription\":%" PRIu64
+			",\"kind\":\"document\",\"event\":\"%s\","
+			"\"id\":\"%s\",\"document\":",
+			sub->id, event_names[ev], text);
 		line.len = 0;
 		deliver(sub, &line,
 			buf_append(&line, head, (size_t)n) &&

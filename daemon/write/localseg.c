@@ -67,12 +67,13 @@ int localseg_open(struct localseg *ls, uv_loop_t *loop,
 		segstore_stats(ls->st[i], &ls->stats[i]);
 		if (ls->report[i].torn_bytes)
 			/* Never acknowledged (the log has it, or never had). */
-			snprintf(ls->last_error, sizeof(ls->last_error),
-				 "cut a torn tail of %llu bytes off %s/%s/%s at "
-				 "offset %llu",
-				 (unsigned long long)ls->report[i].torn_bytes,
-				 name, stores[i], ls->report[i].torn_file,
-				 (unsigned long long)ls->report[i].torn_offset);
+			snprintf(
+				ls->last_error, sizeof(ls->last_error),
+				"cut a torn tail of %llu bytes off %s/%s/%s at "
+				"offset %llu",
+				(unsigned long long)ls->report[i].torn_bytes,
+				name, stores[i], ls->report[i].torn_file,
+				(unsigned long long)ls->report[i].torn_offset);
 	}
 	return 0;
 }
@@ -218,8 +219,8 @@ int localseg_write(struct localseg *ls, void *snap, bool sync, char *msg,
 	for (s = 0; s < ls->n_stores && ret == 0 && sync; s++)
 		ret = segstore_sync(ls->st[s], msg, msglen);
 	/* One compaction at a time, never during the start. */
-	for (s = 0; s < ls->n_stores && ret == 0 && sn->may_plan && !sync &&
-		    !sn->plan;
+	for (s = 0;
+	     s < ls->n_stores && ret == 0 && sn->may_plan && !sync && !sn->plan;
 	     s++) {
 		char why[160];
 

@@ -76,8 +76,8 @@ struct localseg {
 /*
  * Open (creating them) the directory name of state and in it the stores
  * named stores[0..n-1] (with options o; NULL: the defaults), each read
- * through load[i] (segment.h: a key's current payload) with ctx. Blocking, at start-up. 0 or -errno with
- * msg; localseg_close cleans up either way.
+ * through load[i] (segment.h: a key's current payload) with ctx. Blocking, at
+ * start-up. 0 or -errno with msg; localseg_close cleans up either way.
  */
 int localseg_open(struct localseg *ls, uv_loop_t *loop,
 		  const struct statedir *state, const char *name,

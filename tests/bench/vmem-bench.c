@@ -79,8 +79,8 @@ enum op {
 };
 
 static const char *const op_names[] = {
-	"get",	   "exists", "store",	"store_new", "search",
-	"range",   "before", "message", "echo",	     "preload",
+	"get",	     "exists",	  "store",   "store_new", "search",
+	"range",     "before",	  "message", "echo",	  "preload",
 	"redis SET", "redis GET", "preload",
 };
 

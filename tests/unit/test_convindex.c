@@ -219,8 +219,8 @@ START_TEST(wire_forms)
 	id_of(2, id);
 	ck_assert_int_eq(convindex_put_message(&ix, id, &r), 0);
 	ck_assert(conv_message_json(&b, convindex_message(&ix, id)));
-	ck_assert_uint_le(b.len, conv_message_json_max(
-					 convindex_message(&ix, id)));
+	ck_assert_uint_le(b.len,
+			  conv_message_json_max(convindex_message(&ix, id)));
 	j = json_loads(b.data, 0, NULL);
 	ck_assert_ptr_nonnull(j);
 	ck_assert_str_eq(json_string_value(json_object_get(j, "id")),
@@ -292,11 +292,11 @@ START_TEST(random_against_invariants)
 			int64_t at = s->created_at;
 
 			if (s->next)
-				ck_assert(s->updated_at > s->next->updated_at ||
-					  (s->updated_at ==
-						   s->next->updated_at &&
-					   memcmp(s->id, s->next->id,
-						  REC_KEY) > 0));
+				ck_assert(
+					s->updated_at > s->next->updated_at ||
+					(s->updated_at == s->next->updated_at &&
+					 memcmp(s->id, s->next->id, REC_KEY) >
+						 0));
 			for (uint32_t i = 0; i < s->n_msgs; i++) {
 				ck_assert_ptr_eq(s->msgs[i]->session, s);
 				if (i)
@@ -304,9 +304,9 @@ START_TEST(random_against_invariants)
 						  s->msgs[i]->created_at);
 				if (s->msgs[i]->created_at > at)
 					at = s->msgs[i]->created_at;
-				ck_assert_ptr_eq(convindex_message(
-							 &ix, s->msgs[i]->id),
-						 s->msgs[i]);
+				ck_assert_ptr_eq(
+					convindex_message(&ix, s->msgs[i]->id),
+					s->msgs[i]);
 			}
 			ck_assert(s->updated_at == at);
 			ck_assert_ptr_eq(convindex_session(&ix, s->id), s);

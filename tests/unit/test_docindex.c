@@ -65,8 +65,8 @@ static void put(unsigned n, int64_t at, int cat, const char *content)
 
 	snprintf(meta, sizeof(meta), "{\"cat\":%d,\"tags\":[\"t%d\"]}", cat,
 		 cat % 3);
-	r = (struct rec_document){at, at, content, strlen(content), meta,
-				  strlen(meta)};
+	r = (struct rec_document){at,	at,	     content, strlen(content),
+				  meta, strlen(meta)};
 	id_of(n, id);
 	ck_assert_int_eq(docindex_put(&ix, id, &r), 0);
 	at_of[n] = at;
@@ -160,16 +160,14 @@ static void check_between(int64_t start, int64_t end, int cat, size_t limit)
 	unsigned want[N];
 	int nw = 0;
 
-	ck_assert_int_eq(docindex_between(&ix, start, end, f, limit, got_cb,
-					  &g),
-			 0);
+	ck_assert_int_eq(
+		docindex_between(&ix, start, end, f, limit, got_cb, &g), 0);
 	/* Newest first; equal times by slot is the index's business, so
 	 * times here are distinct. */
 	for (int64_t t = end; t >= start && (size_t)nw < limit; t--)
 		for (unsigned n = 0; n < N; n++)
 			if (alive[n] && at_of[n] == t &&
-			    (cat < 0 || cat_of[n] == cat) &&
-			    (size_t)nw < limit)
+			    (cat < 0 || cat_of[n] == cat) && (size_t)nw < limit)
 				want[nw++] = n;
 	ck_assert_int_eq(g.count, nw);
 	for (int i = 0; i < nw; i++)
@@ -185,10 +183,10 @@ START_TEST(temporal)
 	check_between(0, 10 * N, -1, N);
 	check_between(500, 800, -1, N);
 	check_between(500, 800, -1, 7);
-	check_between(505, 505, -1, 10);  /* no document at that time */
-	check_between(510, 510, -1, 10);  /* exactly one */
-	check_between(0, 10 * N, 7, N);	  /* few matches: sorted */
-	check_between(100, 130, 7, N);	  /* a window smaller than them */
+	check_between(505, 505, -1, 10); /* no document at that time */
+	check_between(510, 510, -1, 10); /* exactly one */
+	check_between(0, 10 * N, 7, N);	 /* few matches: sorted */
+	check_between(100, 130, 7, N);	 /* a window smaller than them */
 	check_between(0, 10 * N, 7, 2);
 	for (unsigned n = 0; n < N; n += 2)
 		del(n); /* half the order is holes: kept */
@@ -207,9 +205,9 @@ START_TEST(temporal)
 
 		for (int i = 0; i < 40; i++)
 			deep = json_pack("{s:o}", "k", deep);
-		ck_assert_int_eq(docindex_between(&ix, 0, 10000, deep, 10,
-						  got_cb, &g),
-				 -EINVAL);
+		ck_assert_int_eq(
+			docindex_between(&ix, 0, 10000, deep, 10, got_cb, &g),
+			-EINVAL);
 		json_decref(deep);
 	}
 }
@@ -311,8 +309,8 @@ START_TEST(wire_form)
 	set_vector(4, &x);
 	id_of(4, id);
 	ck_assert(doc_json(&b, &ix, docindex_get(&ix, id), true, 0.5f, true));
-	ck_assert_uint_le(b.len, doc_json_max(&ix, docindex_get(&ix, id),
-					      true));
+	ck_assert_uint_le(b.len,
+			  doc_json_max(&ix, docindex_get(&ix, id), true));
 	j = json_loads(b.data, 0, NULL);
 	ck_assert_ptr_nonnull(j);
 	ck_assert_str_eq(json_string_value(json_object_get(j, "content")),

@@ -21,9 +21,8 @@ START_TEST(user_ids)
 	char long_id[300];
 
 	ck_assert_int_eq(rec_user_id_check("ada", 3, msg, sizeof(msg)), 0);
-	ck_assert_int_eq(rec_user_id_check("\xc3\xa9t\xc3\xa9", 5, msg,
-					   sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		rec_user_id_check("\xc3\xa9t\xc3\xa9", 5, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(rec_user_id_check("", 0, msg, sizeof(msg)), -EINVAL);
 	memset(long_id, 'u', sizeof(long_id));
 	ck_assert_int_eq(rec_user_id_check(long_id, 255, msg, sizeof(msg)), 0);
@@ -56,9 +55,9 @@ START_TEST(roles_and_content)
 	ck_assert_int_eq(rec_content_check("content", 1, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(rec_content_check("content", 0, msg, sizeof(msg)),
 			 -EINVAL);
-	ck_assert_int_eq(rec_content_check("content", REC_CONTENT_MAX, msg,
-					   sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		rec_content_check("content", REC_CONTENT_MAX, msg, sizeof(msg)),
+		0);
 	ck_assert_int_eq(rec_content_check("content", REC_CONTENT_MAX + 1, msg,
 					   sizeof(msg)),
 			 -EINVAL);
@@ -88,11 +87,12 @@ START_TEST(metadata)
 	ck_assert_int_eq(rec_meta_text(v, &t, &len, msg, sizeof(msg)), 0);
 	ck_assert_str_eq(t, "{}");
 	free(t);
-	v = json_pack("{s:s,s:[i,i],s:{s:b}}", "b", "x\"y", "a", 1, 2, "c",
-		      "d", 1);
+	v = json_pack("{s:s,s:[i,i],s:{s:b}}", "b", "x\"y", "a", 1, 2, "c", "d",
+		      1);
 	ck_assert_int_eq(rec_meta_text(v, &t, &len, msg, sizeof(msg)), 0);
 	/* Compact, the caller's key order. */
-	ck_assert_str_eq(t, "{\"b\":\"x\\\"y\",\"a\":[1,2],\"c\":{\"d\":true}}");
+	ck_assert_str_eq(t,
+			 "{\"b\":\"x\\\"y\",\"a\":[1,2],\"c\":{\"d\":true}}");
 	ck_assert_uint_eq(len, strlen(t));
 	free(t);
 	json_decref(v);
@@ -151,26 +151,26 @@ START_TEST(embeddings)
 			      "embedding_dim is 5");
 	json_decref(v);
 	v = json_pack("[f,f]", 1e39, 1.0);
-	ck_assert_int_eq(rec_embedding_from_json(v, 2, "q", out, msg,
-						 sizeof(msg)),
-			 -EINVAL);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
 	ck_assert_ptr_nonnull(strstr(msg, "q[0]"));
 	json_decref(v);
 	v = json_pack("[f,f]", 0.0, -0.0);
-	ck_assert_int_eq(rec_embedding_from_json(v, 2, "q", out, msg,
-						 sizeof(msg)),
-			 -EINVAL);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
 	ck_assert_ptr_nonnull(strstr(msg, "zeros"));
 	json_decref(v);
 	v = json_pack("[f,s]", 1.0, "2");
-	ck_assert_int_eq(rec_embedding_from_json(v, 2, "q", out, msg,
-						 sizeof(msg)),
-			 -EINVAL);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
 	json_decref(v);
 	v = json_pack("{}");
-	ck_assert_int_eq(rec_embedding_from_json(v, 2, "q", out, msg,
-						 sizeof(msg)),
-			 -EINVAL);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
 	json_decref(v);
 }
 END_TEST
@@ -352,8 +352,8 @@ START_TEST(log_payloads)
 	memcpy(p, "abc", 3);
 	ck_assert(logpay_del(&b, 1, k2));
 	ck_assert_uint_eq(logpay_count(&b), 2);
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(s.n, 2);
 	ck_assert_int_eq(s.ops[0].op, LOGOP_PUT);
@@ -366,17 +366,17 @@ START_TEST(log_payloads)
 	ck_assert_ptr_null(s.ops[1].payload);
 	/* Another kind's tag, a store out of range. */
 	s.n = 0;
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'D', 2,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'D', 2, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 -EBADMSG);
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 1,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 1, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 -EBADMSG);
 	ck_assert_int_eq(s.n, 0); /* refused whole: nothing handed over */
 	/* The callback's answer stops the walk and is returned. */
 	s.stop_at = 1;
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 -EINTR);
 	ck_assert_int_eq(s.n, 1);
 	/* Every prefix is refused, and trailing bytes too. */
@@ -389,15 +389,15 @@ START_TEST(log_payloads)
 		ck_assert_int_eq(s.n, 0);
 	}
 	ck_assert(buf_append(&b, "x", 1));
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 -EBADMSG);
 	b.len--;
 	/* A bad operation code in the second operation: none taken. */
 	b.data[6 + 22 + 3] = 9;
 	s.n = 0;
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 2, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 -EBADMSG);
 	ck_assert_int_eq(s.n, 0);
 	buf_done(&b);
@@ -406,8 +406,8 @@ START_TEST(log_payloads)
 	ck_assert(logpay_del(&b, 0, k1));
 	b.data[6 + 18] = 1;
 	ck_assert(buf_append(&b, "z", 1));
-	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 1,
-				      seen_cb, &s, msg, sizeof(msg)),
+	ck_assert_int_eq(logpay_parse((uint8_t *)b.data, b.len, 'C', 1, seen_cb,
+				      &s, msg, sizeof(msg)),
 			 -EBADMSG);
 	buf_done(&b);
 }
@@ -419,7 +419,8 @@ START_TEST(json_strings)
 	const char in[] = "a\"b\\c\n\t\x01\x1f\xc3\xa9\x7f";
 
 	ck_assert(buf_json_str(&b, in, sizeof(in) - 1));
-	ck_assert_str_eq(b.data, "\"a\\\"b\\\\c\\n\\t\\u0001\\u001f\xc3\xa9\x7f\"");
+	ck_assert_str_eq(b.data,
+			 "\"a\\\"b\\\\c\\n\\t\\u0001\\u001f\xc3\xa9\x7f\"");
 	ck_assert_uint_eq(b.len, json_str_len(in, sizeof(in) - 1));
 	ck_assert_uint_eq(json_str_len("", 0), 2);
 	buf_done(&b);

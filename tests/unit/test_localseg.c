@@ -65,9 +65,8 @@ static void setup(void)
 {
 	snprintf(gitdir, sizeof(gitdir), "/tmp/vmem-lseg-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(gitdir));
-	ck_assert_int_eq(statedir_init(&root, gitdir, NULL, 0, msg,
-				       sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		statedir_init(&root, gitdir, NULL, 0, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(uv_loop_init(&loop), 0);
 	memset(model, 0, sizeof(model));
 	open_ls(1 << 20);
@@ -161,9 +160,9 @@ START_TEST(passes_and_reopen)
 		memcpy(junk, "zzzz", 4);
 		ck_assert(localseg_take(&ls, junk, 4));
 		ck_assert_int_eq(localseg_snapshot(&ls, &snap), 0);
-		ck_assert_int_eq(localseg_write(&ls, snap, false, msg,
-						sizeof(msg)),
-				 -EBADMSG);
+		ck_assert_int_eq(
+			localseg_write(&ls, snap, false, msg, sizeof(msg)),
+			-EBADMSG);
 		localseg_written(&ls, snap, -EBADMSG);
 		ck_assert_uint_eq(localseg_pending(&ls), 1);
 	}

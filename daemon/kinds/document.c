@@ -187,6 +187,7 @@ static int apply_op(void *arg, const struct logop *op)
 /* ---- the graph build ---- */
 
 static void job_start(struct documents *ds);
+static void request_save(struct documents *ds);
 
 static void job_work_cb(uv_work_t *req)
 {
@@ -230,6 +231,7 @@ static void job_after_cb(uv_work_t *req, int status)
 	}
 	ds->changes++;
 	ds->published_since_save = true;
+	request_save(ds);
 	if (!strcmp(ds->index_state, "rebuilding")) {
 		snprintf(ds->index_state, sizeof(ds->index_state), "rebuilt");
 		log_info("documents: the vector index is rebuilt");
@@ -651,6 +653,10 @@ int documents_open(struct documents *ds, uv_loop_t *loop,
 	memset(ds, 0, sizeof(*ds));
 	ds->sk.kind = &document_kind;
 	ds->booting = true;
+	if (uv_timer_init(loop, &ds->save_timer) == 0) {
+		ds->save_timer.data = ds;
+		ds->save_timer_open = true;
+	}
 	ds->seg.dir.fd = -1;
 	idmap_init(&ds->boot.map);
 	vindex_opts_default(&ds->vopts, dim);
@@ -737,6 +743,39 @@ static bool save_due(const struct documents *ds)
 	return ds->saves == 0 || now - ds->last_save_ms >= SAVE_EVERY_MS;
 }
 
+static void save_timer_cb(uv_timer_t *t)
+{
+	struct documents *ds = t->data;
+
+	if (save_due(ds) && ds->sk.store)
+		store_write_files_now(ds->sk.store);
+}
+
+/*
+ * A published graph is worth saving: have a writer pass do it now, or
+ * when the interval between saves has passed. (pending() alone would
+ * wait for the next write, and keep the store from ever being idle.)
+ */
+static void request_save(struct documents *ds)
+{
+	uint64_t now, wait;
+
+	if (!ds->sk.store || ds->stopping)
+		return;
+	if (save_due(ds)) {
+		store_write_files_now(ds->sk.store);
+		return;
+	}
+	if (!ds->save_timer_open ||
+	    uv_is_active((uv_handle_t *)&ds->save_timer))
+		return;
+	now = uv_now(ds->sk.store->loop);
+	wait = now - ds->last_save_ms >= SAVE_EVERY_MS
+		       ? 0
+		       : SAVE_EVERY_MS - (now - ds->last_save_ms);
+	uv_timer_start(&ds->save_timer, save_timer_cb, wait, 0);
+}
+
 static size_t pending(const struct store_kind *k)
 {
 	const struct documents *ds = KIND_CONTAINER(k, struct documents, sk);
@@ -805,6 +844,9 @@ static void written(struct store_kind *k, void *snap, int rc)
 			log_err("documents: %s", ds->last_error);
 		}
 		free(sn->index);
+		/* Builds published meanwhile: their save, in its time. */
+		if (ds->published_since_save)
+			request_save(ds);
 	}
 	free(sn);
 }

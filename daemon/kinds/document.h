@@ -73,6 +73,8 @@ struct documents {
 	bool saving; /* a writer pass carries a save */
 	uint64_t saves;
 	uint64_t last_save_ms; /* uv_now of the last save's end */
+	uv_timer_t save_timer; /* a save due later (at most every 30 s) */
+	bool save_timer_open;
 	/* What the last start found of the index file, and the last save
 	 * or build error. */
 	char index_state[64];

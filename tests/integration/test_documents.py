@@ -509,6 +509,13 @@ class Graph(DocCase):
         for q in vecs[:300:30]:
             got = [d["id"] for d in self.search(c, q, 20)]
             self.assertFalse(set(one_pct[:45]) & set(got))
+        # The published graph is saved without waiting for a stop: a
+        # kill -9 after that loads it (the deletes since are the tail's
+        # business: the file is stale for them, so delete nothing more
+        # before the kill).
+        saved = vt.wait_until(lambda: c.call("server.health")[
+            "vector_index"]["saves"] > 0, 30.0, 0.2)
+        self.assertTrue(saved, c.call("server.health")["vector_index"])
         # A graceful restart loads the graph, no rebuild.
         self.daemon.restart()
         c = self.connect()

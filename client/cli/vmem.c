@@ -223,11 +223,34 @@ static bool usage_of(const char *cmd, FILE *f)
 	return found;
 }
 
+/* What a usage error frees before it exits, so that a sanitizer's leak
+ * check passes on a failed command too: the parsed command line, and
+ * the chat or doc call being built. */
+static struct cli *held_cli;
+static json_t *held_json[2];
+
+static void release_held(void)
+{
+	if (held_cli) {
+		json_decref(held_cli->context);
+		json_decref(held_cli->meta);
+		free(held_cli->pos);
+		held_cli->context = held_cli->meta = NULL;
+		held_cli->pos = NULL;
+		held_cli = NULL;
+	}
+	for (size_t i = 0; i < sizeof(held_json) / sizeof(held_json[0]); i++) {
+		json_decref(held_json[i]);
+		held_json[i] = NULL;
+	}
+}
+
 __attribute__((format(printf, 1, 2), noreturn)) static void
 die_usage(const char *fmt, ...)
 {
 	va_list ap;
 
+	release_held();
 	fputs("vmem: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -241,6 +264,7 @@ die_usage(const char *fmt, ...)
 
 __attribute__((noreturn)) static void die_oom(void)
 {
+	release_held();
 	fputs("vmem: out of memory\n", stderr);
 	exit(EXIT_USAGE);
 }
@@ -1945,8 +1969,12 @@ static json_t *read_embedding(const char *path)
 	for (;;) {
 		if (cap - len < 4096) {
 			cap = cap ? cap * 2 : 65536;
-			if (cap > STDIN_MAX || !(p = realloc(text, cap + 1)))
+			if (cap > STDIN_MAX || !(p = realloc(text, cap + 1))) {
+				free(text);
+				if (f != stdin)
+					fclose(f);
 				die_usage("%s is too large", path);
+			}
 			text = p;
 		}
 		n = fread(text + len, 1, cap - len, f);
@@ -1962,9 +1990,11 @@ static json_t *read_embedding(const char *path)
 	p = text + strspn(text, " \t\r\n");
 	if (*p == '[') {
 		arr = json_loads(p, 0, NULL);
-		if (!json_is_array(arr))
-			die_usage("%s: not a JSON array of numbers", path);
 		free(text);
+		if (!json_is_array(arr)) {
+			json_decref(arr);
+			die_usage("%s: not a JSON array of numbers", path);
+		}
 		return arr;
 	}
 	if (!(arr = json_array()))
@@ -1972,8 +2002,14 @@ static json_t *read_embedding(const char *path)
 	while (*(p += strspn(p, " \t\r\n,"))) {
 		double d = strtod(p, &end);
 
-		if (end == p)
-			die_usage("%s: '%.20s' is not a number", path, p);
+		if (end == p) {
+			char bad[21];
+
+			snprintf(bad, sizeof(bad), "%s", p);
+			free(text);
+			json_decref(arr);
+			die_usage("%s: '%s' is not a number", path, bad);
+		}
 		if (!(v = json_real(d)) || json_array_append_new(arr, v))
 			die_oom();
 		p = end;
@@ -2001,8 +2037,10 @@ static json_t *read_text(const char *path)
 		if (fseek(f, 0, SEEK_END) == 0) {
 			long size = ftell(f);
 
-			if (size < 0 || (size_t)size > STDIN_MAX)
+			if (size < 0 || (size_t)size > STDIN_MAX) {
+				fclose(f);
 				die_usage("%s is too large", path);
+			}
 			rewind(f);
 			text = malloc((size_t)size + 1);
 			if (!text)
@@ -2016,8 +2054,10 @@ static json_t *read_text(const char *path)
 	}
 	if (!text)
 		die_oom();
-	if (len == 0)
+	if (len == 0) {
+		free(text);
 		die_usage("%s is empty", path);
+	}
 	s = json_stringn(text, len);
 	free(text);
 	if (!s)
@@ -2037,6 +2077,8 @@ static json_t *chat_params(const struct cli *cli)
 {
 	json_t *p = json_object(), *call = json_object();
 
+	held_json[0] = p;
+	held_json[1] = call;
 	if (!p || !call)
 		die_oom();
 	if (cli->npos >= 1 && strcmp(cli->pos[0], "ls") == 0) {
@@ -2058,6 +2100,7 @@ static json_t *chat_params(const struct cli *cli)
 	if (cli->limit)
 		set_new(p, "limit",
 			json_integer(count_opt("--limit", cli->limit, 10000)));
+	held_json[0] = held_json[1] = NULL;
 	set_new(call, "params", p);
 	return call;
 }
@@ -2068,6 +2111,8 @@ static json_t *doc_params(const struct cli *cli)
 	json_t *p = json_object(), *call = json_object();
 	const char *method;
 
+	held_json[0] = p;
+	held_json[1] = call;
 	if (!p || !call)
 		die_oom();
 	if (strcmp(sub, "add") == 0) {
@@ -2117,6 +2162,7 @@ static json_t *doc_params(const struct cli *cli)
 		die_usage("doc takes add, search or between");
 	}
 	set_new(call, "method", json_string(method));
+	held_json[0] = held_json[1] = NULL;
 	set_new(call, "params", p);
 	return call;
 }
@@ -2272,6 +2318,7 @@ int main(int argc, char **argv)
 	bool ls, before, search, watch;
 	int status;
 
+	held_cli = &cli;
 	parse_args(&cli, argc, argv);
 	env = getenv("VMEM_AGENT_ID");
 	if (!cli.agent && env && *env)

@@ -279,9 +279,12 @@ void localseg_written(struct localseg *ls, void *snap, int rc)
 		struct localseg_item *all = malloc((n ? n : 1) * sizeof(*all));
 
 		if (all) {
-			memcpy(all, sn->items, sn->n * sizeof(*all));
-			memcpy(all + sn->n, ls->items,
-			       ls->n_items * sizeof(*all));
+			/* Either list may be empty (NULL): no memcpy from it. */
+			if (sn->n)
+				memcpy(all, sn->items, sn->n * sizeof(*all));
+			if (ls->n_items)
+				memcpy(all + sn->n, ls->items,
+				       ls->n_items * sizeof(*all));
 			free(ls->items);
 			ls->items = all;
 			ls->n_items = ls->cap_items = n;

@@ -7,8 +7,9 @@
 
 # Options that take a value (the next word, or after "=").
 _vmem_valued='--repo --socket --agent --timeout --if-version --context
-	--x --y --z --limit --after -m --message --meta --embedding-file --top
-	--user'
+	--x --y --z --limit --after -m --message --action --outcome --tag
+	--importance --min-importance --metadata --since --until --meta
+	--embedding-file --top --user'
 
 _vmem_takes_value()
 {
@@ -23,8 +24,8 @@ _vmem()
 {
 	local cur prev cmd sub i w nargs=0
 	local commands='store get exists rm ls before search watch log reload
-		history rollback-point sync status daemon service chat doc mcp
-		help'
+		history rollback-point sync status daemon service exp chat doc
+		mcp help'
 	local globals='--repo --socket --json --no-autostart --agent --timeout
 		--help --version'
 	local opts=''
@@ -129,6 +130,21 @@ _vmem()
 				-- "$cur"))
 			return 0
 		fi
+		;;
+	exp)
+		if ((nargs == 0)) && [[ $cur != -* ]]; then
+			COMPREPLY=($(compgen -W 'add ls similar stats get rm' \
+				-- "$cur"))
+			return 0
+		fi
+		case $sub in
+		add) opts='--context --action --outcome --tag --importance
+			--metadata' ;;
+		ls) opts='--tag --since --until --min-importance --limit' ;;
+		similar) opts='--min-importance --limit' ;;
+		'') opts='--context --action --outcome --tag --importance
+			--metadata --since --until --min-importance --limit' ;;
+		esac
 		;;
 	help)
 		if ((nargs == 0)) && [[ $cur != -* ]]; then

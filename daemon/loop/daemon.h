@@ -11,9 +11,11 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "catchup.h"
 #include "conversation.h"
 #include "decision.h"
 #include "document.h"
+#include "experience.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -23,6 +25,7 @@
 #include "store.h"
 #include "subs.h"
 #include "trace.h"
+#include "trim.h"
 #include "watch.h"
 #include "vmdir.h"
 
@@ -48,6 +51,7 @@ struct daemon {
 	struct repo repo;
 	struct store store;
 	struct decisions decisions; /* the decision kind, in the store */
+	struct experiences experiences; /* the experience kind, likewise */
 	/* The local kinds (issue 15), in the store. */
 	struct conversations conversations;
 	struct documents documents;
@@ -59,6 +63,8 @@ struct daemon {
 	struct life life;   /* idle exit, removed tree */
 	struct stats stats; /* per method of the method table */
 	struct server server;
+	struct trim trim;	  /* freed memory back to the system at rest */
+	struct catchup catchup; /* the search index after the records */
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t reload_seen; /* store.reloads_done when loaded last grew */
 	uint64_t started_ms;  /* uv_now at start */

@@ -545,11 +545,38 @@ static void document_changed(struct daemon *d, const struct doc_change *ch)
 			     ch->d);
 }
 
+/*
+ * An experience changed (a write, a reload): to the subscribers; and its
+ * shard's file, when it changes (a write's line, bad lines taken out),
+ * into the next commit.
+ */
+static void experience_changed(struct daemon *d, enum kind_change_type type,
+			       const struct experience_change *ch)
+{
+	char id[EXPID_LEN + 1], path[sizeof(VMDIR_EXPERIENCES) + 256];
+
+	if (ch->path) {
+		snprintf(path, sizeof(path), VMDIR_EXPERIENCES "/%s", ch->path);
+		gitq_mark(&d->gitq, path);
+	}
+	if (!ch->id)
+		return;
+	expid_format(ch->id, id);
+	subs_notify_experience(&d->subs,
+			       type == KIND_RELOADED ? SUBS_RELOADED
+			       : ch->json	     ? SUBS_STORED
+						     : SUBS_DELETED,
+			       id, ch->agent, ch->agent_len, ch->json,
+			       ch->json_len);
+}
+
 /* A kind changed its state: each kind's changes go where they belong. */
 static void changed_cb(void *ctx, const struct kind_change *ch)
 {
 	if (ch->kind == &decision_kind)
 		decision_changed(ctx, ch->type, ch->detail);
+	else if (ch->kind == &experience_kind)
+		experience_changed(ctx, ch->type, ch->detail);
 	else if (ch->kind == &conversation_kind)
 		conversation_changed(ctx, ch->detail);
 	else if (ch->kind == &document_kind)
@@ -801,15 +828,25 @@ int main(int argc, char **argv)
 		fail_startup(1, "out of memory");
 	d->decisions.dir.file_mode = d->repo.file_mode;
 	d->decisions.dir.dir_mode = d->repo.dir_mode;
+	if (experiences_init(&d->experiences, d->repo.root, &d->repo.state) <
+	    0)
+		fail_startup(1, "out of memory");
+	d->experiences.files.file_mode = d->repo.file_mode;
+	d->experiences.files.dir_mode = d->repo.dir_mode;
 	open_local_kinds(d);
 	rc = store_open(&d->store, d->loop, &d->repo.state,
 			(struct store_kind *const[]){&d->decisions.sk,
+						     &d->experiences.sk,
 						     &d->conversations.sk,
 						     &d->documents.sk},
-			3, &d->loaded, errmsg, sizeof(errmsg));
+			4, &d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	if (trim_start(&d->trim, d->loop) < 0)
+		log_warn("cannot start the rest-time trim of freed memory");
+	if (catchup_start(&d->catchup, d->loop, &d->decisions.index) < 0)
+		fail_startup(1, "cannot start the search index's catch-up");
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
@@ -863,6 +900,8 @@ int main(int argc, char **argv)
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	trim_stop(&d->trim);
+	catchup_stop(&d->catchup);
 	watch_stop(&d->watch);
 	life_stop(&d->life);
 	gitq_close(&d->gitq);
@@ -876,6 +915,7 @@ int main(int argc, char **argv)
 	/* After the loop's last run: a job's end may still touch it. */
 	trace_sink_free(d->trace);
 	decisions_done(&d->decisions);
+	experiences_done(&d->experiences);
 	conversations_done(&d->conversations);
 	documents_done(&d->documents);
 	uv_loop_close(d->loop);

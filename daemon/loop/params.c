@@ -267,7 +267,7 @@ bool param_meta(struct call *call, const char *name, char **text, size_t *len)
 	return ret == 0;
 }
 
-bool param_time(struct call *call, const char *name, int64_t *out)
+bool param_time_required(struct call *call, const char *name, int64_t *out)
 {
 	json_t *v = json_object_get(call->params, name);
 

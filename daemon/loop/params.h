@@ -80,7 +80,7 @@ bool param_meta(struct call *call, const char *name, char **text, size_t *len);
 
 /* A required RFC 3339 time (as timestamp_parse_any reads them; no
  * offset is UTC) in microseconds. */
-bool param_time(struct call *call, const char *name, int64_t *out);
+bool param_time_required(struct call *call, const char *name, int64_t *out);
 
 /* The optional "metadata_filters": an object within the filter limits,
  * borrowed into *out (NULL when absent or null); *count its keys. */

@@ -302,7 +302,7 @@ int session_list(struct call *call)
 			return CALL_DONE;
 		}
 		call->params = after;
-		ok = param_time(call, "updated_at", &after_at) &&
+		ok = param_time_required(call, "updated_at", &after_at) &&
 		     param_uuid(call, "id", true, after_id, NULL, NULL);
 		call->params = params;
 		if (!ok)

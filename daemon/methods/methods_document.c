@@ -431,8 +431,9 @@ int document_temporal_query(struct call *call)
 	struct buf b = {0};
 	int ret;
 
-	if (!param_only(call, allowed) || !param_time(call, "start", &start) ||
-	    !param_time(call, "end", &end) ||
+	if (!param_only(call, allowed) ||
+	    !param_time_required(call, "start", &start) ||
+	    !param_time_required(call, "end", &end) ||
 	    !param_filters(call, &filter, &n_filter) ||
 	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
 	    !param_bool(call, "include_embedding", &with))

@@ -180,9 +180,10 @@ int server_health(struct call *call)
 	for (p = strtok_r(list, ",", &save); p && locks;
 	     p = strtok_r(NULL, ",", &save))
 		json_array_append_new(locks, json_string(p + (*p == ' ')));
-	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
+	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
 		      status, "version", VMEMD_VERSION, "repo", d->repo.root,
 		      "decisions", (json_int_t)d->decisions.index.count,
+		      "experiences", (json_int_t)d->experiences.ix.n_live,
 		      "pending", (json_int_t)gitq_pending(&d->gitq),
 		      "last_commit", last_commit_json(&d->gitq),
 		      "commit_deferred",
@@ -205,10 +206,12 @@ int server_health(struct call *call)
 	if (h &&
 	    json_object_update_new(
 		    h,
-		    json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
+		    json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
 			      "s:{s:I,s:I}}",
 			      "versions", versions_json(), "counts",
 			      "decisions", (json_int_t)d->decisions.index.count,
+			      "experiences",
+			      (json_int_t)d->experiences.ix.n_live,
 			      "sessions",
 			      (json_int_t)d->conversations.ix.n_sessions,
 			      "messages",
@@ -451,18 +454,17 @@ int server_stats(struct call *call)
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
 	const struct index *ix = &d->decisions.index;
-	json_int_t layers[VMEM_MAX_Z] = {0};
+	json_int_t layers[VMEM_MAX_Z];
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
-	for (size_t i = 0; i < ix->n_slots; i++)
-		if (ix->slots[i])
-			layers[ix->slots[i]->coord.z - 1]++;
+	for (size_t z = 0; z < VMEM_MAX_Z; z++)
+		layers[z] = (json_int_t)ix->by_layer[z];
 	call_reply(
 		call,
 		json_pack(
 			"{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I},"
-			"s:I,s:I,s:I}",
+			"s:I,s:I,s:I,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I}}",
 			"uptime_s",
 			(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
 			"connections",
@@ -475,6 +477,12 @@ int server_stats(struct call *call)
 			"commit", (json_int_t)gitq_pending(&d->gitq), "leases",
 			(json_int_t)leases_count(&d->leases), "subscriptions",
 			(json_int_t)d->subs.n, "resident_bytes",
-			resident_bytes()));
+			resident_bytes(), "memory", "content_bytes",
+			(json_int_t)ix->content_bytes, "record_bytes",
+			(json_int_t)ix->record_bytes, "search_bytes",
+			(json_int_t)search_memory(ix->search), "experiences",
+			"count", (json_int_t)d->experiences.ix.n_live, "agents",
+			(json_int_t)d->experiences.ix.n_agents, "index_bytes",
+			(json_int_t)expindex_memory(&d->experiences.ix)));
 	return CALL_DONE;
 }

@@ -917,7 +917,9 @@ static int open_subdir(int dfd, const char *name, bool create, mode_t mode,
  * a path that nobody changed in the last two seconds is back-dated (the
  * ctime of the file it replaces, which nobody can set; when there is
  * none, our own last write or removal of it, changed_ns, and our start),
- * so no two versions of a path share a back-dated second.
+ * so no two versions of a path share a back-dated second. A path found
+ * gone that the caller believed present (VMDIR_CHANGED_UNKNOWN) was
+ * removed at a time nobody knows: not back-dated.
  */
 static void backdate(int fd, int dfd, const char *name, int64_t changed_ns,
 		     int64_t started_ns)

@@ -86,13 +86,17 @@ typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
 typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 			       const struct vmdir_stamp *stamp);
 
+#define VMDIR_CHANGED_UNKNOWN INT64_MAX
+
 /* One materialisation: text NULL means delete the coordinate's file. */
 struct vmdir_op {
 	struct coord coord;
 	const char *text; /* exact file bytes (decision_dump_file) */
 	size_t len;
 	/* When this daemon last wrote or removed the file (the ctime_ns of
-	 * the stamp it got back), 0 if it has not since it started: a file
+	 * the stamp it got back), 0 if it has not since it started, or
+	 * VMDIR_CHANGED_UNKNOWN when the caller believes a file is there (if
+	 * it is gone, someone removed it at a time we do not know): a file
 	 * changed in the last two seconds is not back-dated (vmdir.c). */
 	int64_t changed_ns;
 	/* out: the written file's stamp; for a removal, ctime_ns is the

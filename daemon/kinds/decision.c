@@ -351,7 +351,11 @@ static int snapshot(struct store_kind *k, void **out)
 		const struct record *r = ds->index.slots[slot];
 
 		sn->items[i].coord = index_coord(&ds->index, slot);
-		sn->items[i].changed_ns = ds->stamps[slot].ctime_ns;
+		/* A file we know of that is gone when written again was
+		 * removed by someone at a time we do not know. */
+		sn->items[i].changed_ns = ds->stamps[slot].ino
+						  ? VMDIR_CHANGED_UNKNOWN
+						  : ds->stamps[slot].ctime_ns;
 		if (!r)
 			continue;
 		sn->items[i].json = strdup(r->json);

@@ -962,6 +962,13 @@ START_TEST(test_backdate_after_removal)
 	write_known(5, 2, 1, "two", gone.ctime_ns);
 	st = stat_of(rel);
 	ck_assert(!backdated(&st));
+	/* a file the caller believed present, found gone: removed at a
+	 * time nobody knows */
+	age(rel);
+	ck_assert_int_eq(unlink(path_of(rel)), 0);
+	write_known(5, 2, 1, "three", VMDIR_CHANGED_UNKNOWN);
+	st = stat_of(rel);
+	ck_assert(!backdated(&st));
 	/* unknown removals: a daemon that started just now waits too */
 	vd.started_ns = ns_of(&st.st_ctim);
 	write_known(6, 2, 1, "new", 0);

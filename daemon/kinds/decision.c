@@ -306,7 +306,7 @@ struct writer_item {
 	char *json;
 	size_t json_len;
 	int64_t changed_ns; /* our last write or removal of its file */
-	char *file; /* filled by the worker */
+	char *file;	    /* filled by the worker */
 	size_t file_len;
 	struct vmdir_stamp stamp; /* of the file written (worker) */
 };

@@ -26,7 +26,6 @@
 #include <jansson.h>
 #include <limits.h>
 #include <linux/openat2.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -756,69 +755,23 @@ static int build_tree(struct gitc *g, const git_tree *root, struct item **its,
 	return rc;
 }
 
-/*
- * Objects are written unsynced; one syncfs() of their file system makes
- * them all durable before a branch may point to them. It runs on a thread
- * of its own while the commit's thread prepares the index (the flush waits
- * on the disk, the index works the CPU), and it starts before index.lock
- * is taken, so the new index (the size of the repository's index) is no
- * part of it: a sync only writes back what was dirty when it began.
- */
-struct flush {
-	pthread_t thread;
-	bool threaded;
-	int fd;	 /* the objects directory */
-	int err; /* syncfs's errno, 0 */
-};
-
-static void *flush_main(void *arg)
-{
-	struct flush *f = arg;
-
-	f->err = syncfs(f->fd) < 0 ? errno : 0;
-	return NULL;
-}
-
-static int flush_failed(struct gitc *g, int err)
-{
-	git_error_set(GIT_ERROR_OS, "cannot sync %sobjects: %s", g->commondir,
-		      strerror(err));
-	return GIT_ERROR;
-}
-
-/* Start the flush (on this thread when no other can be had). 0 or a
- * libgit2 error; flush_wait must follow a 0. */
-static int flush_start(struct gitc *g, struct flush *f)
-{
-	char path[PATH_MAX];
-
-	memset(f, 0, sizeof(*f));
-	snprintf(path, sizeof(path), "%sobjects", g->commondir);
-	f->fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (f->fd < 0)
-		return flush_failed(g, errno);
-	f->threaded = pthread_create(&f->thread, NULL, flush_main, f) == 0;
-	if (!f->threaded)
-		flush_main(f);
-	return 0;
-}
-
-/* The flush's end: 0 or a libgit2 error. */
-static int flush_wait(struct gitc *g, struct flush *f)
-{
-	if (f->threaded)
-		pthread_join(f->thread, NULL);
-	close(f->fd);
-	f->fd = -1;
-	return f->err ? flush_failed(g, f->err) : 0;
-}
-
+/* Objects are written unsynced; one syncfs() of their file system makes
+ * them all durable before a branch may point to them. */
 static int objects_durable(struct gitc *g)
 {
-	struct flush f;
-	int e = flush_start(g, &f);
+	char path[PATH_MAX];
+	int fd, rc = 0;
 
-	return e < 0 ? e : flush_wait(g, &f);
+	snprintf(path, sizeof(path), "%sobjects", g->commondir);
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || syncfs(fd) < 0) {
+		git_error_set(GIT_ERROR_OS, "cannot sync %s: %s", path,
+			      strerror(errno));
+		rc = GIT_ERROR;
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }
 
 /* ---- the branch ---- */
@@ -1021,136 +974,106 @@ static unsigned new_index_version(git_repository *repo, bool *want_git)
 	return version;
 }
 
-/* A commit built on the tip of the branch HEAD names, not pointed to. */
-struct built {
-	char *branch; /* "refs/heads/main" (owned) */
-	git_oid tip;  /* the tip it is built on */
-	bool unborn;  /* the branch had no commit yet */
-	git_oid id;   /* the commit; zero when nothing differs from the tip */
-};
-
 /*
- * Build the items' commit on the tip of the branch HEAD names and write
- * its objects (unsynced). 0 with *b (b->id zero when the tree stays as it
- * is), 1 with why when HEAD is detached, or -errno.
+ * Under index.lock: build on the tip and move the branch, rebuilt when the
+ * tip moved. 0 with *cid (zero when the tree stays as it is), 1 with why,
+ * or -errno.
  */
-static int build_commit(struct gitc *g, struct item **its, size_t n,
+static int commit_tries(struct gitc *g, struct item **its, size_t n,
 			const char *message, const git_signature *sig,
-			struct built *b, char *why, size_t whyn, char *errmsg,
+			git_oid *cid, char *why, size_t whyn, char *errmsg,
 			size_t errn)
 {
 	git_reference *head = NULL;
 	git_commit *tip = NULL;
 	git_tree *tip_tree = NULL, *tree = NULL;
 	const git_commit *parents[1];
-	char *msg = NULL;
-	git_oid tree_id;
-	bool any;
-	int rc = 0, e;
+	char *branch = NULL, *msg = NULL;
+	git_oid tip_id, tree_id;
+	bool unborn, any;
+	int rc = -EAGAIN, e, tries;
 
-	free(b->branch);
-	memset(b, 0, sizeof(*b));
-	e = git_reference_lookup(&head, g->repo, "HEAD");
-	if (e < 0) {
-		rc = git_fail(e, "HEAD", errmsg, errn);
-		goto out;
-	}
-	if (git_reference_type(head) != GIT_REFERENCE_SYMBOLIC) {
-		errmsg_set(why, whyn, "HEAD is detached");
-		rc = 1;
-		goto out;
-	}
-	b->branch = strdup(git_reference_symbolic_target(head));
-	if (!b->branch) {
-		errmsg_set(errmsg, errn, "out of memory");
-		rc = -ENOMEM;
-		goto out;
-	}
-	e = git_reference_name_to_id(&b->tip, g->repo, b->branch);
-	if (e == GIT_ENOTFOUND) {
-		b->unborn = true;
-	} else if (e < 0) {
-		rc = git_fail(e, b->branch, errmsg, errn);
-		goto out;
-	} else {
-		e = git_commit_lookup(&tip, g->repo, &b->tip);
-		if (e == 0)
-			e = git_commit_tree(&tip_tree, tip);
+	memset(cid, 0, sizeof(*cid));
+	for (tries = 0; tries < MAX_TRIES && rc == -EAGAIN; tries++) {
+		git_reference_free(head);
+		git_commit_free(tip);
+		git_tree_free(tip_tree);
+		git_tree_free(tree);
+		free(branch);
+		free(msg);
+		head = NULL, tip = NULL, tip_tree = NULL, tree = NULL;
+		branch = NULL, msg = NULL;
+		unborn = false;
+		e = git_reference_lookup(&head, g->repo, "HEAD");
 		if (e < 0) {
-			rc = git_fail(e, "branch tip", errmsg, errn);
-			goto out;
+			rc = git_fail(e, "HEAD", errmsg, errn);
+			break;
 		}
-	}
-	e = build_tree(g, tip_tree, its, n, &tree_id, &any);
-	if (e < 0) {
-		rc = git_fail(e, "building the tree", errmsg, errn);
-		goto out;
-	}
-	if (!any ||
-	    (tip_tree && git_oid_equal(&tree_id, git_tree_id(tip_tree))))
-		goto out; /* nothing differs from the tip */
-	if (!message) {
-		msg = message_of(its, n);
-		if (!msg) {
+		if (git_reference_type(head) != GIT_REFERENCE_SYMBOLIC) {
+			errmsg_set(why, whyn, "HEAD is detached");
+			rc = 1;
+			break;
+		}
+		branch = strdup(git_reference_symbolic_target(head));
+		if (!branch) {
 			errmsg_set(errmsg, errn, "out of memory");
 			rc = -ENOMEM;
-			goto out;
+			break;
 		}
-	}
-	e = git_tree_lookup(&tree, g->repo, &tree_id);
-	if (e == 0) {
-		parents[0] = tip;
-		e = git_commit_create(&b->id, g->repo, NULL, sig, sig, NULL,
-				      message ? message : msg, tree,
-				      b->unborn ? 0 : 1, parents);
-	}
-	if (e < 0)
-		rc = git_fail(e, "creating the commit", errmsg, errn);
-out:
-	if (rc != 0)
-		memset(&b->id, 0, sizeof(b->id));
-	git_reference_free(head);
-	git_commit_free(tip);
-	git_tree_free(tip_tree);
-	git_tree_free(tree);
-	free(msg);
-	return rc;
-}
-
-/*
- * Under index.lock, with b's objects durable: move the branch to b->id by
- * compare-and-swap, rebuilt on the new tip (and flushed again) when the
- * tip moved. 0 with b->id the commit the branch points to now (zero when
- * the new tip already held everything), 1 with why, or -errno.
- */
-static int move_tries(struct gitc *g, struct item **its, size_t n,
-		      const char *message, const git_signature *sig,
-		      struct built *b, char *why, size_t whyn, char *errmsg,
-		      size_t errn)
-{
-	int rc = -EAGAIN, e;
-
-	for (int tries = 0; tries < MAX_TRIES && rc == -EAGAIN; tries++) {
-		if (tries > 0) {
-			rc = build_commit(g, its, n, message, sig, b, why,
-					  whyn, errmsg, errn);
-			if (rc != 0 || git_oid_is_zero(&b->id))
-				break;
-			e = objects_durable(g);
+		e = git_reference_name_to_id(&tip_id, g->repo, branch);
+		if (e == GIT_ENOTFOUND) {
+			unborn = true;
+		} else if (e < 0) {
+			rc = git_fail(e, branch, errmsg, errn);
+			break;
+		} else {
+			e = git_commit_lookup(&tip, g->repo, &tip_id);
+			if (e == 0)
+				e = git_commit_tree(&tip_tree, tip);
 			if (e < 0) {
-				rc = git_fail(e, "creating the commit", errmsg,
-					      errn);
+				rc = git_fail(e, "branch tip", errmsg, errn);
 				break;
 			}
 		}
+		e = build_tree(g, tip_tree, its, n, &tree_id, &any);
+		if (e < 0) {
+			rc = git_fail(e, "building the tree", errmsg, errn);
+			break;
+		}
+		if (!any || (tip_tree &&
+			     git_oid_equal(&tree_id, git_tree_id(tip_tree)))) {
+			rc = 0; /* nothing differs from the tip */
+			break;
+		}
+		if (!message) {
+			msg = message_of(its, n);
+			if (!msg) {
+				errmsg_set(errmsg, errn, "out of memory");
+				rc = -ENOMEM;
+				break;
+			}
+		}
+		e = git_tree_lookup(&tree, g->repo, &tree_id);
+		if (e == 0) {
+			parents[0] = tip;
+			e = git_commit_create(cid, g->repo, NULL, sig, sig,
+					      NULL, message ? message : msg,
+					      tree, unborn ? 0 : 1, parents);
+		}
+		if (e == 0)
+			e = objects_durable(g);
+		if (e < 0) {
+			rc = git_fail(e, "creating the commit", errmsg, errn);
+			break;
+		}
 		hook(g, GITC_STEP_BEFORE_CAS);
-		rc = move_branch(g, b->branch, b->unborn ? NULL : &b->tip,
-				 &b->id, sig, errmsg, errn);
+		rc = move_branch(g, branch, unborn ? NULL : &tip_id, cid, sig,
+				 errmsg, errn);
 		if (rc == -EBUSY) {
 			/* Held by someone else: wait, as for index.lock. */
 			errmsg_set(why, whyn,
 				   "%s.lock is held by another process",
-				   b->branch);
+				   branch);
 			rc = 1;
 		}
 	}
@@ -1159,7 +1082,13 @@ static int move_tries(struct gitc *g, struct item **its, size_t n,
 			   "the branch kept moving during %d attempts",
 			   MAX_TRIES);
 	if (rc != 0)
-		memset(&b->id, 0, sizeof(b->id));
+		memset(cid, 0, sizeof(*cid));
+	git_reference_free(head);
+	git_commit_free(tip);
+	git_tree_free(tip_tree);
+	git_tree_free(tree);
+	free(branch);
+	free(msg);
 	return rc;
 }
 
@@ -1273,12 +1202,11 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	struct gitidx_update *up = NULL;
 	struct item *its = NULL, **sorted = NULL;
 	git_signature *sig = NULL;
-	struct built b = {0};
-	struct flush fl;
 	struct gitlock il;
 	char index[PATH_MAX];
-	bool have_meta = false, flushing = false;
+	bool have_meta = false;
 	size_t ni = 0;
+	git_oid cid;
 	int rc, e;
 
 	gitlock_init(&il);
@@ -1350,21 +1278,6 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		rc = git_fail(e, "signature", errmsg, errn);
 		goto out;
 	}
-	/* The commit on the tip as it is now (the compare-and-swap below
-	 * rebuilds it if the tip moves), and the flush of its objects, which
-	 * runs while the index is brought in line. */
-	rc = build_commit(g, sorted, ni, message, sig, &b, res->deferred,
-			  sizeof(res->deferred), errmsg, errn);
-	if (rc != 0)
-		goto out;
-	if (!git_oid_is_zero(&b.id)) {
-		e = flush_start(g, &fl);
-		if (e < 0) {
-			rc = git_fail(e, "creating the commit", errmsg, errn);
-			goto out;
-		}
-		flushing = true;
-	}
 	/* git's lock, held from reading the index to writing it. */
 	rc = gitmark_begin(&g->mark);
 	if (rc < 0) {
@@ -1418,23 +1331,13 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		rc = 1;
 		goto out;
 	}
-	if (flushing) {
-		flushing = false;
-		e = flush_wait(g, &fl);
-		if (e < 0) {
-			rc = git_fail(e, "creating the commit", errmsg, errn);
-			goto out;
-		}
-	}
 	hook(g, GITC_STEP_INDEX_READY);
-	if (!git_oid_is_zero(&b.id)) {
-		rc = move_tries(g, sorted, ni, message, sig, &b, res->deferred,
-				sizeof(res->deferred), errmsg, errn);
-		if (rc != 0)
-			goto out;
-	}
-	if (!git_oid_is_zero(&b.id)) {
-		hex(&b.id, res->commit);
+	rc = commit_tries(g, sorted, ni, message, sig, &cid, res->deferred,
+			  sizeof(res->deferred), errmsg, errn);
+	if (rc != 0)
+		goto out;
+	if (!git_oid_is_zero(&cid)) {
+		hex(&cid, res->commit);
 		res->committed_at = (int64_t)sig->when.time;
 		hook(g, GITC_STEP_MOVED);
 	}
@@ -1456,12 +1359,9 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 			its[i].ch->changed = res->commit[0] && its[i].changed;
 		}
 out:
-	if (flushing)
-		flush_wait(g, &fl); /* the commit is not made: no matter */
 	gitlock_release(&il);
 	gitmark_end(&g->mark);
 	git_signature_free(sig);
-	free(b.branch);
 	free(up);
 	free(sorted);
 	if (its)

@@ -24,6 +24,7 @@
 #define RETRY_FIRST_MS	  250
 #define RETRY_MAX_MS	  5000
 #define RETRY_LOCK_MAX_MS 1000
+#define FILES_WAIT_MS	  1
 #define TABLE_MIN	  64
 
 #define P_PENDING    1
@@ -71,7 +72,6 @@ struct gitq_scan {
 };
 
 static void kick(struct gitq *q, unsigned delay_ms);
-static void writer_done(void *ctx);
 static void timer_cb(uv_timer_t *t);
 
 static uint64_t hash_of(const char *p)
@@ -223,8 +223,6 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
-	store->on_writer_done = writer_done;
-	store->on_writer_done_ctx = q;
 	rc = gitc_open(&q->gitc, workdir, state, errmsg, errn);
 	if (rc < 0)
 		return rc;
@@ -581,7 +579,6 @@ static void job_start(struct gitq *q)
 	struct gitq_job *j;
 	size_t n = 0, k = 0;
 
-	q->files_wait = false;
 	if (q->busy || q->closed || q->n_pending == 0)
 		return;
 	/* A job waits for the writer's pass that holds what was pending when
@@ -610,9 +607,8 @@ static void job_start(struct gitq *q)
 			uv_timer_start(&q->timer, timer_cb, RETRY_MAX_MS, 0);
 			return;
 		}
-		/* The writer's end (writer_done) starts the job. */
-		q->files_wait = true;
 		store_write_files_now(q->store);
+		uv_timer_start(&q->timer, timer_cb, FILES_WAIT_MS, 0);
 		return;
 	}
 	q->wait_pass = 0;
@@ -668,18 +664,6 @@ fail:
 static void timer_cb(uv_timer_t *t)
 {
 	job_start(t->data);
-}
-
-/* A job of the file writer's lane ended: a job waiting for the files may
- * go now (store.h, on_writer_done). */
-static void writer_done(void *ctx)
-{
-	struct gitq *q = ctx;
-
-	if (!q->files_wait)
-		return;
-	q->files_wait = false;
-	job_start(q);
 }
 
 /* Start a job after delay_ms (sooner if already due sooner). */
@@ -739,7 +723,6 @@ void gitq_close(struct gitq *q)
 	if (q->closed)
 		return;
 	q->closed = true;
-	q->store->on_writer_done = NULL;
 	answer_syncs(q, UINT64_MAX, RPC_UNAVAILABLE,
 		     "the daemon is shutting down", NULL);
 	uv_close((uv_handle_t *)&q->timer, NULL);

@@ -69,7 +69,6 @@ struct gitq {
 	unsigned delay_ms, max_batch, retry_ms;
 	uint64_t wait_pass; /* the file writer's pass the next job waits for */
 	uv_timer_t timer;
-	bool files_wait; /* a job waits for the file writer's pass */
 	bool busy;
 	bool scanning;	  /* the start-up scan runs */
 	size_t in_flight; /* paths inside the running job */

@@ -255,8 +255,6 @@ static void writer_after_cb(uv_work_t *req, int status)
 	free(j);
 	checkpoint_step(s);
 	check_idle(s);
-	if (s->on_writer_done)
-		s->on_writer_done(s->on_writer_done_ctx);
 }
 
 /* The writer's pass: every kind's pending items, in one job. */

@@ -192,11 +192,6 @@ struct store {
 
 	store_change_fn on_change; /* NULL: nobody listens yet */
 	void *on_change_ctx;
-	/* After every job of the writer's lane (a pass, whatever its
-	 * outcome, or a checkpoint's sync), so whoever waits for the files
-	 * (the commit queue) looks again at once. NULL: nobody. */
-	void (*on_writer_done)(void *ctx);
-	void *on_writer_done_ctx;
 
 	/* A reload from the files (store_reload), and a probe for changes
 	 * made under us (store_check_files). */

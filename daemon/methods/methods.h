@@ -43,6 +43,14 @@ int decision_store(struct call *call);
 int decision_delete(struct call *call);
 int decision_store_many(struct call *call);
 
+/* methods_experience.c */
+int experience_store(struct call *call);
+int experience_get(struct call *call);
+int experience_delete(struct call *call);
+int experience_retrieve(struct call *call);
+int experience_find_similar(struct call *call);
+int experience_stats(struct call *call);
+
 /* methods_git.c */
 int git_sync(struct call *call);
 int git_reload(struct call *call);
@@ -62,6 +70,22 @@ int lock_release(struct call *call);
 /* methods_watch.c */
 int watch_subscribe(struct call *call);
 int watch_unsubscribe(struct call *call);
+
+/* methods_conversation.c: sessions and messages. */
+int session_create(struct call *call);
+int session_get(struct call *call);
+int session_list(struct call *call);
+int session_delete(struct call *call);
+int message_store(struct call *call);
+int message_history(struct call *call);
+
+/* methods_document.c: documents. */
+int document_store(struct call *call);
+int document_get(struct call *call);
+int document_update(struct call *call);
+int document_delete(struct call *call);
+int document_semantic_search(struct call *call);
+int document_temporal_query(struct call *call);
 
 /* methods_mcp.c: MCP on the same socket. */
 int mcp_initialize(struct call *call);

@@ -36,6 +36,16 @@
 
 static atomic_ulong tmp_counter;
 
+#define NS 1000000000LL
+
+static int64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * NS + t.tv_nsec;
+}
+
 /*
  * From this many files on, vmdir_apply writes them all and then flushes
  * the file system once (syncfs) instead of syncing each file and
@@ -784,6 +794,7 @@ int vmdir_init(struct vmdir *d, const char *root, const struct statedir *state,
 	d->root = strdup(root);
 	d->state = state;
 	d->max_x = max_x;
+	d->started_ns = now_ns();
 	if (!d->root) {
 		vmdir_done(d);
 		return -ENOMEM;
@@ -1017,11 +1028,54 @@ int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
 	return -ENOENT;
 }
 
+/*
+ * Racy git. git trusts an index entry's stat data only while the file's
+ * mtime is older than the index file's own (in whole seconds in Debian's
+ * git): a file written in the second its index entry is written is
+ * "racily clean", and the user's next git status reads it again and
+ * rewrites the whole index. So a file we write (fd, about to replace
+ * name in dfd) is dated one second before the kernel stamped its write:
+ * the commit that follows leaves it clean for git. No later change can
+ * hide behind that date (docs/architecture.md, "Racy git"): any later
+ * write, ours or anyone's, is dated at its own time, after ours; and only
+ * a path that nobody changed in the last two seconds is back-dated (the
+ * ctime of the file it replaces, which nobody can set; when there is
+ * none, our own last write or removal of it, changed_ns, and our start),
+ * so no two versions of a path share a back-dated second. A path found
+ * gone that the caller believed present (VMDIR_CHANGED_UNKNOWN) was
+ * removed at a time nobody knows: not back-dated.
+ */
+static void backdate(int fd, int dfd, const char *name, int64_t changed_ns,
+		     int64_t started_ns)
+{
+	struct timespec ts[2];
+	struct stat st, old;
+	int64_t recent;
+
+	if (fstat(fd, &st) < 0)
+		return;
+	recent = (int64_t)st.st_mtim.tv_sec - 1;
+	if (fstatat(dfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0) {
+		if ((int64_t)old.st_ctim.tv_sec >= recent)
+			return;
+	} else if (errno != ENOENT || changed_ns / NS >= recent ||
+		   started_ns / NS >= recent) {
+		return;
+	}
+	ts[0].tv_sec = 0;
+	ts[0].tv_nsec = UTIME_OMIT;
+	ts[1].tv_sec = st.st_mtim.tv_sec - 1;
+	ts[1].tv_nsec = st.st_mtim.tv_nsec;
+	/* A date that cannot be set only costs git a second look. */
+	(void)futimens(fd, ts);
+}
+
 /* Write text to name in dfd through a unique temp file (of mode, unless
- * 0); with sync, the data is on disk before the rename makes it
- * visible. */
+ * 0), back-dated (see backdate); with sync, the data is on disk before
+ * the rename makes it visible. */
 static int write_durable(int dfd, const char *name, const char *tag,
 			 const char *text, size_t len, bool sync, mode_t mode,
+			 int64_t changed_ns, int64_t started_ns,
 			 struct vmdir_stamp *stamp, char *tmp, size_t tmpn)
 {
 	struct stat st;
@@ -1037,6 +1091,8 @@ static int write_durable(int dfd, const char *name, const char *tag,
 		ret = -errno;
 	if (ret == 0)
 		ret = vmdir_write_all(fd, text, len);
+	if (ret == 0)
+		backdate(fd, dfd, name, changed_ns, started_ns);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -1135,7 +1191,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
 				    strlen(METADATA_TEXT), !bulk, d->file_mode,
-				    NULL, tmp, sizeof(tmp));
+				    0, d->started_ns, NULL, tmp, sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, METADATA, strerror(-ret));
@@ -1177,6 +1233,10 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			goto out;
 		}
 		if (!ops[i].text) {
+			/* The removal's time: the path is not back-dated
+			 * for two seconds (backdate). */
+			memset(&ops[i].stamp, 0, sizeof(ops[i].stamp));
+			ops[i].stamp.ctime_ns = now_ns();
 			if (xd->fd < 0)
 				continue;
 			if (unlinkat(xd->fd, file, 0) < 0) {
@@ -1194,7 +1254,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
-				    !bulk, d->file_mode, &ops[i].stamp, tmp,
+				    !bulk, d->file_mode, ops[i].changed_ns,
+				    d->started_ns, &ops[i].stamp, tmp,
 				    sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",

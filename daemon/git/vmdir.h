@@ -49,6 +49,7 @@ struct vmdir {
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 uint64_t files);
 	void *progress_ctx;
+	int64_t started_ns; /* vmdir_init's wall-clock time */
 };
 
 #define VMDIR_PROGRESS_FILES 1024
@@ -92,12 +93,22 @@ typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
 typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 			       const struct vmdir_stamp *stamp);
 
+#define VMDIR_CHANGED_UNKNOWN INT64_MAX
+
 /* One materialisation: text NULL means delete the coordinate's file. */
 struct vmdir_op {
 	struct coord coord;
 	const char *text; /* exact file bytes (decision_dump_file) */
 	size_t len;
-	struct vmdir_stamp stamp; /* out: the written file's stamp */
+	/* When this daemon last wrote or removed the file (the ctime_ns of
+	 * the stamp it got back), 0 if it has not since it started, or
+	 * VMDIR_CHANGED_UNKNOWN when the caller believes a file is there (if
+	 * it is gone, someone removed it at a time we do not know): a file
+	 * changed in the last two seconds is not back-dated (vmdir.c). */
+	int64_t changed_ns;
+	/* out: the written file's stamp; for a removal, ctime_ns is the
+	 * time of the removal and the rest 0 */
+	struct vmdir_stamp stamp;
 };
 
 /*
@@ -179,7 +190,10 @@ int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 
 /*
  * Apply ops in order: each file written to a unique temp name in its
- * directory and renamed over the target (or the target unlinked).
+ * directory and renamed over the target (or the target unlinked). A file
+ * is dated one second before its write unless its path changed in the
+ * last two seconds (so a commit right after leaves it clean for git:
+ * vmdir.c, "racy git").
  * Creates .vector-memory, its x-NNN directories and metadata.json
  * ({"format": 1}) as needed. Deleting an absent file is not an error.
  * With sync, everything is durable on return: each file is fsynced before

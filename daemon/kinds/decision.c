@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "errmsg.h"
 #include "indexsnap.h"
@@ -384,7 +385,8 @@ struct writer_item {
 	struct coord coord;
 	char *json;
 	size_t json_len;
-	char *file; /* filled by the worker */
+	int64_t changed_ns; /* our last write or removal of its file */
+	char *file;	    /* filled by the worker */
 	size_t file_len;
 	struct vmdir_stamp stamp; /* of the file written (worker) */
 };
@@ -429,6 +431,11 @@ static int snapshot(struct store_kind *k, void **out)
 		const struct record *r = ds->index.slots[slot];
 
 		sn->items[i].coord = index_coord(&ds->index, slot);
+		/* A file we know of that is gone when written again was
+		 * removed by someone at a time we do not know. */
+		sn->items[i].changed_ns = ds->stamps[slot].ino
+						  ? VMDIR_CHANGED_UNKNOWN
+						  : ds->stamps[slot].ctime_ns;
 		if (!r)
 			continue;
 		sn->items[i].json = strdup(r->json);
@@ -463,6 +470,7 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 	}
 	for (size_t i = 0; i < sn->n; i++) {
 		ops[i].coord = items[i].coord;
+		ops[i].changed_ns = items[i].changed_ns;
 		if (!items[i].json)
 			continue;
 		items[i].file = decision_file_from_compact(
@@ -493,9 +501,11 @@ static void written(struct store_kind *k, void *snap, int rc)
 
 		if (rc < 0)
 			mark_dirty(ds, slot); /* (unless a newer write did) */
-		else if (!ds->dirty[slot])
+		else if (!ds->dirty[slot] || !sn->items[i].json)
 			/* What we wrote is what a rescan will find, unless
-			 * a newer write is already on its way. */
+			 * a newer write is already on its way; a removal's
+			 * time is kept anyway, so the file written next there
+			 * is not back-dated too soon (vmdir.h). */
 			ds->stamps[slot] = sn->items[i].stamp;
 	}
 	snapshot_free(sn);
@@ -667,10 +677,16 @@ static bool probe_changed(const struct decisions *ds,
 
 static int rescan_end(struct store_kind *k, void *job, int rc, bool probe)
 {
-	static const struct vmdir_stamp none;
 	struct decisions *ds = of(k);
 	struct rescan_job *j = job;
+	struct vmdir_stamp gone = {0};
+	struct timespec now;
 	int changed = 0;
+
+	/* A file found gone counts as removed now: the next one written
+	 * there is not back-dated for two seconds (vmdir.h). */
+	clock_gettime(CLOCK_REALTIME, &now);
+	gone.ctime_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 
 	if (rc == 0 && probe) {
 		changed = probe_changed(ds, j);
@@ -682,7 +698,7 @@ static int rescan_end(struct store_kind *k, void *job, int rc, bool probe)
 		}
 		for (size_t slot = 0; slot < j->n_slots; slot++)
 			if (j->present[slot] && !j->seen[slot])
-				reload_apply(ds, slot, NULL, &none);
+				reload_apply(ds, slot, NULL, &gone);
 	}
 	rescan_job_free(j);
 	return changed;

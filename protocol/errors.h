@@ -19,6 +19,7 @@ enum rpc_code {
 	RPC_QUERY = -32005,
 	RPC_COORDINATE_OCCUPIED = -32006,
 	RPC_UNAVAILABLE = -32007,
+	RPC_CONFLICT = -32008, /* a write to a coordinate in a git conflict */
 };
 
 /*

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "markers.h"
 
 #define FILE_MAX       (1024 * 1024)
 #define TMP_PREFIX     ".tmp-"
@@ -48,6 +49,7 @@ struct load {
 	struct vmdir_load_report *rep;
 	vmdir_load_fn cb;
 	vmdir_known_fn known; /* vmdir_rescan: files not to read */
+	const struct unmerged_set *unmerged; /* files in a git conflict */
 	void *ctx;
 	int qfd; /* quarantine directory, opened on first use */
 	time_t now;
@@ -328,6 +330,46 @@ static int report_add(struct vmdir_load_report *rep, const char *path,
 	return 0;
 }
 
+/* Report a decision file in a git conflict (neither loaded nor moved). */
+static int conflicted(struct load *l, const struct coord *c,
+		      const char *reason)
+{
+	struct vmdir_load_report *rep = l->rep;
+	struct vmdir_conflicted *e;
+	size_t cap = rep->n_conflicted;
+
+	if ((cap & (cap - 1)) == 0) {
+		e = realloc(rep->conflicted, sizeof(*e) * (cap ? cap * 2 : 4));
+		if (!e) {
+			errmsg_set(l->errmsg, l->errn, "out of memory");
+			return -ENOMEM;
+		}
+		rep->conflicted = e;
+	}
+	e = &rep->conflicted[rep->n_conflicted++];
+	e->coord = *c;
+	copy_trunc(e->reason, sizeof(e->reason), reason);
+	return 0;
+}
+
+/* Why an unmerged entry is a conflict, in git status's words. */
+static const char *unmerged_reason(unsigned stages)
+{
+	switch (stages & 0xe) {
+	case 1u << 2 | 1u << 3:
+		return stages & 2 ? "unmerged: both modified"
+				  : "unmerged: both added";
+	case 1u << 2:
+		return stages & 2 ? "unmerged: deleted by them"
+				  : "unmerged: added by us";
+	case 1u << 3:
+		return stages & 2 ? "unmerged: deleted by us"
+				  : "unmerged: added by them";
+	default:
+		return "unmerged: both deleted";
+	}
+}
+
 /*
  * Move entry name (rel is its path below .vector-memory) of directory sdfd
  * into the quarantine directory under a fresh name, and report it.
@@ -444,6 +486,12 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		snprintf(reason, sizeof(reason), "not a decision file name");
 		goto bad;
 	}
+	/* Unmerged: a conflict whatever the file holds (even one git left
+	 * as it was, which a known stamp would skip). */
+	if (unmerged_find(l->unmerged, &c))
+		return conflicted(l, &c,
+				  unmerged_reason(
+					  unmerged_find(l->unmerged, &c)->stages));
 	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(st.st_mode)) {
 		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
@@ -497,6 +545,8 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		goto bad;
 	}
 	msg[0] = '\0';
+	if (markers_found(l->buf, len))
+		return conflicted(l, &c, "conflict markers");
 	if (decision_parse(l->buf, len, l->d->max_x, &dec, msg) != 0) {
 		snprintf(reason, sizeof(reason), "%s",
 			 msg[0] ? msg : "invalid decision");
@@ -731,6 +781,7 @@ void vmdir_load_report_done(struct vmdir_load_report *rep)
 	if (!rep)
 		return;
 	free(rep->quarantined);
+	free(rep->conflicted);
 	memset(rep, 0, sizeof(*rep));
 }
 
@@ -748,32 +799,29 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 	return s;
 }
 
-static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		    size_t errn);
-
 int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
-	return load_dir(d, NULL, cb, ctx, rep, errmsg, errn);
+	return vmdir_scan(d, NULL, cb, ctx, NULL, rep, errmsg, errn);
 }
 
 int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
 		 size_t errn)
 {
-	return load_dir(d, known, cb, ctx, rep, errmsg, errn);
+	return vmdir_scan(d, known, cb, ctx, NULL, rep, errmsg, errn);
 }
 
-static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		    size_t errn)
+int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+	       void *ctx, const struct unmerged_set *unmerged,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	struct load l = {
 		.d = d,
 		.rep = rep,
 		.cb = cb,
 		.known = known,
+		.unmerged = unmerged,
 		.ctx = ctx,
 		.qfd = -1,
 		.errmsg = errmsg,
@@ -857,7 +905,52 @@ struct apply {
 	bool root_dirty, v_dirty;
 	struct xdir *xs;
 	size_t nx, capx;
+	char *buf; /* FILE_MAX + 1 bytes, for guarded ops (on first use) */
 };
+
+static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+{
+	return a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+/*
+ * A guarded op's check: 1 when the file name in dfd was written by
+ * someone else (its stamp is not op->expect) and holds conflict markers,
+ * so it must be left alone; 0 to go on; -errno.
+ */
+static int guard_conflict(struct apply *a, int dfd, const char *name,
+			  const struct vmdir_op *op)
+{
+	struct vmdir_stamp now;
+	struct stat st;
+	size_t len = 0;
+	int fd, ret;
+
+	if (!op->guard || dfd < 0)
+		return 0;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	now = vmdir_stamp_of(&st);
+	if (!S_ISREG(st.st_mode) || stamp_same(&now, &op->expect) ||
+	    st.st_size > FILE_MAX)
+		return 0;
+	if (!a->buf) {
+		a->buf = malloc(FILE_MAX + 1);
+		if (!a->buf)
+			return -ENOMEM;
+	}
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	ret = read_file(fd, a->buf, (size_t)st.st_size, &len);
+	close(fd);
+	if (ret == -EFBIG)
+		return 0;
+	if (ret < 0)
+		return ret;
+	return markers_found(a->buf, len) ? 1 : 0;
+}
 
 /* Open (creating when create) directory name in dfd, refusing symlinks. */
 static int open_subdir(int dfd, const char *name, bool create, bool *made)
@@ -1034,6 +1127,17 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 						 : "");
 			goto out;
 		}
+		ops[i].skipped = false;
+		ret = guard_conflict(&a, xd->fd, file, &ops[i]);
+		if (ret < 0) {
+			errmsg_set(errmsg, errn, "cannot check %s/%s: %s",
+				   VMDIR_DIRNAME, rel, strerror(-ret));
+			goto out;
+		}
+		if (ret == 1) {
+			ops[i].skipped = true;
+			continue;
+		}
 		if (!ops[i].text) {
 			if (xd->fd < 0)
 				continue;
@@ -1111,6 +1215,7 @@ out:
 		if (a.xs[i].fd >= 0)
 			close(a.xs[i].fd);
 	free(a.xs);
+	free(a.buf);
 	if (a.vfd >= 0)
 		close(a.vfd);
 	if (a.rootfd >= 0)

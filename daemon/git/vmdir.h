@@ -7,7 +7,10 @@
  * Invariants: only decision files (x-NNN/y-Y-z-Z.json) and metadata.json
  * live there; temporary files are ".tmp-*" names that are never committed
  * and are removed at start-up; a file that does not parse or validate is
- * moved to the quarantine directory, never skipped silently or emptied.
+ * moved to the quarantine directory, never skipped silently or emptied;
+ * a decision file in a git conflict (unmerged entries, or conflict
+ * markers) is neither loaded nor quarantined but reported as conflicted,
+ * and never overwritten by vmdir_apply.
  *
  * Blocking: called at start-up and from the thread pool, one call at a time.
  */
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "protocol/decision.h"
+#include "unmerged.h"
 
 #define VMDIR_DIRNAME ".vector-memory"
 
@@ -36,11 +40,19 @@ struct vmdir_quarantined {
 	char reason[VMEM_ERRMSG_LEN];
 };
 
+/* One decision file in a git conflict, reported by a load or scan. */
+struct vmdir_conflicted {
+	struct coord coord;
+	char reason[VMEM_ERRMSG_LEN]; /* "unmerged", "conflict markers" */
+};
+
 struct vmdir_load_report {
 	size_t loaded;
 	size_t temp_removed;
 	struct vmdir_quarantined *quarantined; /* malloc'd array (owned) */
 	size_t n_quarantined;
+	struct vmdir_conflicted *conflicted; /* malloc'd array (owned) */
+	size_t n_conflicted;
 };
 
 /*
@@ -68,12 +80,19 @@ typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
 typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 			       const struct vmdir_stamp *stamp);
 
-/* One materialisation: text NULL means delete the coordinate's file. */
+/*
+ * One materialisation: text NULL means delete the coordinate's file. With
+ * guard, a file there whose stamp is not expect (someone else wrote it)
+ * and which holds conflict markers is left as it is and the op skipped.
+ */
 struct vmdir_op {
 	struct coord coord;
 	const char *text; /* exact file bytes (decision_dump_file) */
 	size_t len;
-	struct vmdir_stamp stamp; /* out: the written file's stamp */
+	bool guard;
+	struct vmdir_stamp expect; /* with guard: the file as we know it */
+	struct vmdir_stamp stamp;  /* out: the written file's stamp */
+	bool skipped;		   /* out: left alone (conflict markers) */
 };
 
 /* Set up (no I/O). Copies root and quarantine. 0 or -ENOMEM. */
@@ -106,6 +125,16 @@ int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		 size_t errn);
 
 /*
+ * vmdir_load (known NULL) or vmdir_rescan, knowing git's unmerged
+ * decision files (unmerged may be NULL): a file listed there, whatever it
+ * holds, and a file with conflict markers are reported in
+ * rep->conflicted, neither passed to cb nor quarantined.
+ */
+int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+	       void *ctx, const struct unmerged_set *unmerged,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
+
+/*
  * Apply ops in order: each file written to a unique temp name in its
  * directory and renamed over the target (or the target unlinked).
  * Creates .vector-memory, its x-NNN directories and metadata.json
@@ -115,7 +144,8 @@ int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
  * ops on (see vmdir.c), the file system is flushed once with syncfs().
  * Without sync nothing is flushed (vmdir_sync does it later): a crash may
  * then leave incomplete files, so the caller's log must still hold those
- * writes. Returns 0 or -errno (errmsg).
+ * writes. A guarded op whose file is in conflict is skipped (see struct
+ * vmdir_op). Returns 0 or -errno (errmsg).
  */
 int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		char *errmsg, size_t errn);

@@ -4,7 +4,7 @@
  * notification, ping, tools/list and tools/call. A tool call runs the
  * protocol method behind the tool (mcp_tools.h) through call_forward and
  * turns its answer into a CallToolResult: a result becomes its JSON text,
- * a domain error (ValueError and -32001..-32007) a result with isError and
+ * a domain error (ValueError and -32001..-32008) a result with isError and
  * "<Type>: <message>" as text; anything else stays a JSON-RPC error.
  *
  * The lifecycle is not enforced: tools work before (or without)
@@ -145,7 +145,7 @@ static void reply_text(struct call *call, const char *text, bool is_error)
 static bool is_tool_error(int code)
 {
 	return code == RPC_INVALID_PARAMS ||
-	       (code <= RPC_COORDINATE_VALIDATION && code >= RPC_UNAVAILABLE);
+	       (code <= RPC_COORDINATE_VALIDATION && code >= RPC_CONFLICT);
 }
 
 static void reply_tool_error(struct call *call, int code, const char *msg)

@@ -7,11 +7,12 @@ only, Python 3.9+).
 """
 
 from .discovery import find_root, fnv1a64, socket_key, socket_path
-from .errors import (ConcurrencyError, CoordinateOccupiedError,
-                     CoordinateValidationError, DaemonConnectionError,
-                     ImmutableLayerError, InvalidParamsError, ProtocolError,
-                     QueryError, StorageError, UnavailableError,
-                     VectorMemoryError, error_from_response)
+from .errors import (ConcurrencyError, ConflictError,
+                     CoordinateOccupiedError, CoordinateValidationError,
+                     DaemonConnectionError, ImmutableLayerError,
+                     InvalidParamsError, ProtocolError, QueryError,
+                     StorageError, UnavailableError, VectorMemoryError,
+                     error_from_response)
 from .manager import VectorMemoryManager
 from .model import (HistoryEntry, StoredDecision, SyncResult,
                     VectorCoordinate, format_timestamp, parse_timestamp)
@@ -32,6 +33,7 @@ __all__ = [
     "QueryError",
     "CoordinateOccupiedError",
     "UnavailableError",
+    "ConflictError",
     "DaemonConnectionError",
     "InvalidParamsError",
     "ProtocolError",

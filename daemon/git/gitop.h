@@ -1,0 +1,32 @@
+/*
+ * Is a git operation running in the working tree? git leaves state files
+ * in the tree's own git directory while a merge, rebase (autostash
+ * included: the state directory exists before the stash is made), am,
+ * cherry-pick, revert, sequencer or bisect is in progress, and holds
+ * index.lock while it writes the index and the working tree (checkout,
+ * reset, stash, add, commit). While any of those is there the file writer
+ * keeps away from the working tree (it yields): the acknowledged writes
+ * stay in the log and the index and are written once the operation ends.
+ *
+ * What cannot be seen: a git command that has read the index or the
+ * working tree but not yet created its lock or state files (see
+ * docs/operations.md, "Git operations and the daemon").
+ *
+ * Blocking only in the sense of a few lstat calls: safe on any thread.
+ */
+#ifndef VMEM_DAEMON_GITOP_H
+#define VMEM_DAEMON_GITOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/*
+ * True when an operation is in progress in the tree whose git directory
+ * is gitdir (no trailing slash needed), with why ("merge in progress",
+ * "index.lock is held by another process", ...) in why (n bytes). An
+ * lstat failure other than "does not exist" counts as in progress (we
+ * cannot tell), with the error in why.
+ */
+bool gitop_busy(const char *gitdir, char *why, size_t n);
+
+#endif

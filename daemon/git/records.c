@@ -1,0 +1,293 @@
+/*
+ * Conflict records on disk (see records.h).
+ */
+#include "records.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "errmsg.h"
+#include "protocol/conflict.h"
+
+static atomic_ulong tmp_counter;
+
+/*
+ * The records directory, opened (and created when create): a directory
+ * of ours, not a symlink, writable by us only. An fd, -ENOENT when it
+ * does not exist and create is false, or -errno with errmsg.
+ */
+static int open_dir(const char *statedir, bool create, char *errmsg,
+		    size_t errn)
+{
+	struct stat st;
+	int sfd, fd = -1, err;
+
+	sfd = open(statedir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (sfd < 0) {
+		err = errno;
+		if (err == ENOENT && !create)
+			return -ENOENT;
+		errmsg_set(errmsg, errn, "cannot open %s: %s", statedir,
+			   strerror(err));
+		return -err;
+	}
+	for (int i = 0; i < 2 && fd < 0; i++) {
+		fd = openat(sfd, CONFLICT_DIRNAME,
+			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 || errno != ENOENT || !create || i)
+			break;
+		if (mkdirat(sfd, CONFLICT_DIRNAME, 0700) < 0 && errno != EEXIST)
+			break;
+	}
+	err = errno;
+	close(sfd);
+	if (fd < 0) {
+		if (err == ENOENT && !create)
+			return -ENOENT;
+		errmsg_set(errmsg, errn, "cannot open %s/%s: %s%s", statedir,
+			   CONFLICT_DIRNAME, strerror(err),
+			   err == ELOOP || err == ENOTDIR
+				   ? " (not a directory of ours)"
+				   : "");
+		return -err;
+	}
+	if (fstat(fd, &st) < 0 || st.st_uid != geteuid() ||
+	    (st.st_mode & 022)) {
+		close(fd);
+		errmsg_set(errmsg, errn,
+			   "%s/%s is not a directory of ours (owner %u, mode "
+			   "%03o): refusing to use it",
+			   statedir, CONFLICT_DIRNAME, (unsigned)st.st_uid,
+			   (unsigned)(st.st_mode & 0777));
+		return -EPERM;
+	}
+	return fd;
+}
+
+static int write_all(int fd, const char *p, size_t n)
+{
+	while (n) {
+		ssize_t r = write(fd, p, n);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+int records_write(const char *statedir, const char *name, const char *text,
+		  size_t len, char *errmsg, size_t errn)
+{
+	char tmp[CONFLICT_NAME_MAX + 64];
+	int dfd, fd = -1, rc;
+
+	dfd = open_dir(statedir, true, errmsg, errn);
+	if (dfd < 0)
+		return dfd;
+	snprintf(tmp, sizeof(tmp), ".tmp-%ld-%lu-%s", (long)getpid(),
+		 atomic_fetch_add(&tmp_counter, 1) + 1, name);
+	fd = openat(dfd, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = write_all(fd, text, len);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	fd = -1;
+	if (rc == 0 && renameat(dfd, tmp, dfd, name) < 0)
+		rc = -errno;
+	if (rc == 0 && fsync(dfd) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		close(dfd);
+		return 0;
+	}
+	unlinkat(dfd, tmp, 0);
+fail:
+	errmsg_set(errmsg, errn, "cannot write %s/%s/%s: %s", statedir,
+		   CONFLICT_DIRNAME, name, strerror(-rc));
+	close(dfd);
+	return rc;
+}
+
+/* Read name in dfd (a regular file of at most CONFLICT_FILE_MAX bytes). */
+static int read_at(int dfd, const char *name, char **text, size_t *len)
+{
+	struct stat st;
+	size_t got = 0;
+	char *buf = NULL;
+	int fd, rc = 0;
+	ssize_t r;
+
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size > CONFLICT_FILE_MAX) {
+		rc = S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		r = read(fd, buf + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = -errno;
+			goto out;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	buf[got] = '\0';
+	*text = buf;
+	*len = got;
+	buf = NULL;
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+int records_read(const char *statedir, const char *name, char **text,
+		 size_t *len, char *errmsg, size_t errn)
+{
+	int dfd, rc;
+
+	*text = NULL;
+	dfd = open_dir(statedir, false, errmsg, errn);
+	if (dfd < 0)
+		return dfd;
+	rc = read_at(dfd, name, text, len);
+	close(dfd);
+	if (rc < 0 && rc != -ENOENT)
+		errmsg_set(errmsg, errn, "cannot read %s/%s/%s: %s", statedir,
+			   CONFLICT_DIRNAME, name, strerror(-rc));
+	return rc;
+}
+
+int records_remove(const char *statedir, const char *name, char *errmsg,
+		   size_t errn)
+{
+	int dfd, rc = 0;
+
+	dfd = open_dir(statedir, false, errmsg, errn);
+	if (dfd == -ENOENT)
+		return 0;
+	if (dfd < 0)
+		return dfd;
+	if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT)
+		rc = -errno;
+	else if (fsync(dfd) < 0)
+		rc = -errno;
+	if (rc < 0)
+		errmsg_set(errmsg, errn, "cannot remove %s/%s/%s: %s",
+			   statedir, CONFLICT_DIRNAME, name, strerror(-rc));
+	close(dfd);
+	return rc;
+}
+
+static int is_record_name(const struct dirent *de)
+{
+	size_t n = strlen(de->d_name);
+
+	return de->d_name[0] != '.' && n > 5 &&
+	       strcmp(de->d_name + n - 5, ".json") == 0;
+}
+
+/* Newest first: timestamped names sort by time, held ones after them. */
+static int newest_first(const struct dirent **a, const struct dirent **b)
+{
+	return -strcmp((*a)->d_name, (*b)->d_name);
+}
+
+int records_list(const char *statedir, int max_x, size_t limit, json_t **out,
+		 size_t *total, char *errmsg, size_t errn)
+{
+	struct dirent **names = NULL;
+	json_t *list = json_array();
+	int dfd, n = 0, rc = 0;
+
+	*out = NULL;
+	*total = 0;
+	if (!list) {
+		errmsg_set(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	dfd = open_dir(statedir, false, errmsg, errn);
+	if (dfd == -ENOENT) {
+		*out = list;
+		return 0;
+	}
+	if (dfd < 0) {
+		json_decref(list);
+		return dfd;
+	}
+	n = scandirat(dfd, ".", &names, is_record_name, newest_first);
+	if (n < 0) {
+		rc = -errno;
+		n = 0;
+		errmsg_set(errmsg, errn, "cannot list %s/%s: %s", statedir,
+			   CONFLICT_DIRNAME, strerror(-rc));
+		goto out;
+	}
+	*total = (size_t)n;
+	for (int i = 0; i < n && (size_t)i < limit; i++) {
+		char msg[VMEM_ERRMSG_LEN], *text = NULL;
+		const char *name = names[i]->d_name;
+		json_t *rec = NULL;
+		size_t len = 0;
+		int r = read_at(dfd, name, &text, &len);
+
+		if (r == 0)
+			rec = conflict_record_parse(text, len, max_x, msg);
+		else
+			snprintf(msg, sizeof(msg), "%s", strerror(-r));
+		free(text);
+		if (!rec)
+			rec = json_pack("{s:s}", "error", msg);
+		if (rec && json_object_set_new(rec, "file", json_string(name))) {
+			json_decref(rec);
+			rec = NULL;
+		}
+		if (!rec || json_array_append_new(list, rec)) {
+			rc = -ENOMEM;
+			errmsg_set(errmsg, errn, "out of memory");
+			goto out;
+		}
+	}
+out:
+	for (int i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	close(dfd);
+	if (rc < 0)
+		json_decref(list);
+	else
+		*out = list;
+	return rc;
+}

@@ -317,12 +317,40 @@ static void job_after_cb(uv_work_t *req, int status)
 	}
 }
 
+/* Commits must wait (the defer hook said why): syncs are told, a stop is
+ * not held up, and the queue looks again with back-off. */
+static void defer_now(struct gitq *q, const char *why)
+{
+	gitq_idle_fn idle = q->idle_cb;
+	char msg[400];
+
+	if (strcmp(q->hook_deferred, why) != 0)
+		log_notice("commit deferred: %s", why);
+	snprintf(q->hook_deferred, sizeof(q->hook_deferred), "%s", why);
+	snprintf(msg, sizeof(msg), "commit deferred: %s", why);
+	answer_syncs(q, UINT64_MAX, RPC_STORAGE, msg, NULL);
+	q->retry_ms = q->retry_ms ? q->retry_ms * 2 : RETRY_FIRST_MS;
+	if (q->retry_ms > RETRY_MAX_MS)
+		q->retry_ms = RETRY_MAX_MS;
+	kick(q, q->retry_ms);
+	if (idle) {
+		q->idle_cb = NULL;
+		idle(q->idle_arg);
+	}
+}
+
 static void job_start(struct gitq *q)
 {
 	struct gitq_job *j;
+	char why[sizeof(q->deferred)];
 
 	if (q->busy || q->closed || q->n_pending == 0)
 		return;
+	if (q->defer && q->defer(q->defer_ctx, why, sizeof(why))) {
+		defer_now(q, why);
+		return;
+	}
+	q->hook_deferred[0] = '\0';
 	/* Commit what the files hold, so the working tree matches HEAD
 	 * (git status stays clean) once the commit is made. */
 	if (!store_files_written(q->store)) {

@@ -211,6 +211,36 @@ int records_remove(const char *statedir, const char *name, char *errmsg,
 	return rc;
 }
 
+int records_scan(const char *statedir, const char *prefix,
+		 int (*cb)(void *ctx, const char *name), void *ctx,
+		 char *errmsg, size_t errn)
+{
+	struct dirent **names = NULL;
+	int dfd, n, rc = 0;
+
+	dfd = open_dir(statedir, false, errmsg, errn);
+	if (dfd == -ENOENT)
+		return 0;
+	if (dfd < 0)
+		return dfd;
+	n = scandirat(dfd, ".", &names, NULL, alphasort);
+	close(dfd);
+	if (n < 0) {
+		rc = -errno;
+		errmsg_set(errmsg, errn, "cannot list %s/%s: %s", statedir,
+			   CONFLICT_DIRNAME, strerror(-rc));
+		return rc;
+	}
+	for (int i = 0; i < n; i++) {
+		if (rc == 0 &&
+		    strncmp(names[i]->d_name, prefix, strlen(prefix)) == 0)
+			rc = cb(ctx, names[i]->d_name);
+		free(names[i]);
+	}
+	free(names);
+	return rc;
+}
+
 static int is_record_name(const struct dirent *de)
 {
 	size_t n = strlen(de->d_name);

@@ -33,6 +33,15 @@ int records_remove(const char *statedir, const char *name, char *errmsg,
 		   size_t errn);
 
 /*
+ * Call cb(ctx, name) for each record whose name starts with prefix, in
+ * name order; a non-zero return stops and is returned. A missing
+ * directory has none. 0 or -errno with errmsg.
+ */
+int records_scan(const char *statedir, const char *prefix,
+		 int (*cb)(void *ctx, const char *name), void *ctx,
+		 char *errmsg, size_t errn);
+
+/*
  * The records, newest first (by name: held ones last), each its JSON
  * object with a member "file" (its name) added; at most limit of them in
  * *out (new array reference), how many there are in *total. A file that

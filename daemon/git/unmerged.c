@@ -179,6 +179,23 @@ void unmerged_set_done(struct unmerged_set *s)
 	memset(s, 0, sizeof(*s));
 }
 
+const char *unmerged_describe(unsigned stages)
+{
+	switch (stages & 0xe) {
+	case 1u << 2 | 1u << 3:
+		return stages & 2 ? "unmerged: both modified"
+				  : "unmerged: both added";
+	case 1u << 2:
+		return stages & 2 ? "unmerged: deleted by them"
+				  : "unmerged: added by us";
+	case 1u << 3:
+		return stages & 2 ? "unmerged: deleted by us"
+				  : "unmerged: added by them";
+	default:
+		return "unmerged: both deleted";
+	}
+}
+
 const struct unmerged_entry *unmerged_find(const struct unmerged_set *s,
 					   const struct coord *c)
 {

@@ -45,6 +45,10 @@ int unmerged_list(const char *root, const char *gitdir, int max_x,
 		  struct unmerged_set *out, char *errmsg, size_t errn);
 void unmerged_set_done(struct unmerged_set *s);
 
+/* What the stages say, in git status's words ("unmerged: both modified",
+ * "unmerged: deleted by us", ...). */
+const char *unmerged_describe(unsigned stages);
+
 /* The entry of c, or NULL. */
 const struct unmerged_entry *unmerged_find(const struct unmerged_set *s,
 					   const struct coord *c);

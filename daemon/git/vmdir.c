@@ -352,24 +352,6 @@ static int conflicted(struct load *l, const struct coord *c,
 	return 0;
 }
 
-/* Why an unmerged entry is a conflict, in git status's words. */
-static const char *unmerged_reason(unsigned stages)
-{
-	switch (stages & 0xe) {
-	case 1u << 2 | 1u << 3:
-		return stages & 2 ? "unmerged: both modified"
-				  : "unmerged: both added";
-	case 1u << 2:
-		return stages & 2 ? "unmerged: deleted by them"
-				  : "unmerged: added by us";
-	case 1u << 3:
-		return stages & 2 ? "unmerged: deleted by us"
-				  : "unmerged: added by them";
-	default:
-		return "unmerged: both deleted";
-	}
-}
-
 /*
  * Move entry name (rel is its path below .vector-memory) of directory sdfd
  * into the quarantine directory under a fresh name, and report it.
@@ -490,7 +472,7 @@ static int load_file(struct load *l, int xfd, const char *xname,
 	 * as it was, which a known stamp would skip). */
 	if (unmerged_find(l->unmerged, &c))
 		return conflicted(l, &c,
-				  unmerged_reason(
+				  unmerged_describe(
 					  unmerged_find(l->unmerged, &c)->stages));
 	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(st.st_mode)) {

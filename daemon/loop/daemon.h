@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "conflicts.h"
 #include "gitq.h"
 #include "leases.h"
 #include "repo.h"
@@ -40,13 +41,15 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
+	struct conflicts conflicts; /* git conflicts, git having the tree */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;
 	struct watch watch;
 	struct stats stats; /* per method of the method table */
 	struct server server;
-	struct vmdir_load_report loaded; /* what start-up quarantined */
+	struct vmdir_load_report loaded; /* what start-up and every scan
+					    since quarantined */
 	uint64_t started_ms;		 /* uv_now at start */
 	uint64_t stop_started_ms;
 	uint64_t flush_started_ms; /* of the store, during a stop; 0: not yet */

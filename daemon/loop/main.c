@@ -443,6 +443,58 @@ static void repo_changed_cb(void *ctx)
 	store_check_files(&d->store);
 }
 
+/* Any event in the git directory: has git taken or given back the
+ * working tree? */
+static void touched_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	conflicts_check_yield(&d->conflicts);
+}
+
+/* Git gave the working tree back: write what waited, look at the files,
+ * commit. */
+static void resumed_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	store_resume(&d->store);
+	store_check_files(&d->store);
+	gitq_commit_soon(&d->gitq);
+}
+
+/* Commits wait while the memory is in conflict or git has the tree. */
+static bool defer_cb(void *ctx, char *why, size_t n)
+{
+	return conflicts_defer(ctx, why, n);
+}
+
+static void log_quarantine(const struct vmdir_load_report *rep);
+
+/* What a probe or a reload of the files found: quarantined files are
+ * logged and kept in health's list (conflicts log themselves). */
+static void report_cb(void *ctx, const struct vmdir_load_report *rep)
+{
+	struct daemon *d = ctx;
+	struct vmdir_quarantined *q;
+
+	if (!rep->n_quarantined)
+		return;
+	log_quarantine(rep);
+	q = realloc(d->loaded.quarantined,
+		    (d->loaded.n_quarantined + rep->n_quarantined) *
+			    sizeof(*q));
+	if (!q) {
+		log_err("out of memory: health lists fewer quarantined files "
+			"than the log");
+		return;
+	}
+	memcpy(q + d->loaded.n_quarantined, rep->quarantined,
+	       rep->n_quarantined * sizeof(*q));
+	d->loaded.quarantined = q;
+	d->loaded.n_quarantined += rep->n_quarantined;
+}
+
 /* Our own commit moved the branch and the index: not a change to react
  * to. */
 static void committed_cb(void *ctx)
@@ -457,6 +509,8 @@ static void applied_cb(void *ctx, size_t slot, bool reloaded)
 	const struct record *rec = d->store.index.slots[slot];
 	struct coord c = index_coord(&d->store.index, slot);
 
+	if (rec && !reloaded)
+		conflicts_acknowledged(&d->conflicts, slot);
 	gitq_mark(&d->gitq, slot);
 	subs_notify(&d->subs, &c,
 		    reloaded ? SUBS_RELOADED
@@ -515,6 +569,20 @@ static void stop_timer_cb(uv_timer_t *t)
 	bool late = now - d->stop_started_ms > DRAIN_DEADLINE_MS;
 
 	if (d->flush_started_ms) {
+		if (d->conflicts.yield[0] && !store_jobs_running(&d->store) &&
+		    !d->gitq.busy) {
+			/* Files wait for git, which may take hours (a merge
+			 * left to the user): nothing is lost by going. */
+			log_notice("stopping while git has the working tree "
+				   "(%s): the write-ahead log keeps the %zu "
+				   "acknowledged writes whose files wait, and "
+				   "the next start writes them",
+				   d->conflicts.yield,
+				   store_pending(&d->store));
+			uv_timer_stop(t);
+			uv_stop(d->loop);
+			return;
+		}
 		if (now - d->flush_started_ms < FLUSH_GIVE_UP_MS ||
 		    d->store.n_errors == d->flush_errors ||
 		    store_jobs_running(&d->store) || d->gitq.busy)
@@ -595,6 +663,7 @@ int main(int argc, char **argv)
 {
 	struct options o = {0};
 	struct daemon *d = &the_daemon;
+	struct unmerged_set unmerged = {0};
 	char errmsg[1024];
 	char sock[SOCKPATH_MAX + 1];
 	char *log_path = NULL;
@@ -641,11 +710,34 @@ int main(int argc, char **argv)
 	if (stats_init(&d->stats, method_count()) < 0)
 		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
+	rc = conflicts_init(&d->conflicts, d->loop,
+			    (size_t)d->limits.max_x * VMEM_MAX_Y * VMEM_MAX_Z,
+			    d->limits.max_x, d->repo.root, d->repo.gitdir,
+			    d->repo.statedir);
+	if (rc < 0)
+		fail_startup(1, "out of memory");
+	rc = unmerged_list(d->repo.root, d->repo.gitdir, d->limits.max_x,
+			   &unmerged, errmsg, sizeof(errmsg));
+	if (rc < 0)
+		log_err("cannot list git's unmerged files (%s): until it "
+			"works, only conflict markers show conflicts",
+			errmsg);
 	rc = store_open(&d->store, d->loop, &d->repo, d->limits.max_x,
-			&d->loaded, errmsg, sizeof(errmsg));
+			&d->conflicts, &unmerged, &d->loaded, errmsg,
+			sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	rc = conflicts_start(&d->conflicts, &d->store.index, &unmerged,
+			     &d->loaded, errmsg, sizeof(errmsg));
+	unmerged_set_done(&unmerged);
+	if (rc < 0)
+		fail_startup(1, "cannot settle the conflicts: %s", errmsg);
+	d->conflicts.resumed = resumed_cb;
+	d->conflicts.resumed_ctx = d;
+	conflicts_check_yield(&d->conflicts);
+	d->store.on_report = report_cb;
+	d->store.on_report_ctx = d;
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
@@ -663,8 +755,11 @@ int main(int argc, char **argv)
 		log_warn("cannot watch %s for changes (%s): use git.reload "
 			 "after a checkout or a pull",
 			 d->repo.gitdir, uv_strerror(rc));
+	d->watch.touched = touched_cb;
 	d->gitq.committed = committed_cb;
 	d->gitq.committed_ctx = &d->watch;
+	d->gitq.defer = defer_cb;
+	d->gitq.defer_ctx = &d->conflicts;
 	/* Signals are caught before the socket exists: a client that sees
 	 * the socket may stop us at once, and that must be a graceful stop
 	 * (the handlers run only once the loop does). */
@@ -690,6 +785,7 @@ int main(int argc, char **argv)
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	watch_stop(&d->watch);
+	conflicts_close(&d->conflicts);
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
 	store_close(&d->store);
@@ -698,6 +794,7 @@ int main(int argc, char **argv)
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
+	conflicts_done(&d->conflicts);
 	vmdir_load_report_done(&d->loaded);
 	repo_done(&d->repo);
 	stats_done(&d->stats);

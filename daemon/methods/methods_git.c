@@ -342,24 +342,6 @@ int git_rollback_point(struct call *call)
 
 /* ---- git.reload ---- */
 
-/* Keep what a reload quarantined in the list health reports. */
-static void remember_quarantined(struct vmdir_load_report *all,
-				 const struct vmdir_load_report *rep)
-{
-	struct vmdir_quarantined *q;
-
-	if (!rep || !rep->n_quarantined)
-		return;
-	q = realloc(all->quarantined,
-		    (all->n_quarantined + rep->n_quarantined) * sizeof(*q));
-	if (!q)
-		return; /* health lists fewer; the log has them all */
-	memcpy(q + all->n_quarantined, rep->quarantined,
-	       rep->n_quarantined * sizeof(*q));
-	all->quarantined = q;
-	all->n_quarantined += rep->n_quarantined;
-}
-
 static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 			const struct vmdir_load_report *rep)
 {
@@ -372,12 +354,7 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 			   json_pack("{s:s}", "reason", errmsg),
 			   "reload failed: %s", errmsg);
 	} else {
-		for (size_t i = 0; rep && i < rep->n_quarantined; i++)
-			log_warn("quarantined %s -> %s: %s",
-				 rep->quarantined[i].path,
-				 rep->quarantined[i].moved_to,
-				 rep->quarantined[i].reason);
-		remember_quarantined(&d->loaded, rep);
+		/* The store's on_report logged it and added it to health. */
 		call_reply(call, json_pack("{s:I,s:o}", "count",
 					   (json_int_t)d->store.index.count,
 					   "quarantined",

@@ -98,19 +98,31 @@ static json_t *last_commit_json(const struct gitq *q)
 			 when);
 }
 
+/* At most this many conflicts in health (conflict.list has them all). */
+#define HEALTH_CONFLICTS_MAX 100
+
 int server_health(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const char *last_error = d->store.last_error[0] ? d->store.last_error
-							: d->gitq.last_error;
-	bool degraded = d->loaded.n_quarantined > 0 || store_failing(&d->store);
+	const char *last_error = d->store.last_error[0]	   ? d->store.last_error
+				 : d->gitq.last_error[0]   ? d->gitq.last_error
+							   : d->conflicts.last_error;
+	bool degraded = d->loaded.n_quarantined > 0 ||
+			store_failing(&d->store) || d->conflicts.n > 0;
+	char why[200];
+	const char *deferred =
+		conflicts_defer(&d->conflicts, why, sizeof(why)) ? why
+		: d->gitq.deferred[0]				 ? d->gitq.deferred
+								 : NULL;
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
 	call_reply(
 		call,
-		json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
+		json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
+			  "s:I}",
+			  "status",
 			  d->stopping ? "stopping"
 				      : (degraded ? "degraded" : "ok"),
 			  "version", VMEMD_VERSION, "repo", d->repo.root,
@@ -118,10 +130,13 @@ int server_health(struct call *call)
 			  "pending", (json_int_t)gitq_pending(&d->gitq),
 			  "last_commit", last_commit_json(&d->gitq),
 			  "commit_deferred",
-			  d->gitq.deferred[0] ? json_string(d->gitq.deferred)
-					      : json_null(),
-			  "quarantined", quarantined_json(&d->loaded),
-			  "last_error",
+			  deferred ? json_string(deferred) : json_null(),
+			  "files_wait_for_git",
+			  d->conflicts.yield[0] ? json_string(d->conflicts.yield)
+						: json_null(),
+			  "conflicts", conflicts_json(d, HEALTH_CONFLICTS_MAX),
+			  "dropped", drops_json(d), "quarantined",
+			  quarantined_json(&d->loaded), "last_error",
 			  last_error[0] ? json_string(last_error) : json_null(),
 			  "uptime_s",
 			  (json_int_t)((uv_now(d->loop) - d->started_ms) /

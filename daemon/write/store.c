@@ -32,6 +32,8 @@
 #define WRITER_RETRY_MAX_MS 5000
 #define CHECKPOINT_BYTES    (16u << 20)
 #define CHECKPOINT_IDLE_MS  1000
+/* While git has the tree, the writer looks again this often. */
+#define WRITER_YIELD_MS 200
 
 struct wal_job {
 	struct lane_job job; /* first: the lane hands it back */
@@ -51,7 +53,11 @@ struct writer_item {
 	size_t json_len;
 	char *file; /* filled by the worker */
 	size_t file_len;
-	struct vmdir_stamp stamp; /* of the file written (worker) */
+	struct vmdir_stamp stamp;  /* of the file written (worker) */
+	struct vmdir_stamp expect; /* of the file as we last saw it */
+	bool held;		   /* conflicted: held, its file left alone */
+	bool left;		   /* not written: git has the tree (worker) */
+	bool conflicted; /* its file turned out to be in conflict (worker) */
 };
 
 struct writer_job {
@@ -62,6 +68,7 @@ struct writer_job {
 	uint64_t seq;
 	int rc;
 	char errmsg[256];
+	char yield[CONFLICTS_YIELD_LEN]; /* git had the tree (worker) */
 };
 
 static void wal_kick(struct store *s);
@@ -81,6 +88,8 @@ set_error(struct store *s, const char *fmt, ...)
 
 static void writer_kick(struct store *s, unsigned delay_ms);
 static void check_idle(struct store *s);
+static void reload_finish(struct store *s, int rc, const char *errmsg,
+			  const struct vmdir_load_report *rep);
 static void checkpoint_start(struct store *s);
 static void checkpoint_step(struct store *s);
 static void ckpt_timer_cb(uv_timer_t *t);
@@ -138,6 +147,8 @@ static int writer_snapshot(struct store *s, struct writer_item **out,
 		const struct record *r = s->index.slots[slot];
 
 		items[i].coord = index_coord(&s->index, slot);
+		items[i].expect = s->stamps[slot];
+		items[i].held = conflicts_has(s->conflicts, slot);
 		if (r) {
 			items[i].json = strdup(r->json);
 			items[i].json_len = r->json_len;
@@ -164,47 +175,75 @@ static void writer_restore(struct store *s, const struct writer_item *items,
 		mark_dirty(s, index_slot(&s->index, &items[i].coord));
 }
 
-/* Blocking: render the file text of each item and write the files
- * (durably with sync, see vmdir_apply). */
-static int writer_run(struct vmdir *dir, struct writer_item *items, size_t n,
-		      bool sync, char *errmsg, size_t errn)
+/*
+ * Blocking: render the file text of each item and write the files
+ * (durably with sync, see vmdir_apply). Conflicted items, and those whose
+ * file turns out to hold conflict markers, are kept as held versions
+ * (conflicts.h) instead; with yield (git has the tree) no file is
+ * written and those items are marked left.
+ */
+static int writer_run(struct vmdir *dir, struct conflicts *cf,
+		      struct writer_item *items, size_t n, bool sync,
+		      bool yield, char *errmsg, size_t errn)
 {
 	struct vmdir_op *ops = calloc(n ? n : 1, sizeof(*ops));
+	size_t *of = calloc(n ? n : 1, sizeof(*of)), k = 0;
 	int rc = 0;
 
-	if (!ops) {
+	if (!ops || !of) {
 		snprintf(errmsg, errn, "out of memory");
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		ops[i].coord = items[i].coord;
-		if (!items[i].json)
+		if (items[i].held || yield) {
+			items[i].left = !items[i].held;
 			continue;
-		items[i].file = decision_file_from_compact(
-			items[i].json, items[i].json_len, &items[i].file_len);
-		if (!items[i].file) {
-			snprintf(errmsg, errn, "out of memory");
-			rc = -ENOMEM;
-			goto out;
 		}
-		ops[i].text = items[i].file;
-		ops[i].len = items[i].file_len;
+		of[k] = i;
+		ops[k].coord = items[i].coord;
+		ops[k].guard = cf != NULL;
+		ops[k].expect = items[i].expect;
+		if (items[i].json) {
+			items[i].file = decision_file_from_compact(
+				items[i].json, items[i].json_len,
+				&items[i].file_len);
+			if (!items[i].file) {
+				snprintf(errmsg, errn, "out of memory");
+				rc = -ENOMEM;
+				goto out;
+			}
+			ops[k].text = items[i].file;
+			ops[k].len = items[i].file_len;
+		}
+		k++;
 	}
-	rc = vmdir_apply(dir, ops, n, sync, errmsg, errn);
+	rc = vmdir_apply(dir, ops, k, sync, errmsg, errn);
+	for (size_t i = 0; rc == 0 && i < k; i++) {
+		items[of[i]].stamp = ops[i].stamp;
+		items[of[i]].conflicted = ops[i].skipped;
+		items[of[i]].held = ops[i].skipped;
+	}
 	for (size_t i = 0; rc == 0 && i < n; i++)
-		items[i].stamp = ops[i].stamp;
+		if (items[i].held)
+			rc = conflicts_hold(cf, &items[i].coord, items[i].json,
+					    errmsg, errn);
 out:
 	free(ops);
+	free(of);
 	return rc;
 }
 
 static void writer_work_cb(uv_work_t *req)
 {
 	struct writer_job *j = req->data;
+	struct conflicts *cf = j->s->conflicts;
 
 	if (j->items)
-		j->rc = writer_run(&j->s->dir, j->items, j->n, false, j->errmsg,
-				   sizeof(j->errmsg));
+		j->rc = writer_run(&j->s->dir, cf, j->items, j->n, false,
+				   cf && conflicts_yield_check(
+						 cf, j->yield, sizeof(j->yield)),
+				   j->errmsg, sizeof(j->errmsg));
 	else
 		j->rc = vmdir_sync(&j->s->dir, j->errmsg, sizeof(j->errmsg));
 }
@@ -239,17 +278,32 @@ static void writer_after_cb(uv_work_t *req, int status)
 			s->writer_retry_ms = WRITER_RETRY_MAX_MS;
 		writer_kick(s, s->writer_retry_ms);
 	} else {
-		s->writer_retry_ms = 0;
-		s->writer_done_seq = j->seq;
-		/* What we wrote is what a rescan will find, unless a newer
-		 * write is already on its way. */
-		for (size_t i = 0; i < j->n; i++) {
-			size_t slot = index_slot(&s->index, &j->items[i].coord);
+		bool left = false;
 
-			if (!s->dirty[slot])
-				s->stamps[slot] = j->items[i].stamp;
+		s->writer_retry_ms = 0;
+		/* What we wrote is what a rescan will find, unless a newer
+		 * write is already on its way. Files git has (it runs an
+		 * operation) wait for the next pass; a file found in conflict
+		 * is one from now on (its version is held). */
+		for (size_t i = 0; i < j->n; i++) {
+			struct writer_item *it = &j->items[i];
+			size_t slot = index_slot(&s->index, &it->coord);
+
+			if (it->left) {
+				mark_dirty(s, slot);
+				left = true;
+			} else if (it->conflicted) {
+				conflicts_markers_found(s->conflicts, slot);
+			} else if (!it->held && !s->dirty[slot]) {
+				s->stamps[slot] = it->stamp;
+			}
 		}
-		writer_kick(s, WRITER_DELAY_MS);
+		/* A pass that left files is not one a checkpoint can count. */
+		if (!left)
+			s->writer_done_seq = j->seq;
+		if (s->conflicts)
+			conflicts_set_yield(s->conflicts, j->yield);
+		writer_kick(s, left ? WRITER_YIELD_MS : WRITER_DELAY_MS);
 	}
 	writer_items_free(j->items, j->n);
 	free(j);
@@ -312,7 +366,14 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 {
 	if (s->closed || s->writer_busy || s->n_dirty == 0)
 		return;
-	if (s->writer_retry_ms) {
+	if (s->conflicts && s->conflicts->yield[0]) {
+		/* Git has the tree: look again at a slow pace (store_resume
+		 * comes sooner when the watcher sees the operation end). */
+		if (uv_is_active((uv_handle_t *)&s->writer_timer))
+			return;
+		if (delay_ms < WRITER_YIELD_MS)
+			delay_ms = WRITER_YIELD_MS;
+	} else if (s->writer_retry_ms) {
 		/* Failing: the retry waits its back-off, whoever asks. */
 		if (uv_is_active((uv_handle_t *)&s->writer_timer))
 			return;
@@ -606,6 +667,15 @@ static int validate(struct store *s, struct store_write *w, char *msg, size_t n)
 	if (s->closed) {
 		snprintf(msg, n, "the daemon is shutting down");
 		return RPC_UNAVAILABLE;
+	}
+	if (s->conflicts) {
+		int rc = conflicts_refuse(s->conflicts,
+					  index_slot(&s->index, &w->coord),
+					  &w->coord, cur != NULL, w->is_delete,
+					  msg, n);
+
+		if (rc)
+			return rc;
 	}
 	if (z == 1 && (cur || w->is_delete)) {
 		snprintf(msg, n,
@@ -908,8 +978,14 @@ static int load_cb(void *ctx, struct decision *d,
 		   const struct vmdir_stamp *stamp)
 {
 	struct store *s = ctx;
-	struct record *r = record_new(d);
+	struct record *r;
 
+	/* The log's version, still to be written (git had the tree). */
+	if (s->dirty[index_slot(&s->index, &d->coord)]) {
+		decision_done(d);
+		return 0;
+	}
+	r = record_new(d);
 	if (!r)
 		return -ENOMEM;
 	decision_done(d);
@@ -940,6 +1016,9 @@ struct reload_job {
 	struct reload_change *changes;
 	size_t n_changes, cap_changes;
 	struct vmdir_load_report rep;
+	struct unmerged_set unmerged; /* git's unmerged decision files */
+	int unmerged_rc;
+	char unmerged_err[256];
 	int rc;
 	char errmsg[256];
 };
@@ -993,8 +1072,13 @@ static void reload_work_cb(uv_work_t *req)
 {
 	struct reload_job *j = req->data;
 
-	j->rc = vmdir_rescan(&j->s->dir, known_cb, changed_cb, j, &j->rep,
-			     j->errmsg, sizeof(j->errmsg));
+	if (j->s->conflicts)
+		j->unmerged_rc = conflicts_unmerged(j->s->conflicts,
+						    &j->unmerged,
+						    j->unmerged_err,
+						    sizeof(j->unmerged_err));
+	j->rc = vmdir_scan(&j->s->dir, known_cb, changed_cb, j, &j->unmerged,
+			   &j->rep, j->errmsg, sizeof(j->errmsg));
 }
 
 static void reload_job_free(struct reload_job *j)
@@ -1006,6 +1090,7 @@ static void reload_job_free(struct reload_job *j)
 	free(j->stamps);
 	free(j->seen);
 	vmdir_load_report_done(&j->rep);
+	unmerged_set_done(&j->unmerged);
 	free(j);
 }
 
@@ -1074,17 +1159,73 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 
 static void probe_done(struct store *s, struct reload_job *j, int rc);
 
+/*
+ * What a scan found about conflicts (conflicts_update; apply for a
+ * reload): the slots newly conflicted get their held version written,
+ * and every conflicted slot counts as seen (it keeps its acknowledged
+ * version whatever its file holds). Returns whether a conflict ended;
+ * with apply, *ended (n_slots entries) lists the slots and *held their
+ * versions before the reload (malloc'd compact JSON or NULL each).
+ */
+static bool scan_conflicts(struct store *s, struct reload_job *j, bool apply,
+			   size_t *ended, size_t *n_ended, char **held)
+{
+	struct conflicts *cf = s->conflicts;
+	size_t *fresh, n_fresh = 0, none = 0;
+	bool any;
+
+	*n_ended = 0;
+	if (!cf)
+		return false;
+	if (j->unmerged_rc < 0)
+		set_error(s, "listing git's unmerged files: %s",
+			  j->unmerged_err);
+	fresh = malloc(j->n_slots * sizeof(*fresh));
+	if (!fresh) {
+		set_error(s, "out of memory: conflicts not updated");
+		return false;
+	}
+	any = conflicts_update(cf, &j->unmerged, &j->rep, apply, fresh,
+			       &n_fresh, apply ? ended : fresh,
+			       apply ? n_ended : &none);
+	for (size_t i = 0; i < n_fresh; i++)
+		mark_dirty(s, fresh[i]);
+	for (size_t i = 0; i < cf->n; i++)
+		j->seen[cf->list[i].slot] = 1;
+	for (size_t i = 0; i < *n_ended; i++) {
+		const struct record *r = s->index.slots[ended[i]];
+
+		held[i] = r ? strdup(r->json) : NULL;
+	}
+	free(fresh);
+	if (n_fresh)
+		writer_kick(s, 0);
+	return any;
+}
+
 static void reload_after_cb(uv_work_t *req, int status)
 {
 	struct reload_job *j = req->data;
 	struct store *s = j->s;
 	int rc = status < 0 ? status : j->rc;
 	static const struct vmdir_stamp none;
+	size_t *ended = NULL, n_ended = 0;
+	char **held = NULL;
 
 	s->reload_running = false;
+	if (s->on_report && rc == 0)
+		s->on_report(s->on_report_ctx, &j->rep);
 	if (j->probe) {
 		probe_done(s, j, rc);
 		return;
+	}
+	if (rc == 0 && s->conflicts) {
+		ended = malloc(j->n_slots * sizeof(*ended));
+		held = calloc(j->n_slots, sizeof(*held));
+		if (ended && held)
+			scan_conflicts(s, j, true, ended, &n_ended, held);
+		else
+			set_error(s, "out of memory: conflicts not updated");
 	}
 	if (rc == 0) {
 		for (size_t i = 0; i < j->n_changes; i++) {
@@ -1095,9 +1236,21 @@ static void reload_after_cb(uv_work_t *req, int status)
 		for (size_t slot = 0; slot < j->n_slots; slot++)
 			if (j->present[slot] && !j->seen[slot])
 				reload_apply(s, slot, NULL, &none);
+		/* A conflict that ended: what the file now says replaced
+		 * the acknowledged version (or kept it). */
+		for (size_t i = 0; i < n_ended; i++) {
+			struct coord c = index_coord(&s->index, ended[i]);
+
+			conflicts_ended(s->conflicts, &c, held[i],
+					s->index.slots[ended[i]]);
+		}
 	} else {
 		set_error(s, "reloading the decision files: %s", j->errmsg);
 	}
+	for (size_t i = 0; i < n_ended; i++)
+		free(held[i]);
+	free(held);
+	free(ended);
 	reload_finish(s, rc, j->errmsg, &j->rep);
 	reload_job_free(j);
 	check_idle(s);
@@ -1107,9 +1260,10 @@ static void probe_reload_done(struct store *s, void *arg, int rc,
 			      const char *errmsg,
 			      const struct vmdir_load_report *rep)
 {
-	(void)s;
 	(void)arg;
-	if (rc < 0)
+	if (rc == -EAGAIN) /* git took the tree: look again when it is done */
+		s->probe_wanted = true;
+	else if (rc < 0)
 		log_err("reloading after a change in the repository: %s",
 			errmsg);
 	else
@@ -1123,8 +1277,11 @@ static void probe_reload_done(struct store *s, void *arg, int rc,
 static void probe_done(struct store *s, struct reload_job *j, int rc)
 {
 	bool changed = false;
+	size_t none = 0;
 
 	s->probing = false;
+	if (rc == 0)
+		changed = scan_conflicts(s, j, false, NULL, &none, NULL);
 	for (size_t i = 0; rc == 0 && !changed && i < j->n_changes; i++)
 		changed = !s->dirty[j->changes[i].slot] &&
 			  !record_same(s->index.slots[j->changes[i].slot],
@@ -1135,7 +1292,9 @@ static void probe_done(struct store *s, struct reload_job *j, int rc)
 	if (rc < 0)
 		set_error(s, "checking the decision files: %s", j->errmsg);
 	reload_job_free(j);
-	if (changed)
+	if (changed && s->conflicts && s->conflicts->yield[0])
+		s->probe_wanted = true; /* after git is done (store_resume) */
+	else if (changed)
 		store_reload(s, probe_reload_done, NULL);
 	check_idle(s);
 }
@@ -1170,8 +1329,11 @@ static void probe_step(struct store *s)
 {
 	struct reload_job *j;
 
+	/* While git has the tree the writer cannot catch up; a probe still
+	 * runs then (dirty slots are ours, not changes), to see conflicts. */
 	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
-	    s->writer_busy || s->n_dirty)
+	    s->writer_busy ||
+	    (s->n_dirty && !(s->conflicts && s->conflicts->yield[0])))
 		return;
 	j = reload_job_new(s);
 	if (!j)
@@ -1200,6 +1362,11 @@ static void reload_step(struct store *s)
 
 	if (!s->reloading || s->reload_running || s->closed)
 		return;
+	if (s->conflicts && s->conflicts->yield[0]) {
+		/* Git took the tree before the files could be written. */
+		reload_finish(s, -EAGAIN, s->conflicts->yield, NULL);
+		return;
+	}
 	if (s->wal_busy || s->writer_busy || s->n_dirty) {
 		writer_kick(s, 0);
 		return;
@@ -1226,6 +1393,16 @@ static void reload_step(struct store *s)
 
 void store_reload(struct store *s, store_reload_fn cb, void *arg)
 {
+	char why[CONFLICTS_YIELD_LEN + 100];
+
+	if (s->conflicts && s->conflicts->yield[0] && !s->closed) {
+		snprintf(why, sizeof(why),
+			 "git has the working tree (%s): the files are read "
+			 "again when it is done",
+			 s->conflicts->yield);
+		cb(s, arg, -EAGAIN, why, NULL);
+		return;
+	}
 	if (s->reloading || s->closed) {
 		cb(s, arg, s->closed ? -ESHUTDOWN : -EBUSY,
 		   s->closed ? "the daemon is shutting down"
@@ -1241,8 +1418,8 @@ void store_reload(struct store *s, store_reload_fn cb, void *arg)
 }
 
 int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
-	       int max_x, struct vmdir_load_report *rep, char *errmsg,
-	       size_t errn)
+	       int max_x, struct conflicts *cf, const struct unmerged_set *u,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	struct wal_report wrep = {0};
 	struct writer_item *items = NULL;
@@ -1252,6 +1429,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	memset(s, 0, sizeof(*s));
 	s->loop = loop;
 	s->max_x = max_x;
+	s->conflicts = cf;
 	wal_init(&s->wal);
 	rc = index_init(&s->index, max_x);
 	if (rc == 0)
@@ -1293,6 +1471,8 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			  "log",
 			  (unsigned long long)wrep.torn_bytes);
 	if (s->n_dirty > 0) {
+		char why[CONFLICTS_YIELD_LEN];
+
 		s->replayed = malloc(s->n_dirty * sizeof(*s->replayed));
 		if (!s->replayed) {
 			snprintf(errmsg, errn, "out of memory");
@@ -1301,9 +1481,20 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		memcpy(s->replayed, s->dirty_list,
 		       s->n_dirty * sizeof(*s->replayed));
 		s->n_replayed = s->n_dirty;
+		if (cf && conflicts_yield_check(cf, why, sizeof(why))) {
+			/* Git has the tree: the log keeps these writes and
+			 * the writer makes their files once git is done. */
+			s->wal_end = s->wal.end;
+			goto load;
+		}
 		rc = writer_snapshot(s, &items, &n);
+		/* A file in conflict keeps its text: the log's version of it
+		 * is held instead (conflicts_start serves it). */
+		for (size_t i = 0; rc == 0 && i < n; i++)
+			items[i].held = cf && unmerged_find(u, &items[i].coord);
 		if (rc == 0)
-			rc = writer_run(&s->dir, items, n, true, errmsg, errn);
+			rc = writer_run(&s->dir, cf, items, n, true, false,
+					errmsg, errn);
 		writer_items_free(items, n);
 		if (rc < 0)
 			return rc;
@@ -1317,7 +1508,14 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			return rc;
 		}
 	}
-	return vmdir_load(&s->dir, load_cb, s, rep, errmsg, errn);
+load:
+	return vmdir_scan(&s->dir, NULL, load_cb, s, u, rep, errmsg, errn);
+}
+
+void store_resume(struct store *s)
+{
+	writer_kick(s, 0);
+	check_idle(s);
 }
 
 void store_close(struct store *s)

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "conflicts.h"
 #include "index.h"
 #include "lane.h"
 #include "locks.h"
@@ -168,6 +169,16 @@ struct store {
 	store_reload_fn reload_cb;
 	void *reload_arg;
 
+	/* What a probe or a reload found (quarantined, conflicted files):
+	 * every report goes here, to be logged and shown in health. */
+	void (*on_report)(void *ctx, const struct vmdir_load_report *rep);
+	void *on_report_ctx;
+
+	/* Git conflicts and operations (conflicts.h), or NULL: conflicted
+	 * coordinates refuse writes and are held, not written; while git
+	 * has the tree the writer writes nothing there and reloads wait. */
+	struct conflicts *conflicts;
+
 	/* A pending store_flush. */
 	store_idle_fn idle_cb;
 	void *idle_arg;
@@ -177,11 +188,19 @@ struct store {
 /*
  * Replay the write-ahead log onto the files and empty it, then load every
  * decision file (quarantining bad ones, see vmdir.h) into the index.
- * Blocking; called once at start-up. Returns 0 or -errno with errmsg.
+ * With cf, the files in conflict (unmerged, listed in u, or holding
+ * markers) are neither written nor loaded: the replay keeps their
+ * versions as held records and rep->conflicted lists them (for
+ * conflicts_start). Blocking; called once at start-up. Returns 0 or
+ * -errno with errmsg.
  */
 int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
-	       int max_x, struct vmdir_load_report *rep, char *errmsg,
-	       size_t errn);
+	       int max_x, struct conflicts *cf, const struct unmerged_set *u,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
+
+/* Git gave the tree back (the yield ended): write what waits, and look
+ * at the files. */
+void store_resume(struct store *s);
 
 /* Submit a write; w->done runs exactly once, never before this returns
  * for a write that has to wait for the log. */
@@ -207,7 +226,9 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg);
  * then the files are loaded afresh on the thread pool and swapped in;
  * coordinates that changed are reported through on_applied, and the
  * writes held meanwhile are validated again against the new state. cb
- * runs once. -EBUSY (through cb) while another reload runs.
+ * runs once. -EBUSY (through cb) while another reload runs; -EAGAIN while
+ * git has the working tree (a merge, a rebase... in progress; the files
+ * are looked at again when it ends).
  */
 void store_reload(struct store *s, store_reload_fn cb, void *arg);
 

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "config.h"
 #include "conn.h"
 #include "daemon.h"
@@ -82,6 +83,7 @@ static void usage(FILE *f)
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
 		"             [--line-deadline-ms MS]\n"
+		"             [--register-merge-driver true|false]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
 		"(--config FILE, else $XDG_CONFIG_HOME/vmem/config or\n"
@@ -115,6 +117,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_LINE_DEADLINE_MS},
 		{"log-level", required_argument, NULL,
 		 O_KEY + CONFIG_LOG_LEVEL},
+		{"register-merge-driver", required_argument, NULL,
+		 O_KEY + CONFIG_REGISTER_MERGE_DRIVER},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -651,6 +655,97 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
+/* The vmem program to register as the merge driver: $VMEM, else the vmem
+ * next to this vmemd, else vmem in PATH. 0 with its absolute path, or
+ * -ENOENT. */
+static int find_vmem(char *out, size_t n)
+{
+	char exe[PATH_MAX], *slash, *path, *dir, *save = NULL;
+	const char *env = getenv("VMEM");
+
+	if (env && *env && realpath(env, out) && access(out, X_OK) == 0)
+		return 0;
+	if (realpath("/proc/self/exe", exe) && (slash = strrchr(exe, '/'))) {
+		*slash = '\0';
+		if ((size_t)snprintf(out, n, "%s/vmem", exe) < n &&
+		    access(out, X_OK) == 0)
+			return 0;
+	}
+	path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+	for (dir = path ? strtok_r(path, ":", &save) : NULL; dir;
+	     dir = strtok_r(NULL, ":", &save)) {
+		if (*dir == '/' &&
+		    (size_t)snprintf(out, n, "%s/vmem", dir) < n &&
+		    access(out, X_OK) == 0) {
+			free(path);
+			return 0;
+		}
+	}
+	free(path);
+	return -ENOENT;
+}
+
+/* Is the repository a clone (does it have a remote)? */
+static bool has_remote(const char *root)
+{
+	git_repository *repo = NULL;
+	git_strarray names = {0};
+	bool yes = false;
+
+	if (git_repository_open_ext(&repo, root, GIT_REPOSITORY_OPEN_NO_SEARCH,
+				    NULL) == 0 &&
+	    git_remote_list(&names, repo) == 0)
+		yes = names.count > 0;
+	git_strarray_dispose(&names);
+	git_repository_free(repo);
+	return yes;
+}
+
+/*
+ * The first start in a clone registers the layer-aware merge driver
+ * (vmem init) unless register_merge_driver is false; a marker in the
+ * state directory makes it once only. Blocking (start-up).
+ */
+static void register_merge_driver(struct daemon *d)
+{
+	char marker[PATH_MAX], vmem[PATH_MAX], err[300];
+	const char *argv[] = {vmem, "--repo", d->repo.root, "init", NULL};
+	struct child_result res;
+	char *line, *save = NULL;
+	int fd;
+
+	if (!cfg.cur.num[CONFIG_REGISTER_MERGE_DRIVER] ||
+	    (size_t)snprintf(marker, sizeof(marker), "%s/merge-driver",
+			     d->repo.statedir) >= sizeof(marker) ||
+	    access(marker, F_OK) == 0 || !has_remote(d->repo.root))
+		return;
+	if (find_vmem(vmem, sizeof(vmem)) < 0) {
+		log_warn("cannot register the layer-aware merge driver: no "
+			 "vmem program found ($VMEM, next to vmemd, PATH); run "
+			 "`vmem init` in %s",
+			 d->repo.root);
+		return;
+	}
+	if (child_run(argv, d->repo.root, NULL, 1 << 16, &res, err,
+		      sizeof(err)) < 0 ||
+	    res.status != 0) {
+		log_warn("registering the merge driver (%s init) failed: %s",
+			 vmem, res.out ? res.err : err);
+		child_result_done(&res);
+		return;
+	}
+	for (line = strtok_r(res.out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save))
+		log_notice("first start in this clone: %s", line);
+	log_notice("vmemd never commits .gitattributes: it is a file of "
+		   "yours (register_merge_driver = false turns this off)");
+	child_result_done(&res);
+	fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  0600);
+	if (fd >= 0)
+		close(fd);
+}
+
 static void log_quarantine(const struct vmdir_load_report *rep)
 {
 	for (size_t i = 0; i < rep->n_quarantined; i++)
@@ -738,6 +833,7 @@ int main(int argc, char **argv)
 	conflicts_check_yield(&d->conflicts);
 	d->store.on_report = report_cb;
 	d->store.on_report_ctx = d;
+	register_merge_driver(d);
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");

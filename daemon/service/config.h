@@ -20,6 +20,8 @@
  *   log_level         err | warning | notice | info | debug
  *   commit_name       1..200 bytes, no control characters, no '<' '>'
  *   commit_email      the same, and it contains '@'
+ *   register_merge_driver  true | false (start-up only; default true:
+ *                     the first start in a clone runs `vmem init`)
  *
  * commit_name and commit_email go together: both or neither. Without them
  * commits use the repository's user.name/user.email.
@@ -47,6 +49,7 @@ enum config_key {
 	CONFIG_LOG_LEVEL, /* the value is an enum log_level (log.h) */
 	CONFIG_COMMIT_NAME,
 	CONFIG_COMMIT_EMAIL,
+	CONFIG_REGISTER_MERGE_DRIVER, /* the value is 0 or 1 */
 	CONFIG_NKEYS,
 };
 

@@ -383,7 +383,7 @@ void conflicts_markers_found(struct conflicts *cf, size_t slot)
 	note(cf, &c, NULL, "conflict markers", NULL, NULL);
 }
 
-bool conflicts_defer(const struct conflicts *cf, char *why, size_t n)
+bool conflicts_defer(struct conflicts *cf, char *why, size_t n)
 {
 	char path[96];
 
@@ -396,6 +396,8 @@ bool conflicts_defer(const struct conflicts *cf, char *why, size_t n)
 				 cf->n - 1);
 		return true;
 	}
+	if (cf->yield[0])
+		conflicts_check_yield(cf);
 	if (cf->yield[0]) {
 		snprintf(why, n, "%s", cf->yield);
 		return true;

@@ -166,9 +166,10 @@ void conflicts_markers_found(struct conflicts *cf, size_t slot);
 
 /*
  * Why commits must wait: a conflict ("conflict in .vector-memory/...")
- * or git having the tree. true with why, or false.
+ * or git having the tree (looked at again now, so a commit follows git
+ * at once). true with why, or false.
  */
-bool conflicts_defer(const struct conflicts *cf, char *why, size_t n);
+bool conflicts_defer(struct conflicts *cf, char *why, size_t n);
 
 /* Which version a resolution keeps. */
 enum conflicts_keep {

@@ -16,12 +16,13 @@ static const struct {
 } states[] = {
 	{"rebase-merge", "rebase in progress"},
 	{"rebase-apply", "rebase or am in progress"},
-	{"MERGE_HEAD", "merge in progress"},
-	{"AUTO_MERGE", "merge in progress"},
 	{"CHERRY_PICK_HEAD", "cherry-pick in progress"},
 	{"REVERT_HEAD", "revert in progress"},
 	{"sequencer", "cherry-pick or revert in progress"},
+	{"MERGE_HEAD", "merge in progress"},
 	{"BISECT_LOG", "bisect in progress"},
+	/* left by a conflicted merge of any of the above */
+	{"AUTO_MERGE", "merge in progress"},
 	{"index.lock", "index.lock is held by another process"},
 };
 

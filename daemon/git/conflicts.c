@@ -298,6 +298,8 @@ static bool scan_shows(const struct unmerged_set *u,
 	return false;
 }
 
+static void auto_resolve(struct conflicts *cf, const struct conflict *k);
+
 /* Take a scan's view of one conflicted coordinate. */
 static void note(struct conflicts *cf, const struct coord *c,
 		 const struct unmerged_entry *ue, const char *reason,
@@ -329,6 +331,8 @@ static void note(struct conflicts *cf, const struct coord *c,
 	for (int s = 0; s < 4; s++)
 		snprintf(k->oid[s], sizeof(k->oid[s]), "%s",
 			 ue ? ue->oid[s] : "");
+	if (fresh && ((k->stages & 0xe) == 0x6 || (k->stages & 0xe) == 0xa))
+		auto_resolve(cf, k);
 }
 
 bool conflicts_update(struct conflicts *cf, const struct unmerged_set *u,
@@ -717,6 +721,7 @@ int conflicts_start(struct conflicts *cf, struct index *ix,
 	char why[200], name[CONFLICT_NAME_MAX], path[96];
 	int rc = 0;
 
+	cf->ix = ix;
 	fresh = calloc(cf->n_slots, sizeof(*fresh));
 	ended = calloc(cf->n_slots, sizeof(*ended));
 	if (!fresh || !ended) {
@@ -898,6 +903,30 @@ static void resolve_work_cb(uv_work_t *req)
 			goto out;
 		}
 	}
+	if (j->automatic) {
+		/* the merge driver's rule, reported as the driver does */
+		char name[CONFLICT_NAME_MAX], *rec;
+		int64_t at = now_usec();
+		size_t rlen = 0;
+
+		rec = conflict_record_text(
+			CONFLICT_KIND_DRIVER, &j->k.coord, at,
+			"deleted on one side and modified on the other: the "
+			"modification is kept",
+			j->kept, NULL, &rlen);
+		if (!rec || conflict_record_name(CONFLICT_KIND_DRIVER,
+						 &j->k.coord, at, name,
+						 sizeof(name)) < 0) {
+			free(rec);
+			j->rc = -ENOMEM;
+			goto out;
+		}
+		j->rc = records_write(cf->statedir, name, rec, rlen, j->msg,
+				      sizeof(j->msg));
+		free(rec);
+		if (j->rc < 0)
+			goto out;
+	}
 	j->rc = vmdir_init(&vd, cf->root, cf->statedir, cf->max_x);
 	if (j->rc == 0)
 		j->rc = vmdir_apply(&vd, &op, 1, true, j->msg, sizeof(j->msg));
@@ -920,6 +949,7 @@ static void resolve_after_cb(uv_work_t *req, int status)
 {
 	struct resolve_job *j = req->data;
 
+	j->cf->resolving--;
 	if (status < 0 && j->rc == 0) {
 		j->rc = status;
 		snprintf(j->msg, sizeof(j->msg), "cancelled");
@@ -959,5 +989,45 @@ int conflicts_resolve(struct conflicts *cf, size_t slot,
 		resolve_job_free(j);
 		return -EAGAIN;
 	}
+	cf->resolving++;
 	return 0;
+}
+
+/* The end of an automatic resolution: say what happened, look again. */
+static void auto_done(void *arg, int rc, int code, const char *msg,
+		      const char *kept, const char *dropped)
+{
+	struct conflicts *cf = arg;
+
+	(void)code;
+	(void)kept;
+	(void)dropped;
+	if (rc == 1)
+		log_info("a decision file deleted on one side and modified on "
+			 "the other is left to you: the merge driver is not "
+			 "registered (vmem init)");
+	else if (rc < 0)
+		log_warn("keeping the modification of a file deleted on one "
+			 "side failed: %s (left to you)",
+			 msg);
+	else
+		log_notice("kept the modification of a decision file deleted "
+			   "on the other side (the merge driver's rule; "
+			   "vmem conflicts lists it)");
+	if (rc == 0 && cf->touched)
+		cf->touched(cf->touched_ctx);
+}
+
+/* The merge driver's rule for a file deleted on one side and modified on
+ * the other: keep the modification. */
+static void auto_resolve(struct conflicts *cf, const struct conflict *k)
+{
+	const struct record *held = cf->ix ? cf->ix->slots[k->slot] : NULL;
+	enum conflicts_keep keep = k->stages & 4 ? CONFLICTS_KEEP_OURS
+						 : CONFLICTS_KEEP_THEIRS;
+
+	if (conflicts_resolve(cf, k->slot, keep, held ? held->json : NULL,
+			      true, auto_done, cf) < 0)
+		log_err("cannot start keeping the modification of a file "
+			"deleted on one side");
 }

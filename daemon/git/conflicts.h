@@ -13,6 +13,11 @@
  * drops the acknowledged version, the held record becomes a "resolution"
  * record (logged, listed in health and by conflict.list).
  *
+ * A file deleted on one side and modified on the other is a conflict git
+ * does not hand to merge drivers; when the merge driver is registered,
+ * its rule applies here: the modification is kept (written, staged, and
+ * reported in a merge-driver record).
+ *
  * Yielding: while git runs an operation (gitop.h) the file writer writes
  * nothing in the tree and reloads wait; the state is re-checked on every
  * change the repository watcher sees and at least once a second, and
@@ -75,8 +80,12 @@ struct conflicts {
 	uv_timer_t yield_timer;
 	void (*resumed)(void *ctx); /* the yield ended */
 	void *resumed_ctx;
+	void (*touched)(void *ctx); /* we changed files: look at them */
+	void *touched_ctx;
+	const struct index *ix; /* the versions served (for resolutions) */
 	struct conflicts_job *jobs, *jobs_tail; /* record files to change */
 	bool job_running;
+	size_t resolving; /* resolution jobs on the thread pool */
 	uint64_t records_failed; /* record jobs that failed */
 	char last_error[320];
 	bool closed;
@@ -86,6 +95,12 @@ struct conflicts {
 int conflicts_init(struct conflicts *cf, uv_loop_t *loop, size_t n_slots,
 		   int max_x, const char *root, const char *gitdir,
 		   const char *statedir);
+
+/* True while a job of the module runs on the thread pool. */
+static inline bool conflicts_busy(const struct conflicts *cf)
+{
+	return cf->job_running || cf->resolving > 0;
+}
 
 /* Stop (idempotent); the loop must run afterwards to close the timer. A
  * record job running finishes on its own. */

@@ -553,6 +553,13 @@ static int commit_once(struct gitc *g, const struct gitc_change *ch,
 	}
 	if (g->hook)
 		g->hook(g->hook_ctx);
+	/* A git operation that began while the commit was built owns the
+	 * branch now (a rebase would fail to move it at its end). */
+	rc = deferral(g, why, whyn, errmsg, errn);
+	if (rc != 0) {
+		memset(cid, 0, sizeof(*cid));
+		goto out;
+	}
 	if (unborn)
 		e = git_reference_create(&ref, g->repo, branch, cid, 0,
 					 REFLOG_MSG);

@@ -5,6 +5,7 @@
  */
 #include "gitop.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -21,10 +22,41 @@ static const struct {
 	{"sequencer", "cherry-pick or revert in progress"},
 	{"MERGE_HEAD", "merge in progress"},
 	{"BISECT_LOG", "bisect in progress"},
-	/* left by a conflicted merge of any of the above */
-	{"AUTO_MERGE", "merge in progress"},
+	/* not AUTO_MERGE: git 2.39 leaves it after operations that ended */
 	{"index.lock", "index.lock is held by another process"},
 };
+
+/*
+ * `git stash` (and the stash of rebase --autostash) reads the working
+ * tree into a temporary index, index.stash.<pid>, before it resets the
+ * files it stashed: a file written meanwhile could be reset without being
+ * stashed.
+ */
+static bool stash_busy(const char *gitdir, size_t len, char *why, size_t n)
+{
+	char path[4096];
+	struct dirent *de;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "%.*s", (int)len, gitdir);
+	dir = opendir(path);
+	if (!dir) {
+		snprintf(why, n, "cannot read %s: %s", path, strerror(errno));
+		return true;
+	}
+	bool found = false;
+
+	while (!found && (de = readdir(dir)))
+		found = strncmp(de->d_name, "index.stash.", 12) == 0;
+	closedir(dir);
+	if (found) {
+		snprintf(why, n, "stash in progress");
+		return true;
+	}
+	if (n)
+		why[0] = '\0';
+	return false;
+}
 
 bool gitop_busy(const char *gitdir, char *why, size_t n)
 {
@@ -50,7 +82,5 @@ bool gitop_busy(const char *gitdir, char *why, size_t n)
 			return true;
 		}
 	}
-	if (n)
-		why[0] = '\0';
-	return false;
+	return stash_busy(gitdir, len, why, n);
 }

@@ -1,10 +1,11 @@
 /*
- * Is a git operation running in the working tree? git leaves state files
+ * Is a git operation running in the working tree? git keeps state files
  * in the tree's own git directory while a merge, rebase (autostash
  * included: the state directory exists before the stash is made), am,
  * cherry-pick, revert, sequencer or bisect is in progress, and holds
  * index.lock while it writes the index and the working tree (checkout,
- * reset, stash, add, commit). While any of those is there the file writer
+ * reset, stash, add, commit); `git stash` reads the working tree into a
+ * temporary index.stash.<pid>. While any of those is there the file writer
  * keeps away from the working tree (it yields): the acknowledged writes
  * stay in the log and the index and are written once the operation ends.
  *

@@ -181,7 +181,7 @@ void unmerged_set_done(struct unmerged_set *s)
 
 const char *unmerged_describe(unsigned stages)
 {
-	switch (stages & 0xe) {
+	switch (stages & 0xc) {
 	case 1u << 2 | 1u << 3:
 		return stages & 2 ? "unmerged: both modified"
 				  : "unmerged: both added";

@@ -467,6 +467,14 @@ static void resumed_cb(void *ctx)
 	gitq_commit_soon(&d->gitq);
 }
 
+/* A resolution changed files: look at them. */
+static void files_touched_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	store_check_files(&d->store);
+}
+
 /* Commits wait while the memory is in conflict or git has the tree. */
 static bool defer_cb(void *ctx, char *why, size_t n)
 {
@@ -574,7 +582,7 @@ static void stop_timer_cb(uv_timer_t *t)
 
 	if (d->flush_started_ms) {
 		if (d->conflicts.yield[0] && !store_jobs_running(&d->store) &&
-		    !d->gitq.busy) {
+		    !d->gitq.busy && !conflicts_busy(&d->conflicts)) {
 			/* Files wait for git, which may take hours (a merge
 			 * left to the user): nothing is lost by going. */
 			log_notice("stopping while git has the working tree "
@@ -823,13 +831,15 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	d->conflicts.resumed = resumed_cb;
+	d->conflicts.resumed_ctx = d;
+	d->conflicts.touched = files_touched_cb;
+	d->conflicts.touched_ctx = d;
 	rc = conflicts_start(&d->conflicts, &d->store.index, &unmerged,
 			     &d->loaded, errmsg, sizeof(errmsg));
 	unmerged_set_done(&unmerged);
 	if (rc < 0)
 		fail_startup(1, "cannot settle the conflicts: %s", errmsg);
-	d->conflicts.resumed = resumed_cb;
-	d->conflicts.resumed_ctx = d;
 	conflicts_check_yield(&d->conflicts);
 	d->store.on_report = report_cb;
 	d->store.on_report_ctx = d;

@@ -927,7 +927,8 @@ void store_write_files_now(struct store *s)
 
 bool store_jobs_running(const struct store *s)
 {
-	return s->wal_busy || s->writer_busy || s->reload_running;
+	return s->wal_busy || s->writer_busy || s->reload_running ||
+	       s->probing;
 }
 
 bool store_failing(const struct store *s)
@@ -1262,7 +1263,7 @@ static void probe_reload_done(struct store *s, void *arg, int rc,
 {
 	(void)arg;
 	if (rc == -EAGAIN) /* git took the tree: look again when it is done */
-		s->probe_wanted = true;
+		s->probe_after_yield = true;
 	else if (rc < 0)
 		log_err("reloading after a change in the repository: %s",
 			errmsg);
@@ -1293,7 +1294,7 @@ static void probe_done(struct store *s, struct reload_job *j, int rc)
 		set_error(s, "checking the decision files: %s", j->errmsg);
 	reload_job_free(j);
 	if (changed && s->conflicts && s->conflicts->yield[0])
-		s->probe_wanted = true; /* after git is done (store_resume) */
+		s->probe_after_yield = true; /* see store_resume */
 	else if (changed)
 		store_reload(s, probe_reload_done, NULL);
 	check_idle(s);
@@ -1514,6 +1515,10 @@ load:
 
 void store_resume(struct store *s)
 {
+	if (s->probe_after_yield) {
+		s->probe_after_yield = false;
+		s->probe_wanted = true;
+	}
 	writer_kick(s, 0);
 	check_idle(s);
 }

@@ -23,6 +23,7 @@
 
 #include "errmsg.h"
 #include "gitc.h"
+#include "gitop.h"
 
 #define VM_DIR	       ".vector-memory"
 #define METADATA       "metadata.json"
@@ -33,6 +34,9 @@
 #define MAX_TRIES      5
 #define PATH_MAX_VM    64 /* ".vector-memory/x-NNN.../y-Y-z-Z.json" */
 #define ANY_X	       1000000
+/* A git command running longer than this is a reader (a pager), no
+ * operation about to move the branch: commits do not wait for it. */
+#define GIT_RUNNING_MAX_AGE_S 5.0
 /* A lock of ours is made within this long after its commit began. */
 #define STALE_LOCK_WINDOW_S 5
 
@@ -296,6 +300,10 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 		if (lstat(lock, &st) == 0)
 			reason = "index.lock is held by another process";
 	}
+	/* A git command that has read HEAD but taken no lock yet. */
+	if (!reason && gitop_git_running(g->workdir, GIT_RUNNING_MAX_AGE_S,
+					 why, whyn))
+		return 1;
 	if (!reason)
 		return 0;
 	errmsg_set(why, whyn, "%s", reason);
@@ -554,7 +562,8 @@ static int commit_once(struct gitc *g, const struct gitc_change *ch,
 	if (g->hook)
 		g->hook(g->hook_ctx);
 	/* A git operation that began while the commit was built owns the
-	 * branch now (a rebase would fail to move it at its end). */
+	 * branch now (a rebase would fail to move it at its end), as does a
+	 * git command that has read HEAD but created no lock yet. */
 	rc = deferral(g, why, whyn, errmsg, errn);
 	if (rc != 0) {
 		memset(cid, 0, sizeof(*cid));

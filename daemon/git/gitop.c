@@ -7,9 +7,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static const struct {
 	const char *name;
@@ -83,4 +88,90 @@ bool gitop_busy(const char *gitdir, char *why, size_t n)
 		}
 	}
 	return stash_busy(gitdir, len, why, n);
+}
+
+/* A small file of /proc into buf (NUL-terminated); its length or -1. */
+static ssize_t proc_read(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t r;
+
+	if (fd < 0)
+		return -1;
+	r = read(fd, buf, n - 1);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = '\0';
+	return r;
+}
+
+/* Seconds since boot, as /proc's start times count. */
+static double uptime_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+bool gitop_git_running(const char *root, double max_age_s, char *why,
+		       size_t n)
+{
+	char path[64], buf[1024], cwd[PATH_MAX];
+	size_t rlen = strlen(root);
+	pid_t self = getpid();
+	double now = uptime_s(), hz = (double)sysconf(_SC_CLK_TCK);
+	struct dirent *de;
+	bool found = false;
+	DIR *proc;
+
+	while (rlen > 1 && root[rlen - 1] == '/')
+		rlen--;
+	proc = opendir("/proc");
+	if (!proc)
+		return false;
+	while (!found && (de = readdir(proc))) {
+		char *end, *open_paren, *rp, *f;
+		long pid = strtol(de->d_name, &end, 10);
+		unsigned long long start = 0;
+		long ppid;
+		ssize_t len;
+
+		if (*end || pid <= 0 || pid == self)
+			continue;
+		/* "pid (comm) state ppid ... starttime(22) ..." */
+		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+		if (proc_read(path, buf, sizeof(buf)) < 0)
+			continue;
+		open_paren = strchr(buf, '(');
+		rp = strrchr(buf, ')');
+		if (!open_paren || !rp ||
+		    strncmp(open_paren + 1, "git", 3) != 0 ||
+		    (open_paren[4] != ')' && open_paren[4] != '-'))
+			continue;
+		ppid = strtol(rp + 3, &f, 10);
+		if (ppid == self) /* our own git ls-files, update-index */
+			continue;
+		for (int field = 4; field < 22 && f; field++)
+			f = strchr(f + 1, ' ');
+		if (f)
+			start = strtoull(f + 1, NULL, 10);
+		/* long-lived readers (a pager, an editor's cat-file --batch)
+		 * are no operation about to move the branch */
+		if (hz > 0 && now - (double)start / hz > max_age_s)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/cwd", pid);
+		len = readlink(path, cwd, sizeof(cwd) - 1);
+		if (len < 0)
+			continue;
+		cwd[len] = '\0';
+		found = strncmp(cwd, root, rlen) == 0 &&
+			(cwd[rlen] == '\0' || cwd[rlen] == '/');
+		if (found)
+			snprintf(why, n, "a git command runs in the tree (pid %ld)",
+				 pid);
+	}
+	closedir(proc);
+	return found;
 }

@@ -44,6 +44,10 @@ static atomic_ulong tmp_counter;
  */
 #define VMDIR_BULK_MIN 8
 
+/* How many files vmdir_apply writes between two interrupt checks (each
+ * costs a few lstat calls; a file, a write and a rename). */
+#define VMDIR_INTERRUPT_EVERY 1
+
 struct load {
 	struct vmdir *d;
 	struct vmdir_load_report *rep;
@@ -1083,7 +1087,16 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		a.v_dirty = true;
 	}
+	for (i = 0; i < n; i++)
+		ops[i].interrupted = false;
 	for (i = 0; i < n; i++) {
+		/* Every few files: has git taken the tree meanwhile? */
+		if (d->interrupt && i % VMDIR_INTERRUPT_EVERY == 0 &&
+		    d->interrupt(d->interrupt_ctx)) {
+			for (size_t k = i; k < n; k++)
+				ops[k].interrupted = true;
+			break;
+		}
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
 		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
 			ret = -EINVAL;

@@ -31,6 +31,11 @@ struct vmdir {
 	char *root;	  /* working-tree root (owned) */
 	char *quarantine; /* quarantine directory path (owned) */
 	int max_x;
+	/* Asked every few files by vmdir_apply (may be NULL): true stops
+	 * it there (git took the tree; see struct vmdir_op). Called on the
+	 * thread that applies. */
+	bool (*interrupt)(void *ctx);
+	void *interrupt_ctx;
 };
 
 /* One quarantined file, reported by vmdir_load. */
@@ -93,6 +98,7 @@ struct vmdir_op {
 	struct vmdir_stamp expect; /* with guard: the file as we know it */
 	struct vmdir_stamp stamp;  /* out: the written file's stamp */
 	bool skipped;		   /* out: left alone (conflict markers) */
+	bool interrupted; /* out: not applied (interrupt said stop) */
 };
 
 /* Set up (no I/O). Copies root and quarantine. 0 or -ENOMEM. */

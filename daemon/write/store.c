@@ -223,6 +223,7 @@ static int writer_run(struct vmdir *dir, struct conflicts *cf,
 		items[of[i]].stamp = ops[i].stamp;
 		items[of[i]].conflicted = ops[i].skipped;
 		items[of[i]].held = ops[i].skipped;
+		items[of[i]].left = ops[i].interrupted;
 	}
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		if (items[i].held)
@@ -234,17 +235,29 @@ out:
 	return rc;
 }
 
+/* The file writer's check between files (any thread): has git taken the
+ * working tree since the pass began? */
+static bool writer_interrupt(void *ctx)
+{
+	char why[CONFLICTS_YIELD_LEN];
+
+	return conflicts_yield_check(ctx, why, sizeof(why));
+}
+
 static void writer_work_cb(uv_work_t *req)
 {
 	struct writer_job *j = req->data;
 	struct conflicts *cf = j->s->conflicts;
 
-	if (j->items)
+	if (j->items) {
 		j->rc = writer_run(&j->s->dir, cf, j->items, j->n, false,
 				   cf && conflicts_yield_check(
 						 cf, j->yield, sizeof(j->yield)),
 				   j->errmsg, sizeof(j->errmsg));
-	else
+		/* interrupted on the way: say why */
+		if (cf && !j->yield[0] && j->n && j->items[j->n - 1].left)
+			conflicts_yield_check(cf, j->yield, sizeof(j->yield));
+	} else
 		j->rc = vmdir_sync(&j->s->dir, j->errmsg, sizeof(j->errmsg));
 }
 
@@ -1437,6 +1450,10 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		rc = locks_init(&s->locks, loop, s->index.n_slots);
 	if (rc == 0)
 		rc = vmdir_init(&s->dir, r->root, r->quarantine, max_x);
+	if (rc == 0 && cf) {
+		s->dir.interrupt = writer_interrupt;
+		s->dir.interrupt_ctx = cf;
+	}
 	s->dirty = calloc(s->index.n_slots, 1);
 	s->stamps = calloc(s->index.n_slots, sizeof(*s->stamps));
 	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
@@ -1496,9 +1513,20 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		if (rc == 0)
 			rc = writer_run(&s->dir, cf, items, n, true, false,
 					errmsg, errn);
+		/* Git took the tree meanwhile: what it did not write waits,
+		 * in the log, for the writer. */
+		for (size_t i = 0; rc == 0 && i < n; i++) {
+			if (items[i].left) {
+				mark_dirty(s, index_slot(&s->index,
+							 &items[i].coord));
+				s->wal_end = s->wal.end;
+			}
+		}
 		writer_items_free(items, n);
 		if (rc < 0)
 			return rc;
+		if (s->wal_end)
+			goto load;
 	}
 	if (wrep.records > 0 || wrep.torn_bytes > 0) {
 		rc = wal_truncate(&s->wal);

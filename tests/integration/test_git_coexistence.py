@@ -527,9 +527,10 @@ class Driver(Coexist):
 
 
 class Yield(Coexist):
-    """The working tree is git's while it runs an operation."""
+    """The working tree is git's while it runs an operation. Commits at
+    the default pace (commit_delay_ms 1000)."""
 
-    daemon_args = ("--commit-delay-ms", "100")
+    daemon_args = ()
 
     def writers(self, n, stop, acked, errors, xs=range(30, 60)):
         def run(i):
@@ -573,6 +574,9 @@ class Yield(Coexist):
                 time.sleep(0.3)  # the daemon commits on our branch
                 p = self.git_run("-c", "rebase.autoStash=true", "rebase",
                                  "upstream")
+                if p.returncode:
+                    diag(self.git("status", "--short").splitlines()[:10],
+                         self.git("reflog", "-5").splitlines())
                 self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
                 self.assertEqual(self.git("symbolic-ref", "--short",
                                           "HEAD").strip(), branch)

@@ -623,5 +623,466 @@ class Yield(Coexist):
         self.assertIsNone(conn.call("server.health")["files_wait_for_git"])
 
 
+
+# --------------------------------------------------------------------------
+# The scripted user
+
+ROUNDS = int(os.environ.get("VMEM_ROUNDS", "200"))
+SEED = int(os.environ.get("VMEM_SEED") or random.SystemRandom().randrange(
+    1 << 32))
+USER_X = range(41, 46)   # coordinates only the scripted user writes
+WRITER_X = range(1, 41)  # the writers' (writer i: x % 4 == i)
+
+
+def blob_id(data):
+    """git's object id of a blob with these bytes."""
+    import hashlib
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+class Writers:
+    """Four writers on one daemon, each on its own coordinates (x % 4),
+    storing, overwriting and deleting until stopped; one more, slower, on
+    a clone's daemon over the same coordinates (so that merges meet)."""
+
+    def __init__(self, case, daemon, clone_daemon, rnd):
+        self.case, self.stop = case, threading.Event()
+        self.acks = {}      # coordinate -> latest acknowledged (or None)
+        self.first_z1 = {}  # z=1 coordinate -> the first ack
+        self.deleted = set()  # coordinates with an acknowledged delete
+        self.n_acks = 0
+        self.errors = []
+        self.lock = threading.Lock()
+        seeds = [rnd.randrange(1 << 30) for _ in range(5)]
+        self.threads = [threading.Thread(target=self.run, args=(
+            daemon, i, seeds[i], 0.01)) for i in range(4)]
+        self.threads.append(threading.Thread(target=self.run, args=(
+            clone_daemon, None, seeds[4], 0.05)))
+        for t in self.threads:
+            t.start()
+
+    def run(self, daemon, i, seed, pause):
+        rnd = random.Random(seed)
+        conn = daemon.connect(agent_id="w%s" % ("B" if i is None else i))
+        xs = [x for x in WRITER_X if i is None or x % 4 == i]
+        try:
+            while not self.stop.is_set():
+                c = (rnd.choice(xs), rnd.randint(1, 5), rnd.randint(1, 4))
+                try:
+                    if c[2] > 1 and rnd.random() < 0.15:
+                        conn.delete(*c)
+                        rec = None
+                    else:
+                        rec = conn.store(*c, "w%s %d" % (
+                            "B" if i is None else i, rnd.randrange(10**9)),
+                            overwrite=c[2] > 1)
+                except vt.RpcError as e:
+                    if e.code not in (E_CONFLICT[0], E_IMMUTABLE[0],
+                                      -32003):
+                        self.errors.append("%s: %s" % (c, e))
+                    continue
+                if i is not None:
+                    with self.lock:
+                        self.n_acks += 1
+                        self.acks[c] = rec
+                        if rec is None:
+                            self.deleted.add(c)
+                        elif c[2] == 1:
+                            self.first_z1.setdefault(c, rec)
+                time.sleep(pause * rnd.random() * 2)
+        except (OSError, EOFError, TimeoutError) as e:
+            if not self.stop.is_set():
+                self.errors.append("writer %s: %r" % (i, e))
+        finally:
+            conn.close()
+
+    def snapshot(self):
+        with self.lock:
+            return dict(self.acks), dict(self.first_z1), set(self.deleted)
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+class ScriptedUser(Coexist):
+    """VMEM_ROUNDS rounds (a quarter per index format) of a user's git
+    while writers store; the invariants are checked after every step."""
+
+    start_daemon = False
+    daemon_args = ("--commit-delay-ms", "500")
+    figures = {"rounds": 0, "user operations checked": 0,
+               "acknowledged writes checked": 0,
+               "conflicts resolved by the driver": 0,
+               "conflicts resolved by hand": 0}
+
+    VARIANTS = {
+        "plain": [],
+        "split_index": [["config", "core.splitIndex", "true"],
+                        ["update-index", "--split-index"]],
+        "index_v4": [["config", "index.version", "4"],
+                     ["update-index", "--index-version", "4"]],
+        "untracked_cache": [["config", "core.untrackedCache", "true"],
+                            ["update-index", "--untracked-cache"]],
+    }
+
+    # -- set-up
+    def start(self, variant):
+        self.rnd = random.Random("%d-%s" % (SEED, variant))
+        diag("VMEM_SEED=%d VMEM_ROUNDS=%d (%s: %d rounds)"
+             % (SEED, ROUNDS, variant, max(1, ROUNDS // 4)))
+        self.init_driver(self.repo.root)
+        with open(os.path.join(self.repo.root, "user.txt"), "w") as f:
+            f.write("0\n")
+        with open(os.path.join(self.repo.root, "shared.txt"), "w") as f:
+            f.write("base\n")
+        self.git("add", ".gitattributes", "user.txt", "shared.txt")
+        self.git("commit", "-q", "-m", "user files and the merge driver")
+        for args in self.VARIANTS[variant]:
+            self.git(*args)
+        self.branch = self.git("symbolic-ref", "--short", "HEAD").strip()
+        self.git("branch", "upstream")
+        self.clone_root = self.clone()
+        self.a = self.daemon = self.daemon_at(self.repo.root, "vmemd")
+        self.b = self.daemon_at(self.clone_root, "vmemd-clone")
+        self.user = self.connect("user", daemon=self.a)
+        self.w = Writers(self, self.a, self.b, self.rnd)
+        self.addCleanup(self.w.finish)
+        self.violations = []
+        self.checked_commits = set()
+        self.serial = 0
+        self.by_hand = 0
+
+    def violation(self, what, detail):
+        self.violations.append("%s: %s" % (what, detail))
+        diag("VIOLATION %s: %s" % (what, str(detail)[:400]))
+
+    def run_rounds(self, variant):
+        self.start(variant)
+        ops = [("add", 3), ("commit", 3), ("commit_a", 2), ("stash_pop", 2),
+               ("merge_conflict", 2), ("pull_merge", 2), ("pull_rebase", 2),
+               ("rebase_autostash", 2), ("cherry_pick", 1), ("reset", 2),
+               ("checkout", 1), ("worktree", 1), ("hand_conflict", 1)]
+        names = [n for n, w in ops for _ in range(w)]
+        for rnd_i in range(max(1, ROUNDS // 4)):
+            op = self.rnd.choice(names)
+            self.serial += 1
+            staged = self.staged()
+            getattr(self, "op_" + op)()
+            self.check(op, staged)
+            self.figures["rounds"] += 1
+        self.w.finish()
+        self.assertEqual(self.w.errors, [])
+        self.figures["conflicts resolved by the driver"] += sum(
+            1 for g in (self.repo.gitdir,
+                        os.path.join(self.clone_root, ".git"))
+            for r in conflict_records(g).values()
+            if r["kind"] == "merge-driver")
+        self.figures["conflicts resolved by hand"] += self.by_hand
+        diag("figures so far: %s" % json.dumps(self.figures))
+        self.assertEqual(self.violations, [], "%d invariant violations "
+                         "(seed %d)" % (len(self.violations), SEED))
+
+    # -- the user
+    def write(self, path, text, root=None):
+        with open(os.path.join(root or self.repo.root, path), "w") as f:
+            f.write(text)
+
+    def must(self, *args, root=None):
+        p = self.git_at(root or self.repo.root, *args, check=False)
+        if p.returncode:
+            self.violation("a user command failed", "git %s: %s%s" % (
+                " ".join(args), p.stdout.decode(errors="replace"),
+                p.stderr.decode(errors="replace")))
+        return p
+
+    def op_add(self):
+        self.write("user-%d.txt" % self.serial, "added %d\n" % self.serial)
+        self.must("add", "user-%d.txt" % self.serial)
+
+    def op_commit(self):
+        self.op_add()
+        self.must("commit", "-q", "-m", "user commit %d" % self.serial)
+
+    def op_commit_a(self):
+        self.write("user.txt", "%d\n" % self.serial)
+        self.must("commit", "-q", "-a", "-m", "commit -a %d" % self.serial)
+
+    def op_stash_pop(self):
+        self.write("user.txt", "stashed %d\n" % self.serial)
+        self.must("stash", "push", "-q", "--", "user.txt")
+        self.must("stash", "pop", "-q")
+
+    def op_reset(self):
+        self.write("user.txt", "staged then unstaged %d\n" % self.serial)
+        self.must("add", "user.txt")
+        self.must("reset", "-q", "--", "user.txt")
+
+    def worktree_commit(self, branch, start, edit):
+        wt = self.repo.path("wt-%d" % self.serial)
+        self.must("worktree", "add", "-q", "-b", branch, wt, start)
+        edit(wt)
+        self.must("add", "-A", root=wt)
+        self.must("commit", "-q", "-m", "%s %d" % (branch, self.serial),
+                  root=wt)
+        self.must("worktree", "remove", "--force", wt)
+
+    def conclude_merge(self):
+        """Resolve what a merge left to the user: shared.txt by hand,
+        decisions in conflict with vmem resolve."""
+        unmerged = sorted(p for p, s in self.stages().items() if s != {0})
+        for path in unmerged:
+            if path == "shared.txt":
+                self.write("shared.txt", "resolved %d\n" % self.serial)
+                self.must("add", "shared.txt")
+        # decisions: wait for the daemon to see them, then resolve
+        for path in unmerged:
+            m = re.match(r"\.vector-memory/x-(\d+)/y-(\d)-z-(\d)\.json$",
+                         path)
+            if m:
+                c = tuple(int(v) for v in m.groups())
+                if not wait_until(lambda: any(
+                        k["path"] == path for k in self.user.call(
+                            "server.health")["conflicts"]), WAIT, 0.05):
+                    self.violation("conflict not seen", path)
+                p = self.vmem("resolve", *map(str, c), "--ours")
+                if p.returncode:
+                    self.violation("vmem resolve failed", p.stderr)
+                self.by_hand += 1
+        if os.path.exists(os.path.join(self.repo.gitdir, "MERGE_HEAD")):
+            self.must("commit", "-q", "--no-edit")
+
+    def op_merge_conflict(self):
+        """A side branch (made in a worktree) changes shared.txt and a
+        decision of the user's; the user's branch does too."""
+        c = (self.rnd.choice(USER_X), self.rnd.randint(1, 5),
+             self.rnd.randint(2, 4))
+        self.user.store(*c, "before the side %d" % self.serial,
+                        overwrite=True)
+        self.sync_quiet()
+        side = "side-%d" % self.serial
+
+        def edit(wt):
+            self.write("shared.txt", "side %d\n" % self.serial, wt)
+            path = os.path.join(wt, rel_path(*c))
+            with open(path) as f:
+                rec = json.load(f)
+            rec.update(content="the side's %d" % self.serial,
+                       version=rec["version"] + 5)
+            with open(path, "wb") as f:
+                f.write(decision_file_bytes(rec))
+        self.worktree_commit(side, "HEAD", edit)
+        self.write("shared.txt", "mine %d\n" % self.serial)
+        self.must("commit", "-q", "-a", "-m", "mine %d" % self.serial)
+        self.user.store(*c, "mine %d" % self.serial, overwrite=True)
+        self.sync_quiet()
+        self.git_at(self.repo.root, "-c", "merge.autoStash=true", "merge",
+                    "--no-edit", side, check=False)
+        self.conclude_merge()
+
+    def op_hand_conflict(self):
+        """The side branch leaves a decision the driver cannot read: the
+        conflict is the user's, resolved with vmem resolve."""
+        c = (self.rnd.choice(USER_X), self.rnd.randint(1, 5),
+             self.rnd.randint(2, 4))
+        self.user.store(*c, "base %d" % self.serial, overwrite=True)
+        self.sync_quiet()
+
+        def edit(wt):
+            with open(os.path.join(wt, rel_path(*c)), "w") as f:
+                f.write("not a decision\n")
+        self.worktree_commit("hand-%d" % self.serial, "HEAD", edit)
+        self.user.store(*c, "ours %d" % self.serial, overwrite=True)
+        self.sync_quiet()
+        p = self.git_at(self.repo.root, "-c", "merge.autoStash=true",
+                        "merge", "--no-edit", "hand-%d" % self.serial,
+                        check=False)
+        if p.returncode == 0:
+            self.violation("the driver took a file that is no decision",
+                           rel_path(*c))
+        self.conclude_merge()
+
+    def op_pull_merge(self):
+        self.git_at(self.repo.root, "-c", "merge.autoStash=true", "pull",
+                    "-q", "--no-rebase", "--no-edit", self.clone_root,
+                    check=False)
+        self.conclude_merge()
+
+    def op_pull_rebase(self):
+        self.must("-c", "rebase.autoStash=true", "pull", "-q", "--rebase",
+                  self.clone_root)
+
+    def op_rebase_autostash(self):
+        self.worktree_commit("up-%d" % self.serial, "upstream",
+                             lambda wt: self.write(
+                                 "up.txt", "%d\n" % self.serial, wt))
+        self.must("branch", "-f", "upstream", "up-%d" % self.serial)
+        self.must("-c", "rebase.autoStash=true", "rebase", "-q",
+                  "upstream")
+
+    def op_cherry_pick(self):
+        self.must("fetch", "-q", self.clone_root,
+                  "+HEAD:refs/remotes/clone/main")
+        picks = self.git("rev-list", "--reverse", "--no-merges",
+                         "HEAD..clone/main").split()
+        if not picks:
+            return
+        p = self.git_at(self.repo.root, "-c", "merge.autoStash=true",
+                        "cherry-pick", "--allow-empty",
+                        "--keep-redundant-commits", picks[0], check=False)
+        if p.returncode:
+            if os.path.exists(os.path.join(self.repo.gitdir,
+                                           "CHERRY_PICK_HEAD")):
+                self.conclude_merge()
+                self.git_at(self.repo.root, "cherry-pick", "--continue",
+                            check=False)
+            else:
+                self.violation("cherry-pick failed",
+                               p.stderr.decode(errors="replace"))
+
+    def op_checkout(self):
+        tmp = "tmp-%d" % self.serial
+        self.must("checkout", "-q", "-b", tmp)
+        self.sync_quiet()
+        self.must("checkout", "-q", self.branch)
+        self.git_at(self.repo.root, "-c", "merge.autoStash=true", "merge",
+                    "-q", "--no-edit", tmp, check=False)
+        self.conclude_merge()
+
+    def op_worktree(self):
+        self.worktree_commit("wt-%d" % self.serial, "HEAD",
+                             lambda wt: self.write(
+                                 "wt-%d.txt" % self.serial, "x\n", wt))
+        self.git_at(self.repo.root, "-c", "merge.autoStash=true", "merge",
+                    "-q", "--no-edit", "wt-%d" % self.serial, check=False)
+        self.conclude_merge()
+
+    # -- the checks
+    def staged(self):
+        """The user's staged changes (outside .vector-memory)."""
+        return self.git("diff", "--cached", "--name-status", "--", ".",
+                        ":(exclude).vector-memory")
+
+    def sync_quiet(self):
+        try:
+            self.user.call("git.sync", {}, timeout=60)
+            return True
+        except vt.RpcError:
+            return False
+
+    def check(self, op, staged_before):
+        # 1. the daemon's commits keep the user's staged changes
+        staged = self.staged()
+        synced = self.sync_quiet()
+        if self.staged() != staged:
+            self.violation("staged change lost after " + op,
+                           (staged, self.staged()))
+        self.figures["user operations checked"] += 1
+        # 2. no conflict left behind, and git's index is whole
+        if not wait_until(lambda: not self.user.call("server.health")[
+                "conflicts"], WAIT, 0.05):
+            self.violation("conflicts stay after " + op,
+                           self.user.call("server.health")["conflicts"])
+        mixed = {p: s for p, s in self.stages().items()
+                 if 0 in s and len(s) > 1}
+        if mixed:
+            self.violation("stage 0 next to stages 1-3", mixed)
+        p = self.git_run("fsck", "--strict", "--no-progress")
+        if p.returncode:
+            self.violation("git fsck --strict", p.stderr.decode(
+                errors="replace"))
+        # 3. user commits delete only decisions someone deleted
+        acks, first_z1, deleted = self.w.snapshot()
+        for line in self.git("log", "--format=%H %an", "HEAD").splitlines():
+            cid, author = line.split(" ", 1)
+            if cid in self.checked_commits:
+                continue
+            self.checked_commits.add(cid)
+            out = self.git("diff-tree", "-r", "--no-commit-id",
+                           "--name-status", "-m", "--first-parent", cid,
+                           "--", ".vector-memory")
+            for st_path in out.splitlines():
+                st, path = st_path.split("\t", 1)
+                m = re.match(r"\.vector-memory/x-(\d+)/y-(\d)-z-(\d)",
+                             path)
+                c = m and tuple(int(v) for v in m.groups())
+                if author == vt.USER[0] and st == "D" and c and \
+                        c not in deleted and c[0] not in USER_X and \
+                        self.user.get(*c) is not None:
+                    self.violation("a user commit deletes a decision",
+                                   (op, cid, path))
+                if author == "vmemd" and c and c[2] == 1 and st in "MD":
+                    self.violation("z=1 rewritten by a daemon commit",
+                                   (op, cid, st, path))
+        # 4. acknowledged writes are served, or findable
+        if synced:
+            reach = None
+            records = list(conflict_records(self.repo.gitdir).values())
+            kept = {json.dumps(r[k], sort_keys=True) for r in records
+                    for k in ("kept", "lost") if r[k]}
+            for c, rec in acks.items():
+                self.figures["acknowledged writes checked"] += 1
+                served = self.user.get(*c)
+                if served is not None and served == self.w.snapshot()[0][c]:
+                    continue  # what the writer acknowledged last
+                if rec is None or served == rec:
+                    continue
+                if json.dumps(rec, sort_keys=True) in kept:
+                    continue
+                if reach is None:
+                    reach = set(ln.split(" ", 1)[0] for ln in self.git(
+                        "rev-list", "--objects", "--all", "--reflog",
+                        "--", ".vector-memory").splitlines())
+                if blob_id(decision_file_bytes(rec)) not in reach:
+                    self.violation("an acknowledged decision is lost",
+                                   (op, c, rec, self.user.get(*c)))
+                    diag(self.git("log", "--all", "--format=%h %an %s",
+                                  "-4", "--", rel_path(*c)),
+                         [ln for ln in self.a.stderr().splitlines()
+                          if "connection of" not in ln][-25:])
+        # 5. z=1 stays what it was first, but for recorded conflicts
+        for c, rec in first_z1.items():
+            now = self.user.get(*c)
+            if now is not None and now != rec and not any(
+                    r["lost"] == rec for r in conflict_records(
+                        self.repo.gitdir).values()):
+                self.violation("z=1 rewritten", (op, c, rec, now))
+        # 6. no lock left behind
+        locks = self.locks()
+        if locks:
+            time.sleep(2 * vt.TIMEOUT_SCALE)
+            stray = locks & self.locks()
+            if stray:
+                self.violation("stray lock", sorted(stray))
+
+    def locks(self):
+        found = set()
+        for d, _, files in os.walk(self.repo.gitdir):
+            for f in files:
+                if f.endswith(".lock"):
+                    st = os.stat(os.path.join(d, f))
+                    found.add((os.path.join(d, f), st.st_ino, st.st_mtime))
+        return found
+
+    def tearDown(self):
+        self.w.finish()
+        if self.b.running():
+            self.b.stop()
+        super().tearDown()
+
+    def test_plain_index(self):
+        self.run_rounds("plain")
+
+    def test_split_index(self):
+        self.run_rounds("split_index")
+
+    def test_index_v4(self):
+        self.run_rounds("index_v4")
+
+    def test_untracked_cache(self):
+        self.run_rounds("untracked_cache")
+
+
 if __name__ == "__main__":
     vt.main()

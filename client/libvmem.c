@@ -37,6 +37,13 @@
 #ifndef VMEMD_PATH
 #define VMEMD_PATH "/usr/local/bin/vmemd"
 #endif
+/* The build tree: where vmem is built, and the vmemd built beside it. */
+#ifndef VMEM_BUILD_CLIENT_DIR
+#define VMEM_BUILD_CLIENT_DIR ""
+#endif
+#ifndef VMEMD_BUILD_PATH
+#define VMEMD_BUILD_PATH ""
+#endif
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define MAX_RESPONSE_LINE  ((size_t)64 * 1024 * 1024)
@@ -228,14 +235,65 @@ out:
 	return rc;
 }
 
+/* An executable regular file at path. */
+static bool executable(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) &&
+	       access(path, X_OK) == 0;
+}
+
+/* "vmemd" found on PATH (as posix_spawnp will look), into buf. */
+static bool on_path(char *buf, size_t n)
+{
+	const char *p = getenv("PATH"), *end;
+
+	for (; p && *p; p = *end ? end + 1 : end) {
+		int len;
+
+		end = strchrnul(p, ':');
+		len = snprintf(buf, n, "%.*s/vmemd", (int)(end - p), p);
+		if (end > p && len > 0 && (size_t)len < n && executable(buf))
+			return true;
+	}
+	return false;
+}
+
 VMEM_EXPORT const char *vmem_daemon_program(void)
 {
+	/* Per thread: clients may be opened from several threads. */
+	static _Thread_local char buf[PATH_MAX];
 	const char *env = getenv("VMEMD");
+	char exe[PATH_MAX];
+	ssize_t n;
 
 	if (env && *env)
 		return env;
-	if (access(VMEMD_PATH, X_OK) == 0)
+	/* Next to the running program: an installed pair (bin/vmem,
+	 * bin/vmemd), or the build tree it was built in (client/vmem,
+	 * daemon/vmemd). */
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		char *slash;
+
+		exe[n] = '\0';
+		slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			if (snprintf(buf, sizeof(buf), "%s/vmemd", exe) <
+				    (int)sizeof(buf) &&
+			    executable(buf))
+				return buf;
+			if (strcmp(exe, VMEM_BUILD_CLIENT_DIR) == 0 &&
+			    executable(VMEMD_BUILD_PATH))
+				return VMEMD_BUILD_PATH;
+		}
+	}
+	if (executable(VMEMD_PATH))
 		return VMEMD_PATH;
+	if (on_path(buf, sizeof(buf)))
+		return buf;
 	return "vmemd";
 }
 
@@ -353,6 +411,15 @@ static int spawn_daemon(const char *root, const char *sock,
 		rc = posix_spawnp(&pid, prog, &fa, &attr, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&attr);
+	if (rc == ENOENT && !strchr(prog, '/'))
+		return err_local(
+			err, -rc,
+			"cannot start the daemon: vmemd is not next to "
+			"this program, not at %s and not on PATH; "
+			"install vmem (meson install), or set "
+			"VMEMD=/path/to/vmemd (or use --no-autostart "
+			"with a daemon started otherwise)",
+			VMEMD_PATH);
 	if (rc)
 		return err_local(err, -rc, "cannot start %s: %s", prog,
 				 vmem_strerror(rc));
@@ -1053,10 +1120,10 @@ VMEM_EXPORT int vmem_decision_delete(vmem_client *c,
 /* ---- waiting for a daemon to stop ---------------------------------- */
 
 /*
- * The tree lock of the daemon, <gitdir>/vmem/lock, where gitdir is
- * root/.git or what a worktree's .git file names. NULL when unknown.
+ * A file of the daemon's state directory, <gitdir>/vmem/NAME, where gitdir
+ * is root/.git or what a worktree's .git file names. NULL when unknown.
  */
-static char *lock_path(const char *root)
+static char *state_path(const char *root, const char *name)
 {
 	char path[PATH_MAX], line[PATH_MAX], *out = NULL, *dir, *nl;
 	struct stat st;
@@ -1067,7 +1134,7 @@ static char *lock_path(const char *root)
 	if (n < 0 || (size_t)n >= sizeof(path) || stat(path, &st) < 0)
 		return NULL;
 	if (S_ISDIR(st.st_mode)) {
-		if (asprintf(&out, "%s/vmem/lock", path) < 0)
+		if (asprintf(&out, "%s/vmem/%s", path, name) < 0)
 			out = NULL;
 		return out;
 	}
@@ -1082,10 +1149,52 @@ static char *lock_path(const char *root)
 	nl = strchr(dir, '\n');
 	if (nl)
 		*nl = '\0';
-	if (asprintf(&out, "%s%s%s/vmem/lock", dir[0] == '/' ? "" : root,
-		     dir[0] == '/' ? "" : "/", dir) < 0)
+	if (asprintf(&out, "%s%s%s/vmem/%s", dir[0] == '/' ? "" : root,
+		     dir[0] == '/' ? "" : "/", dir, name) < 0)
 		out = NULL;
 	return out;
+}
+
+/*
+ * The socket path the running daemon of root recorded (sockpath.h), into
+ * out; false when there is none or it is not to be trusted: the state
+ * directory and the file must be ours, not symlinks, not writable by
+ * others, the file regular and small (opened O_NOFOLLOW | O_NONBLOCK, so
+ * neither a link nor a FIFO is followed or waited on).
+ */
+static bool recorded_socket(const char *root, char out[SOCKPATH_MAX + 1])
+{
+	char *path = state_path(root, SOCKPATH_RECORD), *slash;
+	char buf[SOCKPATH_RECORD_MAX + 1];
+	struct stat st;
+	bool ok = false;
+	ssize_t n;
+	int fd = -1;
+
+	if (!path)
+		return false;
+	slash = strrchr(path, '/');
+	*slash = '\0';
+	if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode) ||
+	    st.st_uid != geteuid() || (st.st_mode & 022))
+		goto out;
+	*slash = '/';
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_uid != geteuid() || (st.st_mode & 022))
+		goto out;
+	n = read(fd, buf, sizeof(buf));
+	if (n < 3 || (size_t)n > SOCKPATH_RECORD_MAX || buf[n - 1] != '\n' ||
+	    buf[0] != '/' || memchr(buf, '\0', (size_t)n))
+		goto out;
+	buf[n - 1] = '\0';
+	memcpy(out, buf, (size_t)n);
+	ok = true;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(path);
+	return ok;
 }
 
 /* True when nobody holds the lock (or there is none). */
@@ -1115,7 +1224,7 @@ VMEM_EXPORT int vmem_daemon_wait_stopped(const char *repo, const char *socket,
 	if (!socket)
 		return err_local(err, -EINVAL, "no socket");
 	if (repo)
-		lock = lock_path(repo);
+		lock = state_path(repo, "lock");
 	for (;;) {
 		fd = try_connect(socket);
 		if (fd >= 0)
@@ -1179,6 +1288,21 @@ VMEM_EXPORT int vmem_client_open(vmem_client **out,
 		goto out;
 	}
 	rc = 0;
+	/* The socket the tree's daemon recorded, whatever our environment
+	 * says: it answers there or it is stale. */
+	if (!sock && recorded_socket(c->repo, path)) {
+		rc = try_connect(path);
+		if (rc >= 0) {
+			c->fd = rc;
+			c->socket = strdup(path);
+			if (!c->socket) {
+				rc = err_local(err, -ENOMEM, "out of memory");
+				goto out;
+			}
+			goto connected;
+		}
+		rc = 0;
+	}
 	if (!sock) {
 		rc = sockpath_resolve(c->repo, NULL, getenv("XDG_RUNTIME_DIR"),
 				      getuid(), path, sizeof(path));
@@ -1199,6 +1323,7 @@ VMEM_EXPORT int vmem_client_open(vmem_client **out,
 	if (rc < 0)
 		goto out;
 	c->fd = rc;
+connected:
 	rc = 0;
 	if (opts->agent_id) {
 		rc = hello(c, opts->agent_id, &result, err);

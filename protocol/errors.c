@@ -26,6 +26,7 @@ static const struct code_row code_table[] = {
 	{RPC_COORDINATE_OCCUPIED, "CoordinateOccupiedError"},
 	{RPC_UNAVAILABLE, "UnavailableError"},
 	{RPC_CONFLICT, "ConflictError"},
+	{RPC_REQUEST_CANCELLED, NULL},
 };
 
 #define CODE_TABLE_LEN (sizeof(code_table) / sizeof(code_table[0]))

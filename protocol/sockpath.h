@@ -5,6 +5,12 @@
  *   3. else /tmp/vmem-<uid>/<key>.sock;
  * <key> is 16 lowercase hex digits of the 64-bit FNV-1a hash of the
  * canonical working-tree root. Pure: the environment is passed in.
+ *
+ * The rule depends on the environment, and MCP hosts start servers with
+ * a short one (no XDG_RUNTIME_DIR), so a running daemon also records the
+ * path it listens on in its state directory, <gitdir>/vmem/SOCKPATH_RECORD
+ * (one line, the absolute path); clients without an explicit socket try
+ * that path first, then the rule.
  */
 #ifndef VMEM_PROTOCOL_SOCKPATH_H
 #define VMEM_PROTOCOL_SOCKPATH_H
@@ -15,6 +21,11 @@
 
 /* The longest socket path that fits sockaddr_un.sun_path with its NUL. */
 #define SOCKPATH_MAX 107
+
+/* The file in <gitdir>/vmem naming the socket the daemon listens on. */
+#define SOCKPATH_RECORD "socket"
+/* Its largest size: a path and a newline. */
+#define SOCKPATH_RECORD_MAX (SOCKPATH_MAX + 1)
 
 uint64_t fnv1a64(const char *s, size_t len);
 

@@ -161,9 +161,12 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 			       struct vmem_error *err);
 
 /*
- * The vmemd program auto-start runs: $VMEMD if set, else the installed
- * vmemd if executable, else "vmemd" looked up in PATH. Borrowed (from the
- * environment or static storage).
+ * The vmemd program auto-start runs: $VMEMD if set; else vmemd next to the
+ * running program (an installed pair, or the build tree it was built in);
+ * else the vmemd of the install prefix; else vmemd found on PATH; else
+ * "vmemd" (starting it then fails with a message saying what to do).
+ * Borrowed (from the environment or thread-local storage, overwritten by
+ * the next call in the same thread).
  */
 VMEM_EXPORT const char *vmem_daemon_program(void);
 

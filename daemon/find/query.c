@@ -76,12 +76,20 @@ done:
 int query_before(const struct index *ix, int x_threshold, int y_threshold,
 		 int z_filter, const struct record ***out, size_t *n)
 {
+	return query_before_page(ix, x_threshold, y_threshold, z_filter, NULL,
+				 0, out, n);
+}
+
+int query_before_page(const struct index *ix, int x_threshold, int y_threshold,
+		      int z_filter, const struct coord *after, size_t limit,
+		      const struct record ***out, size_t *n)
+{
 	struct results r = {0};
 	int xmax = x_threshold > ix->max_x ? ix->max_x : x_threshold;
 
 	*out = NULL;
 	*n = 0;
-	for (int cx = 1; cx <= xmax; cx++) {
+	for (int cx = after ? after->x : 1; cx <= xmax; cx++) {
 		int ymax = cx < x_threshold ? VMEM_MAX_Y : y_threshold - 1;
 
 		for (int cy = 1; cy <= ymax && cy <= VMEM_MAX_Y; cy++) {
@@ -91,6 +99,10 @@ int query_before(const struct index *ix, int x_threshold, int y_threshold,
 
 				if (z_filter && cz != z_filter)
 					continue;
+				if (after && coord_cmp(&c, after) <= 0)
+					continue;
+				if (limit && r.n == limit)
+					goto done;
 				rec = index_get(ix, &c);
 				if (rec && push(&r, rec) < 0) {
 					free(r.v);
@@ -99,6 +111,7 @@ int query_before(const struct index *ix, int x_threshold, int y_threshold,
 			}
 		}
 	}
+done:
 	*out = r.v;
 	*n = r.n;
 	return 0;

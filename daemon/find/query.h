@@ -35,4 +35,10 @@ int query_range(const struct index *ix, const struct axis_range *x,
 int query_before(const struct index *ix, int x_threshold, int y_threshold,
 		 int z_filter, const struct record ***out, size_t *n);
 
+/* query_before, strictly after `after` in (x, y, z) order when it is not
+ * NULL, at most limit records (0: no limit). */
+int query_before_page(const struct index *ix, int x_threshold, int y_threshold,
+		      int z_filter, const struct coord *after, size_t limit,
+		      const struct record ***out, size_t *n);
+
 #endif

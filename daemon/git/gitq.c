@@ -251,11 +251,15 @@ static void job_after_cb(uv_work_t *req, int status)
 			set_pending(q, index_slot(&q->store->index,
 						  &j->items[i].coord));
 		if (rc == 1) {
-			if (strcmp(q->deferred, j->res.deferred) != 0)
+			bool changed = strcmp(q->deferred, j->res.deferred);
+
+			if (changed)
 				log_notice("commit deferred: %s",
 					   j->res.deferred);
 			snprintf(q->deferred, sizeof(q->deferred), "%s",
 				 j->res.deferred);
+			if (changed && q->deferral)
+				q->deferral(q->deferral_ctx, q->deferred);
 			snprintf(msg, sizeof(msg), "commit deferred: %s",
 				 j->res.deferred);
 		} else {
@@ -280,6 +284,8 @@ static void job_after_cb(uv_work_t *req, int status)
 		struct gitq_batch b;
 
 		q->retry_ms = 0;
+		if (q->deferred[0] && q->deferral)
+			q->deferral(q->deferral_ctx, "");
 		q->deferred[0] = '\0';
 		if (j->res.commit[0]) {
 			memcpy(q->last_commit, j->res.commit,
@@ -324,8 +330,11 @@ static void defer_now(struct gitq *q, const char *why)
 	gitq_idle_fn idle = q->idle_cb;
 	char msg[400];
 
-	if (strcmp(q->hook_deferred, why) != 0)
+	if (strcmp(q->hook_deferred, why) != 0) {
 		log_notice("commit deferred: %s", why);
+		if (q->deferral)
+			q->deferral(q->deferral_ctx, why);
+	}
 	snprintf(q->hook_deferred, sizeof(q->hook_deferred), "%s", why);
 	snprintf(msg, sizeof(msg), "commit deferred: %s", why);
 	answer_syncs(q, UINT64_MAX, RPC_STORAGE, msg, NULL);
@@ -350,6 +359,8 @@ static void job_start(struct gitq *q)
 		defer_now(q, why);
 		return;
 	}
+	if (q->hook_deferred[0] && !q->deferred[0] && q->deferral)
+		q->deferral(q->deferral_ctx, "");
 	q->hook_deferred[0] = '\0';
 	/* Commit what the files hold, so the working tree matches HEAD
 	 * (git status stays clean) once the commit is made. */

@@ -64,6 +64,10 @@ struct gitq {
 	void *idle_arg;
 	void (*committed)(void *ctx); /* after each commit we made */
 	void *committed_ctx;
+	/* When commits start or stop being deferred: the reason, or ""
+	 * once a commit succeeds again (MCP sessions are told). */
+	void (*deferral)(void *ctx, const char *reason);
+	void *deferral_ctx;
 	/* Asked before each job: true with why when commits must wait
 	 * (a conflict in the memory, git having the tree). Health asks it
 	 * too, so its reason is not kept in deferred. */

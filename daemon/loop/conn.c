@@ -178,6 +178,7 @@ void conn_flush_notified(struct conn *c)
 {
 	size_t limit = c->srv->d->limits.output_backlog;
 
+	c->mcp_list_queued = false;
 	conn_process(c);
 	if (c->closing || c->notified <= limit)
 		return;
@@ -278,7 +279,8 @@ static void conn_update(struct conn *c)
 		c->reading = false;
 	}
 	finished = c->close_when_flushed ||
-		   ((c->eof || c->draining) && !c->busy && c->input_exhausted);
+		   ((c->eof || c->draining) && c->inflight == 0 &&
+		    c->input_exhausted);
 	if (!finished || c->out.len > 0 || c->out_queued > 0)
 		return;
 	if (c->close_when_flushed && !c->eof)
@@ -375,8 +377,14 @@ void conn_check_deadline(struct conn *c, uint64_t now_ms)
 
 void conn_resume(struct conn *c)
 {
-	c->busy = false;
+	c->busy = c->inflight >= c->max_inflight;
 	conn_process(c);
+}
+
+void conn_set_unordered(struct conn *c)
+{
+	c->max_inflight = CONN_MCP_INFLIGHT;
+	c->busy = c->inflight >= c->max_inflight;
 }
 
 void conn_drain(struct conn *c)
@@ -426,6 +434,8 @@ void conn_accept(struct server *srv)
 	c->refs = 1;
 	c->opened_ms = uv_now(srv->d->loop);
 	c->input_exhausted = true;
+	c->max_inflight = 1;
+	c->mcp_log_level = -1;
 	framer_init(&c->in, srv->d->limits.max_line);
 	if (uv_pipe_init(srv->d->loop, &c->pipe, 0) < 0) {
 		free(c);

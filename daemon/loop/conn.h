@@ -1,11 +1,16 @@
 /*
  * One client connection. Lines are read through a framer and dispatched
- * strictly in order: while a request waits for something (a durable
- * write), the connection dispatches nothing and reads ahead only a little
- * (pipelined input stays buffered; the kernel holds the rest). Responses are
- * buffered and written once per pass; when the unsent output passes the backlog
- * limit the connection stops reading and dispatching until the client catches
- * up, so a client that does not read cannot grow the daemon's memory.
+ * in order: while a request waits for something (a durable write), the
+ * connection dispatches nothing and reads ahead only a little (pipelined
+ * input stays buffered; the kernel holds the rest). An MCP connection
+ * (after initialize) may have up to CONN_MCP_INFLIGHT requests waiting at
+ * once and is answered as each finishes, out of order (JSON-RPC matches
+ * answers by id), so a write waiting for a lease holds up neither pings
+ * nor reads, and notifications/cancelled reaches the request it names.
+ * Responses are buffered and written once per pass; when the unsent output
+ * passes the backlog limit the connection stops reading and dispatching until
+ * the client catches up, so a client that does not read cannot grow the
+ * daemon's memory.
  *
  * Lifetime: owned by the server's list; references (one for being open,
  * one per request in flight) keep the struct alive after close until the
@@ -23,6 +28,10 @@
 #include "protocol/framer.h"
 
 struct server;
+struct job;
+
+/* Requests an MCP connection may have waiting at once. */
+#define CONN_MCP_INFLIGHT 32
 
 struct conn {
 	uv_pipe_t pipe;
@@ -35,11 +44,14 @@ struct conn {
 	size_t discarded; /* input bytes dropped while lingering */
 	unsigned refs;
 	bool reading;
-	bool busy;	      /* a request is waiting */
-	bool processing;      /* inside conn_process (re-entrancy guard) */
-	bool input_exhausted; /* no complete line is buffered */
-	bool eof;	      /* the client closed its side */
-	bool draining;	      /* no more input: answer what is buffered */
+	bool busy;	       /* inflight reached max_inflight */
+	unsigned inflight;     /* requests (lines) waiting */
+	unsigned max_inflight; /* 1: answered in order; more: MCP */
+	struct job *waiting;   /* the waiting lines (dispatch.c's list) */
+	bool processing;       /* inside conn_process (re-entrancy guard) */
+	bool input_exhausted;  /* no complete line is buffered */
+	bool eof;	       /* the client closed its side */
+	bool draining;	       /* no more input: answer what is buffered */
 	bool close_when_flushed;
 	bool lingering; /* refused: output shut down, input discarded */
 	bool closing;
@@ -53,6 +65,10 @@ struct conn {
 	uint64_t linger_since_ms;  /* uv_now when it began to linger */
 	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
+	/* MCP state of the connection (methods_mcp.c). */
+	int mcp_log_level;    /* notifications/message at or above; -1 none */
+	bool mcp_list_watch;  /* wants notifications/resources/list_changed */
+	bool mcp_list_queued; /* one is queued in this loop iteration */
 };
 
 /* Accept a pending connection from the listener. */
@@ -78,6 +94,10 @@ void conn_send_error(struct conn *c, int code, const char *msg);
 
 /* A request that waited has answered: continue with buffered input. */
 void conn_resume(struct conn *c);
+
+/* From now on answer as requests finish, up to CONN_MCP_INFLIGHT waiting
+ * at once (MCP's initialize; JSON-RPC matches answers by id). */
+void conn_set_unordered(struct conn *c);
 
 /* Stop reading; answer complete buffered lines, then close. */
 void conn_drain(struct conn *c);

@@ -33,6 +33,7 @@ struct forward {
 	struct call call;
 	struct call *outer;
 	call_answer_fn transform;
+	void *ctx;	/* for the transform */
 	json_t *params; /* owned; the nested call borrows it */
 	bool answered;
 	int code;
@@ -45,9 +46,11 @@ struct job {
 	struct conn *conn;
 	json_t *doc;
 	bool batch;
+	bool cancelled; /* notifications/cancelled named it while it waited */
 	size_t n, next;
 	struct call call;
 	struct buf out; /* "[r1,r2" for a batch, the response for a single */
+	struct job *prev, *next_waiting; /* the connection's waiting jobs */
 };
 
 /* Forget what a forwarded call answered before (a handler answering
@@ -158,6 +161,12 @@ static void collect(struct job *j)
 	if (call->method != SIZE_MAX)
 		stats_record(&call->d->stats, call->method,
 			     uv_hrtime() - call->started_ns, call->failed);
+	/* A cancelled request is not answered where answers may come out
+	 * of order (MCP: the client has forgotten the id). */
+	if (j->cancelled && !j->batch && j->conn->max_inflight > 1) {
+		free(call->response);
+		call->response = NULL;
+	}
 	if (call->response && call->id) {
 		size_t len = call->response_len;
 
@@ -215,6 +224,8 @@ static int run_one(struct job *j, json_t *elem)
 	call->method = SIZE_MAX;
 	call->item = SIZE_MAX;
 	call->failed = false;
+	call->cancel = NULL;
+	call->cancel_data = NULL;
 	rpc_request_check(elem, &req);
 	call->id = req.notification ? NULL : (req.id ? req.id : json_null());
 	call->params = req.params ? req.params : empty_params();
@@ -272,6 +283,7 @@ static void forward_finish(struct forward *f)
 {
 	struct call_answer ans = {0};
 
+	ans.ctx = f->ctx;
 	if (!f->answered) {
 		ans.code = RPC_INTERNAL_ERROR;
 		ans.message = "the forwarded method gave no answer";
@@ -282,49 +294,113 @@ static void forward_finish(struct forward *f)
 			f->code ? (f->message ? f->message : "out of memory")
 				: NULL;
 		ans.data = f->data;
+		ans.ctx = f->ctx;
 	}
 	f->transform(f->outer, &ans);
 	forward_free(f);
 }
 
-int call_forward(struct call *call, const char *method, json_t *params,
-		 call_answer_fn transform)
+/* The outer call's cancel: that of the nested call, if it has one. */
+static bool forward_cancel(struct call *call)
 {
-	const struct method *m = method_find(method);
+	struct forward *f = call->cancel_data;
+
+	return f->call.cancel && f->call.cancel(&f->call);
+}
+
+int call_forward(struct call *call, int (*handler)(struct call *),
+		 json_t *params, call_answer_fn transform, void *ctx)
+{
 	struct forward *f = NULL;
 	int rc;
 
-	if (!m) {
-		call_error(call, RPC_INTERNAL_ERROR, NULL,
-			   "no method %.200s to forward to", method);
-		json_decref(params);
-		return CALL_DONE;
-	}
 	if (!params || !json_is_object(params) ||
 	    !(f = calloc(1, sizeof(*f)))) {
-		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		struct call_answer ans = {.code = RPC_INTERNAL_ERROR,
+					  .message = "out of memory",
+					  .ctx = ctx};
+
+		/* The transform answers, and releases ctx. */
 		json_decref(params);
+		transform(call, &ans);
 		return CALL_DONE;
 	}
 	f->outer = call;
 	f->transform = transform;
+	f->ctx = ctx;
 	f->params = params;
 	f->call.job = call->job;
 	f->call.d = call->d;
 	f->call.conn = call->conn;
 	f->call.id = json_null(); /* answered as a request */
 	f->call.params = params;
-	f->call.method = method_index(m);
+	f->call.method = SIZE_MAX; /* only the outer call is counted */
 	f->call.started_ns = uv_hrtime();
 	f->call.item = SIZE_MAX;
 	f->call.fwd = f;
 	f->call.in_handler = true;
-	rc = m->handler(&f->call);
+	rc = handler(&f->call);
 	f->call.in_handler = false;
-	if (rc == CALL_ASYNC && !f->call.completed_early)
+	if (rc == CALL_ASYNC && !f->call.completed_early) {
+		call->cancel = forward_cancel;
+		call->cancel_data = f;
 		return CALL_ASYNC;
+	}
 	forward_finish(f);
 	return CALL_DONE;
+}
+
+/* The connection's list of waiting jobs. */
+static void job_wait(struct job *j)
+{
+	struct conn *c = j->conn;
+
+	j->prev = NULL;
+	j->next_waiting = c->waiting;
+	if (c->waiting)
+		c->waiting->prev = j;
+	c->waiting = j;
+	c->inflight++;
+	if (c->inflight >= c->max_inflight)
+		c->busy = true;
+}
+
+static void job_unwait(struct job *j)
+{
+	struct conn *c = j->conn;
+
+	if (j->prev)
+		j->prev->next_waiting = j->next_waiting;
+	else
+		c->waiting = j->next_waiting;
+	if (j->next_waiting)
+		j->next_waiting->prev = j->prev;
+	c->inflight--;
+}
+
+bool call_cancelled(const struct call *call)
+{
+	return call->job && call->job->cancelled;
+}
+
+bool dispatch_cancel(struct conn *c, const json_t *request_id)
+{
+	struct job *j;
+	struct call *call;
+
+	for (j = c->waiting; j; j = j->next_waiting)
+		if (!j->batch && j->call.id && !j->cancelled &&
+		    json_equal(j->call.id, (json_t *)request_id))
+			break;
+	if (!j)
+		return false;
+	j->cancelled = true;
+	call = &j->call;
+	/* The handler answers and completes the call when it gives up; the
+	 * job may be gone after this. */
+	if (call->cancel)
+		call->cancel(call);
+	return true;
 }
 
 void call_complete(struct call *call)
@@ -332,6 +408,8 @@ void call_complete(struct call *call)
 	struct job *j = call->job;
 	struct conn *c = j->conn;
 
+	call->cancel = NULL;
+	call->cancel_data = NULL;
 	if (call->in_handler) {
 		call->completed_early = true;
 		return;
@@ -347,8 +425,11 @@ void call_complete(struct call *call)
 	}
 	collect(j);
 	conn_ref(c);
+	job_unwait(j);
 	if (job_run(j))
 		conn_resume(c);
+	else
+		job_wait(j);
 	conn_unref(c);
 }
 
@@ -445,5 +526,5 @@ void dispatch_line(struct conn *c, const char *line, size_t len)
 	j->call.d = c->srv->d;
 	j->call.conn = c;
 	if (!job_run(j))
-		c->busy = true;
+		job_wait(j);
 }

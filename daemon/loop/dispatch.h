@@ -44,11 +44,33 @@ struct call {
 	/* Set on a forwarded (nested) call: its answer is captured for the
 	 * outer call instead of being sent (call_forward). */
 	struct forward *fwd;
+	/*
+	 * Set by a handler that went asynchronous and can give up its work
+	 * (a write still waiting for its lock): returns true when it did,
+	 * having answered the call and completed it, false when the work goes
+	 * on (it will answer as usual). Cleared when the call completes.
+	 */
+	bool (*cancel)(struct call *call);
+	void *cancel_data; /* the handler's, for cancel */
 };
 
-/* Dispatch one line; the connection is marked busy if it continues
- * asynchronously. */
+/* Dispatch one line; the connection is marked busy when as many lines
+ * wait as it may have in flight (conn.h). */
 void dispatch_line(struct conn *c, const char *line, size_t len);
+
+/*
+ * notifications/cancelled: the request of c whose id equals request_id,
+ * if it is still waiting, is cancelled. Its work is given up when the
+ * handler can (call->cancel); either way, on a connection answered out of
+ * order (MCP) it gets no response, as the MCP specification asks; on an
+ * ordered one it is answered (-32800 when given up). Returns true when such
+ * a request was waiting.
+ */
+bool dispatch_cancel(struct conn *c, const json_t *request_id);
+
+/* Whether the request of call was cancelled while it waited (its answer
+ * will not be sent on an out-of-order connection). */
+bool call_cancelled(const struct call *call);
 
 /* Answer with a result (stolen). */
 void call_reply(struct call *call, json_t *result);
@@ -73,6 +95,7 @@ struct call_answer {
 	json_t *result;	     /* borrowed; the result when code is 0 */
 	const char *message; /* borrowed; the error message, else NULL */
 	json_t *data; /* borrowed; the error's data (data.type) or NULL */
+	void *ctx;    /* call_forward's ctx */
 };
 
 /* Answers call (call_reply* or call_error) from a forwarded call's answer;
@@ -81,15 +104,17 @@ typedef void (*call_answer_fn)(struct call *call,
 			       const struct call_answer *ans);
 
 /*
- * Run the handler of method on a nested call bound to call's connection,
- * with params (stolen; NULL is an allocation failure), and capture its
- * answer instead of sending it: transform then answers call from it. The
- * nested handler may answer at once or later; return the result straight
- * from call's handler: CALL_DONE when call is answered already, CALL_ASYNC
- * when it will be (then call_complete(call) follows). Only the outer call
- * counts in the per-method statistics.
+ * Run handler on a nested call bound to call's connection, with params
+ * (stolen; NULL is an allocation failure), and capture its answer instead
+ * of sending it: transform then answers call from it, with ctx in the
+ * answer (the transform releases ctx; it runs even when the nested call
+ * could not be set up). The nested handler may answer at once or later;
+ * return the result straight from call's handler: CALL_DONE when call is
+ * answered already, CALL_ASYNC when it will be (then call_complete(call)
+ * follows). Only the outer call counts in the per-method statistics; a
+ * cancel of the outer call is the nested call's.
  */
-int call_forward(struct call *call, const char *method, json_t *params,
-		 call_answer_fn transform);
+int call_forward(struct call *call, int (*handler)(struct call *),
+		 json_t *params, call_answer_fn transform, void *ctx);
 
 #endif

@@ -28,6 +28,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "mcp.h"
 #include "methods.h"
 #include "protocol/decision.h"
 #include "sdnotify.h"
@@ -509,6 +510,25 @@ static void report_cb(void *ctx, const struct vmdir_load_report *rep)
 
 /* Our own commit moved the branch and the index: not a change to react
  * to. */
+/* Commits deferred, or going again: every MCP session is told (their
+ * decisions are durable but not in git meanwhile). */
+static void deferral_cb(void *ctx, const char *reason)
+{
+	struct daemon *d = ctx;
+
+	if (reason[0])
+		mcp_log_all(&d->server, MCP_WARNING,
+			    json_pack("{s:s,s:s}", "message",
+				      "commits to git are deferred; decisions "
+				      "stay durable and are committed once "
+				      "this ends",
+				      "reason", reason));
+	else
+		mcp_log_all(&d->server, MCP_NOTICE,
+			    json_pack("{s:s}", "message",
+				      "commits to git go on again"));
+}
+
 static void committed_cb(void *ctx)
 {
 	watch_settle(ctx);
@@ -864,6 +884,8 @@ int main(int argc, char **argv)
 	d->watch.touched = touched_cb;
 	d->gitq.committed = committed_cb;
 	d->gitq.committed_ctx = &d->watch;
+	d->gitq.deferral = deferral_cb;
+	d->gitq.deferral_ctx = d;
 	d->gitq.defer = defer_cb;
 	d->gitq.defer_ctx = &d->conflicts;
 	/* Signals are caught before the socket exists: a client that sees

@@ -9,7 +9,9 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "protocol/sockpath.h"
 #include "sdnotify.h"
 
 /* Create the socket directory if needed and check it is safe to use. */
@@ -206,6 +209,61 @@ static int adopt(struct server *srv, int fd, const char *path, char *errmsg,
 	return rc;
 }
 
+/*
+ * Record the socket's path in <gitdir>/vmem/socket for clients whose
+ * environment gives another path (sockpath.h): a temporary file of ours
+ * (O_EXCL, O_NOFOLLOW, 0600) renamed over it. A failure is logged, not
+ * fatal: clients with the daemon's environment still find it.
+ */
+static void record_path(struct server *srv)
+{
+	const char *dir = srv->d->repo.statedir;
+	char tmp[PATH_MAX], dst[PATH_MAX], line[SOCKPATH_RECORD_MAX + 1];
+	int n = snprintf(line, sizeof(line), "%s\n", srv->path);
+	int fd = -1;
+
+	if (!dir || n < 0 || (size_t)n >= sizeof(line) ||
+	    snprintf(tmp, sizeof(tmp), "%s/.%s-%d", dir, SOCKPATH_RECORD,
+		     (int)getpid()) >= (int)sizeof(tmp) ||
+	    snprintf(dst, sizeof(dst), "%s/%s", dir, SOCKPATH_RECORD) >=
+		    (int)sizeof(dst))
+		return;
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+		  0600);
+	if (fd < 0 || write(fd, line, (size_t)n) != n || close(fd) < 0 ||
+	    rename(tmp, dst) < 0) {
+		log_warn("cannot record the socket path in %s: %s (clients "
+			 "with another environment will not find %s)",
+			 dst, strerror(errno), srv->path);
+		if (fd >= 0)
+			unlink(tmp);
+	}
+}
+
+/* Remove the record if it still names our socket (a daemon started
+ * after us may have written its own). */
+static void unrecord_path(struct server *srv)
+{
+	char dst[PATH_MAX], line[SOCKPATH_RECORD_MAX + 2];
+	size_t len = strlen(srv->path);
+	ssize_t n;
+	int fd;
+
+	if (!srv->d || !srv->d->repo.statedir ||
+	    snprintf(dst, sizeof(dst), "%s/%s", srv->d->repo.statedir,
+		     SOCKPATH_RECORD) >= (int)sizeof(dst))
+		return;
+	fd = open(dst, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return;
+	n = read(fd, line, sizeof(line));
+	close(fd);
+	if (n == (ssize_t)len + 1 && memcmp(line, srv->path, len) == 0 &&
+	    line[len] == '\n')
+		unlink(dst);
+}
+
 int server_listen(struct server *srv, struct daemon *d, const char *path,
 		  char *errmsg, size_t errn)
 {
@@ -251,8 +309,12 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 		goto fail;
 	srv->listener.data = srv;
 	srv->listening = true;
-	if (fd >= 0)
-		return adopt(srv, fd, path, errmsg, errn);
+	if (fd >= 0) {
+		rc = adopt(srv, fd, path, errmsg, errn);
+		if (rc == 0)
+			record_path(srv);
+		return rc;
+	}
 	old_mask = umask(0177);
 	rc = uv_pipe_bind(&srv->listener, path);
 	umask(old_mask);
@@ -263,6 +325,7 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 	rc = uv_listen((uv_stream_t *)&srv->listener, 128, connection_cb);
 	if (rc < 0)
 		goto fail;
+	record_path(srv);
 	return 0;
 fail:
 	snprintf(errmsg, errn, "cannot listen on %s: %s", path,
@@ -291,6 +354,8 @@ void server_done(struct server *srv)
 {
 	struct stat st;
 
+	if (srv->path)
+		unrecord_path(srv);
 	if (srv->path && !srv->activated && lstat(srv->path, &st) == 0 &&
 	    st.st_ino == srv->inode)
 		unlink(srv->path);

@@ -1,9 +1,10 @@
 /*
- * The MCP tools: the table that maps each tool onto a protocol method,
- * and the schemas and descriptions tools/list shows. The schemas state the
- * daemon's own bounds (max_x from its limits), so a client that validates
- * before calling is refused for the same things the daemon refuses; the
- * daemon still checks every argument itself.
+ * The MCP tools: the table that maps each tool onto a method handler, the
+ * input and output schemas tools/list shows, and the shaping of a
+ * handler's result into the tool's structured result (bounded pages for
+ * listings). The schemas state the daemon's own bounds (max_x from its
+ * limits), so a client that validates before calling is refused for the
+ * same things the daemon refuses; the daemon still checks every argument.
  */
 #include "mcp_tools.h"
 
@@ -11,63 +12,16 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "methods.h"
 #include "params.h"
 #include "protocol/decision.h"
 #include "search.h"
 
 #define DESC_MAX 2048
 
-static const char *const store_args[] = {
-	"content",    "issue_context", "agent_id", "overwrite",
-	"if_version", "timeout_ms",    NULL};
-static const char *const store_required[] = {"content", NULL};
-static const char *const none[] = {NULL};
-static const char *const range_args[] = {"x_range", "y_range", "z_range",
-					 "limit",   "after",   NULL};
-static const char *const before_args[] = {"x_threshold", "y_threshold",
-					  "z_filter", NULL};
-static const char *const before_required[] = {"x_threshold", "y_threshold",
-					      NULL};
-static const char *const search_args[] = {"terms", "match_all", "limit", NULL};
-static const char *const search_required[] = {"terms", NULL};
-static const char *const limit_args[] = {"limit", NULL};
-static const char *const delete_args[] = {"if_version", "timeout_ms", NULL};
-static const char *const sync_args[] = {"message", NULL};
-
-/* In the order tools/list shows them; few enough for a linear search. */
-static const struct mcp_tool tools[] = {
-	{"store_decision", "decision.store", true, store_args, store_required},
-	{"get_decision", "decision.get", true, none, none},
-	{"query_decisions", "decision.query_range", false, range_args, none},
-	{"decisions_before", "decision.query_partial_order", false, before_args,
-	 before_required},
-	{"search_decisions", "decision.search", false, search_args,
-	 search_required},
-	{"decision_history", "decision.history", true, limit_args, none},
-	{"delete_decision", "decision.delete", true, delete_args, none},
-	{"sync_memory", "git.sync", false, sync_args, none},
-};
-
-#define N_TOOLS (sizeof(tools) / sizeof(tools[0]))
-
-const struct mcp_tool *mcp_tool_find(const char *name)
-{
-	for (size_t i = 0; i < N_TOOLS; i++)
-		if (strcmp(tools[i].name, name) == 0)
-			return &tools[i];
-	return NULL;
-}
-
-bool mcp_tool_takes(const struct mcp_tool *tool, const char *name)
-{
-	if (tool->coordinate &&
-	    (!strcmp(name, "x") || !strcmp(name, "y") || !strcmp(name, "z")))
-		return true;
-	for (const char *const *a = tool->args; *a; a++)
-		if (strcmp(*a, name) == 0)
-			return true;
-	return false;
-}
+/* JSON Schema (ECMA-262 syntax) of an agent id: no C0, DEL or C1
+ * control characters, as agent_id_check refuses them. */
+#define AGENT_ID_PATTERN "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
 
 /* ---- schema pieces ---- */
 
@@ -99,8 +53,13 @@ static json_t *p_range(const char *desc, json_int_t max)
 
 static json_t *p_limit(void)
 {
-	return p_int("Return at most this many results (default: all).", 1,
-		     RESULTS_LIMIT_MAX);
+	char d[256];
+
+	snprintf(d, sizeof(d),
+		 "Return at most this many results (default %d, at most %d); "
+		 "a page also stops before its text passes %d KB.",
+		 MCP_PAGE_DEFAULT, MCP_PAGE_MAX, MCP_PAGE_BYTES / 1024);
+	return p_int(d, 1, MCP_PAGE_MAX);
 }
 
 static json_t *p_x(int max_x)
@@ -125,6 +84,14 @@ static json_t *p_z(void)
 		     1, VMEM_MAX_Z);
 }
 
+static json_t *p_coord_after(int max_x, const char *desc)
+{
+	return json_pack("{s:s,s:{s:o,s:o,s:o},s:[s,s,s],s:b,s:s}", "type",
+			 "object", "properties", "x", p_x(max_x), "y", p_y(),
+			 "z", p_z(), "required", "x", "y", "z",
+			 "additionalProperties", 0, "description", desc);
+}
+
 static json_t *p_if_version(void)
 {
 	return json_pack("{s:s,s:i,s:s}", "type", "integer", "minimum", 1,
@@ -144,183 +111,693 @@ static json_t *p_timeout(void)
 			 "ConcurrencyError.");
 }
 
-/* Add the properties of a tool's arguments to props. */
-static int tool_props(const struct mcp_tool *t, int max_x, json_t *props)
-{
-	char d[DESC_MAX];
-	int rc = 0;
+/* ---- input schemas, one per tool ---- */
 
 #define SET(name, val) (rc |= json_object_set_new(props, (name), (val)))
-	if (t->coordinate) {
-		SET("x", p_x(max_x));
-		SET("y", p_y());
-		SET("z", p_z());
-	}
-	if (t->args == store_args) {
-		snprintf(d, sizeof(d),
-			 "The decision text: non-empty UTF-8, at most %d "
-			 "bytes.",
-			 VMEM_CONTENT_MAX);
-		SET("content", p_str(d, 1, VMEM_CONTENT_MAX));
-		SET("issue_context",
-		    json_pack("{s:s,s:{s:s,s:i},s:i,s:s}", "type", "object",
-			      "additionalProperties", "type", "string",
-			      "maxLength", VMEM_CONTEXT_VALUE_MAX,
-			      "maxProperties", VMEM_CONTEXT_KEYS_MAX,
-			      "description",
-			      "Optional string-to-string facts about the "
-			      "issue, e.g. {\"issue_id\": \"abc-12\", "
-			      "\"issue_title\": \"Login page\"}."));
-		SET("agent_id",
-		    p_str("Who is writing (default: the agent id this "
-			  "session gave, else the MCP client's name). No "
-			  "control characters.",
-			  1, VMEM_AGENT_ID_MAX));
-		SET("overwrite",
-		    p_bool("Replace an existing decision at layers 2-4 "
-			   "(its version goes up by one). Without it a "
-			   "store on an occupied coordinate fails with "
-			   "CoordinateOccupiedError. Never allowed at "
-			   "layer 1."));
-		SET("if_version", p_if_version());
-		SET("timeout_ms", p_timeout());
-	} else if (t->args == range_args) {
-		snprintf(d, sizeof(d),
-			 "Issue numbers [min, max], inclusive (default: "
-			 "1..%d).",
-			 max_x);
-		SET("x_range", p_range(d, max_x));
-		SET("y_range", p_range("Cycle stages [min, max], inclusive "
-				       "(default: 1..5).",
-				       VMEM_MAX_Y));
-		SET("z_range", p_range("Layers [min, max], inclusive "
-				       "(default: 1..4).",
-				       VMEM_MAX_Z));
-		SET("limit", p_limit());
-		SET("after",
-		    json_pack("{s:s,s:{s:o,s:o,s:o},s:[s,s,s],s:b,s:s}", "type",
-			      "object", "properties", "x", p_x(max_x), "y",
-			      p_y(), "z", p_z(), "required", "x", "y", "z",
-			      "additionalProperties", 0, "description",
-			      "Paging: only decisions after this coordinate in "
-			      "(x, y, z) order (pass the last one you got)."));
-	} else if (t->args == before_args) {
-		snprintf(d, sizeof(d),
-			 "Issue number threshold, 1..%d: decisions of "
-			 "earlier issues are returned.",
-			 max_x + 1);
-		SET("x_threshold", p_int(d, 1, (json_int_t)max_x + 1));
-		SET("y_threshold",
-		    p_int("Stage threshold, 1..6: at issue x_threshold, "
-			  "decisions of earlier stages are returned.",
-			  1, VMEM_MAX_Y + 1));
-		SET("z_filter", p_int("Only this layer (default: every layer).",
-				      1, VMEM_MAX_Z));
-	} else if (t->args == search_args) {
-		SET("terms",
-		    json_pack("{s:s,s:{s:s,s:i},s:i,s:i,s:s}", "type", "array",
-			      "items", "type", "string", "minLength", 1,
-			      "minItems", 1, "maxItems", SEARCH_TERMS_MAX,
-			      "description",
-			      "Words or phrases. Matching is by whole words, "
-			      "case-insensitive; a term of several words "
-			      "matches them consecutively (\"rest api\"); a "
-			      "final * matches a prefix (\"postgres*\")."));
-		SET("match_all",
-		    p_bool("Require every term to match (default: any "
-			   "term)."));
-		SET("limit", p_limit());
-	} else if (t->args == limit_args) {
-		SET("limit", p_int("Return at most this many versions "
-				   "(default: all).",
-				   1, RESULTS_LIMIT_MAX));
-	} else if (t->args == delete_args) {
-		SET("if_version", p_if_version());
-		SET("timeout_ms", p_timeout());
-	} else if (t->args == sync_args) {
-		SET("message", p_str("Commit message replacing the generated "
-				     "one.",
-				     1, MESSAGE_MAX));
-	}
-#undef SET
+
+static int in_coord(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	SET("x", p_x(max_x));
+	SET("y", p_y());
+	SET("z", p_z());
 	return rc ? -1 : 0;
 }
 
-static const char *const descriptions[N_TOOLS] = {
-	"Store a decision at coordinate (x, y, z) of the shared, durable "
-	"decision memory of this repository. x is the issue number, y the "
-	"cycle stage (1 architect, 2 test, 3 implement, 4 review, 5 merge), "
-	"z the layer (1 Architecture, 2 Interfaces, 3 Implementation, "
-	"4 Ephemeral). Layer 1 is write-once: once stored it can never be "
-	"changed or deleted (ImmutableLayerError). At layers 2-4 an occupied "
-	"coordinate is only replaced with overwrite: true (or a matching "
-	"if_version); otherwise CoordinateOccupiedError. Returns the stored "
-	"decision as JSON: coordinate, content, timestamp (UTC), agent_id, "
-	"issue_context, version (1, +1 per overwrite). The write is durable "
-	"when this returns; it reaches git in the next batch commit "
-	"(sync_memory commits now).",
-
-	"Read the decision at coordinate (x, y, z). Returns the decision as "
-	"JSON (coordinate, content, timestamp, agent_id, issue_context, "
-	"version), or null when nothing is stored there.",
-
-	"List the decisions inside a box of coordinates, sorted by (x, y, z). "
-	"Each range is [min, max], inclusive; an omitted range means the "
-	"whole axis, so no arguments list everything. Example: x_range "
-	"[10, 20] and z_range [1, 1] gives the architecture decisions of "
-	"issues 10 to 20. Returns a JSON array of decisions. A range with "
-	"min > max is a QueryError.",
-
-	"List every decision made before a point of the work: those of "
-	"issues x < x_threshold, and at issue x_threshold those of stages "
-	"y < y_threshold, sorted by (x, y, z). Use it to load what earlier "
-	"work decided before starting stage y_threshold of issue "
-	"x_threshold; z_filter keeps one layer only. Returns a JSON array "
-	"of decisions.",
-
-	"Full-text search of decision contents. Returns a JSON array of the "
-	"matching decisions, each with score (how many distinct terms "
-	"matched) and matched_terms, best first, then by (x, y, z). Words "
-	"never match inside other words: \"post\" does not match "
-	"\"PostgreSQL\", \"post*\" does.",
-
-	"The versions a coordinate has had, newest first, from git history "
-	"plus the uncommitted current state. Returns a JSON array of "
-	"{content, agent_id, timestamp, version, deleted, commit, "
-	"committed_at}; commit is null for the state not committed yet.",
-
-	"Delete the decision at coordinate (x, y, z) of layer 2, 3 or 4 "
-	"(git history keeps it). Layer 1 cannot be deleted "
-	"(ImmutableLayerError). Returns true if a decision was there, false "
-	"if not.",
-
-	"Commit every pending decision to git now (they are otherwise "
-	"committed in batches about a second after they are stored). "
-	"Returns JSON {commit, decisions, coordinates, ranges}; commit is "
-	"null when nothing was pending.",
-};
-
-static const char *const titles[N_TOOLS] = {
-	"Store a decision",  "Get a decision",	 "Query a range",
-	"Decisions before",  "Search decisions", "Decision history",
-	"Delete a decision", "Commit to git",
-};
-
-static json_t *tool_json(size_t i, int max_x)
+static int in_store(json_t *props, int max_x)
 {
-	const struct mcp_tool *t = &tools[i];
-	bool is_store = !strcmp(t->method, "decision.store");
-	bool is_delete = !strcmp(t->method, "decision.delete");
-	bool is_sync = !strcmp(t->method, "git.sync");
-	bool read_only = !is_store && !is_delete && !is_sync;
+	char d[DESC_MAX];
+	int rc = in_coord(props, max_x);
+
+	snprintf(d, sizeof(d),
+		 "The decision text: not empty or only white space, at most "
+		 "%d bytes of UTF-8 (the daemon counts bytes; maxLength, "
+		 "which counts characters, is the same number).",
+		 VMEM_CONTENT_MAX);
+	SET("content", p_str(d, 1, VMEM_CONTENT_MAX));
+	SET("issue_context",
+	    json_pack("{s:s,s:{s:s,s:i},s:i,s:s}", "type", "object",
+		      "additionalProperties", "type", "string", "maxLength",
+		      VMEM_CONTEXT_VALUE_MAX, "maxProperties",
+		      VMEM_CONTEXT_KEYS_MAX, "description",
+		      "Optional string-to-string facts about the issue, e.g. "
+		      "{\"issue_id\": \"abc-12\", \"issue_title\": \"Login "
+		      "page\"}."));
+	SET("agent_id",
+	    json_pack("{s:s,s:i,s:i,s:s,s:s}", "type", "string", "minLength", 1,
+		      "maxLength", VMEM_AGENT_ID_MAX, "pattern",
+		      AGENT_ID_PATTERN, "description",
+		      "Who is writing (default: the agent id of this session, "
+		      "named in the server's instructions). At most 128 bytes, "
+		      "no control characters."));
+	SET("overwrite", p_bool("Replace an existing decision at layers 2-4 "
+				"(its version goes up by one). Without it a "
+				"store on an occupied coordinate fails with "
+				"CoordinateOccupiedError. Never allowed at "
+				"layer 1."));
+	SET("if_version", p_if_version());
+	SET("timeout_ms", p_timeout());
+	return rc ? -1 : 0;
+}
+
+static int in_delete(json_t *props, int max_x)
+{
+	int rc = in_coord(props, max_x);
+
+	SET("if_version", p_if_version());
+	SET("timeout_ms", p_timeout());
+	return rc ? -1 : 0;
+}
+
+static int in_query(json_t *props, int max_x)
+{
+	char d[256];
+	int rc = 0;
+
+	snprintf(d, sizeof(d),
+		 "Issue numbers [min, max], inclusive (default: 1..%d).",
+		 max_x);
+	SET("x_range", p_range(d, max_x));
+	SET("y_range",
+	    p_range("Cycle stages [min, max], inclusive (default: 1..5).",
+		    VMEM_MAX_Y));
+	SET("z_range", p_range("Layers [min, max], inclusive (default: 1..4).",
+			       VMEM_MAX_Z));
+	SET("limit", p_limit());
+	SET("after", p_coord_after(max_x, "Paging: only decisions after this "
+					  "coordinate in (x, y, z) order "
+					  "(pass next_after of the previous "
+					  "page)."));
+	return rc ? -1 : 0;
+}
+
+static int in_before(json_t *props, int max_x)
+{
+	char d[256];
+	int rc = 0;
+
+	snprintf(d, sizeof(d),
+		 "Issue number threshold, 1..%d: decisions of earlier issues "
+		 "are returned.",
+		 max_x + 1);
+	SET("x_threshold", p_int(d, 1, (json_int_t)max_x + 1));
+	SET("y_threshold", p_int("Stage threshold, 1..6: at issue "
+				 "x_threshold, decisions of earlier stages "
+				 "are returned.",
+				 1, VMEM_MAX_Y + 1));
+	SET("z_filter",
+	    p_int("Only this layer (default: every layer).", 1, VMEM_MAX_Z));
+	SET("limit", p_limit());
+	SET("after", p_coord_after(max_x, "Paging: only decisions after this "
+					  "coordinate in (x, y, z) order "
+					  "(pass next_after of the previous "
+					  "page)."));
+	return rc ? -1 : 0;
+}
+
+static int in_search(json_t *props, int max_x)
+{
+	int rc = 0;
+	json_t *after = p_coord_after(max_x, "Paging: continue after this "
+					     "result (pass next_after of the "
+					     "previous page).");
+
+	if (after) {
+		json_t *p = json_object_get(after, "properties");
+		json_t *req = json_object_get(after, "required");
+
+		rc |= json_object_set_new(
+			p, "score",
+			p_int("The result's score.", 1, SEARCH_TERMS_MAX));
+		rc |= json_array_append_new(req, json_string("score"));
+	}
+	SET("terms",
+	    json_pack("{s:s,s:{s:s,s:i},s:i,s:i,s:s}", "type", "array", "items",
+		      "type", "string", "minLength", 1, "minItems", 1,
+		      "maxItems", SEARCH_TERMS_MAX, "description",
+		      "Words or phrases. Matching is by whole words, "
+		      "case-insensitive; a term of several words matches them "
+		      "consecutively (\"rest api\"); a final * matches a "
+		      "prefix (\"postgres*\")."));
+	SET("match_all",
+	    p_bool("Require every term to match (default: any term)."));
+	SET("limit", p_limit());
+	SET("after", after);
+	return rc ? -1 : 0;
+}
+
+static int in_history(json_t *props, int max_x)
+{
+	int rc = in_coord(props, max_x);
+
+	SET("limit", p_limit());
+	SET("after",
+	    json_pack("{s:s,s:s,s:s}", "type", "string", "pattern",
+		      "^([0-9a-f]{40}|uncommitted)$", "description",
+		      "Paging: the versions older than this one (pass "
+		      "next_after of the previous page: a commit id, or "
+		      "\"uncommitted\")."));
+	return rc ? -1 : 0;
+}
+
+static int in_sync(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("message", p_str("Commit message replacing the generated one.", 1,
+			     MESSAGE_MAX));
+	return rc ? -1 : 0;
+}
+
+#undef SET
+
+/* ---- output schemas ---- */
+
+/* schema (stolen) or null; anyOf rather than a type array, which the
+ * single-type dialects of some model providers refuse. */
+static json_t *o_nullable(json_t *schema)
+{
+	return json_pack("{s:[o,{s:s}]}", "anyOf", schema, "type", "null");
+}
+
+/* A nullable scalar: {"anyOf": [{"type": type}, {"type": "null"}]}. */
+static json_t *o_maybe(const char *type)
+{
+	return o_nullable(json_pack("{s:s}", "type", type));
+}
+
+static json_t *o_coord(int max_x)
+{
+	return json_pack("{s:s,s:{s:{s:s,s:i,s:i},s:{s:s,s:i,s:i},s:{s:s,s:i,"
+			 "s:i}},s:[s,s,s]}",
+			 "type", "object", "properties", "x", "type", "integer",
+			 "minimum", 1, "maximum", max_x, "y", "type", "integer",
+			 "minimum", 1, "maximum", VMEM_MAX_Y, "z", "type",
+			 "integer", "minimum", 1, "maximum", VMEM_MAX_Z,
+			 "required", "x", "y", "z");
+}
+
+/* A decision; in a listing its content may be a preview. */
+static json_t *o_decision(int max_x, bool listed)
+{
+	json_t *o = json_pack(
+		"{s:s,s:{s:o,s:{s:s},s:{s:s},s:{s:s},s:o,s:{s:s,s:i}},"
+		"s:[s,s,s,s,s,s]}",
+		"type", "object", "properties", "coordinate", o_coord(max_x),
+		"content", "type", "string", "timestamp", "type", "string",
+		"agent_id", "type", "string", "issue_context",
+		o_nullable(json_pack("{s:s,s:{s:s}}", "type", "object",
+				     "additionalProperties", "type", "string")),
+		"version", "type", "integer", "minimum", 1, "required",
+		"coordinate", "content", "timestamp", "agent_id",
+		"issue_context", "version");
+	json_t *props = json_object_get(o, "properties");
+
+	if (o && listed &&
+	    (json_object_set_new(
+		     props, "content_truncated",
+		     json_pack("{s:s,s:s}", "type", "boolean", "description",
+			       "content is a preview: get_decision shows it "
+			       "whole")) < 0 ||
+	     json_object_set_new(props, "content_bytes",
+				 json_pack("{s:s,s:s}", "type", "integer",
+					   "description",
+					   "the whole content's length in "
+					   "bytes")) < 0)) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* A page of items: {<items>: [...], count, more, next_after}. */
+static json_t *o_page(const char *items, json_t *item, json_t *cursor)
+{
+	return json_pack("{s:s,s:{s:{s:s,s:o},s:{s:s,s:i},s:{s:s},s:o},s:[s,s,"
+			 "s,s]}",
+			 "type", "object", "properties", items, "type", "array",
+			 "items", item, "count", "type", "integer", "minimum",
+			 0, "more", "type", "boolean", "next_after", cursor,
+			 "required", items, "count", "more", "next_after");
+}
+
+static json_t *o_store(int max_x)
+{
+	return o_decision(max_x, false);
+}
+
+static json_t *o_get(int max_x)
+{
+	return json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object",
+			 "properties", "found", "type", "boolean", "decision",
+			 o_nullable(o_decision(max_x, false)), "required",
+			 "found", "decision");
+}
+
+static json_t *o_delete(int max_x)
+{
+	(void)max_x;
+	return json_pack("{s:s,s:{s:{s:s}},s:[s]}", "type", "object",
+			 "properties", "deleted", "type", "boolean", "required",
+			 "deleted");
+}
+
+static json_t *o_list(int max_x)
+{
+	return o_page("decisions", o_decision(max_x, true),
+		      o_nullable(o_coord(max_x)));
+}
+
+static json_t *o_search(int max_x)
+{
+	json_t *d = o_decision(max_x, true);
+	json_t *cur = o_coord(max_x);
+	json_t *props = json_object_get(d, "properties");
+	int rc = 0;
+
+	rc |= json_object_set_new(
+		props, "score",
+		json_pack("{s:s,s:i}", "type", "integer", "minimum", 1));
+	rc |= json_object_set_new(props, "matched_terms",
+				  json_pack("{s:s,s:{s:s}}", "type", "array",
+					    "items", "type", "string"));
+	rc |= json_object_set_new(json_object_get(cur, "properties"), "score",
+				  json_pack("{s:s}", "type", "integer"));
+	rc |= json_array_append_new(json_object_get(d, "required"),
+				    json_string("score"));
+	if (rc) {
+		json_decref(d);
+		json_decref(cur);
+		return NULL;
+	}
+	return o_page("decisions", d, o_nullable(cur));
+}
+
+static json_t *o_history(int max_x)
+{
+	(void)max_x;
+	return o_page(
+		"versions",
+		json_pack("{s:s,s:{s:o,s:o,s:o,s:o,s:{s:s},s:o,s:o,s:{s:s},"
+			  "s:{s:s}},s:[s,s,s,s,s,s,s]}",
+			  "type", "object", "properties", "content",
+			  o_maybe("string"), "agent_id", o_maybe("string"),
+			  "timestamp", o_maybe("string"), "version",
+			  o_maybe("integer"), "deleted", "type", "boolean",
+			  "commit", o_maybe("string"), "committed_at",
+			  o_maybe("string"), "content_truncated", "type",
+			  "boolean", "content_bytes", "type", "integer",
+			  "required", "content", "agent_id", "timestamp",
+			  "version", "deleted", "commit", "committed_at"),
+		o_maybe("string"));
+}
+
+static json_t *o_sync(int max_x)
+{
+	(void)max_x;
+	return json_pack("{s:s,s:{s:o,s:{s:s,s:i},s:{s:s},s:o},s:[s,s,s]}",
+			 "type", "object", "properties", "commit",
+			 o_maybe("string"), "decisions", "type", "integer",
+			 "minimum", 0, "coordinates", "type", "array", "ranges",
+			 o_maybe("object"), "required", "commit", "decisions",
+			 "coordinates");
+}
+
+/* ---- argument mapping and cursors ---- */
+
+/* search_decisions' after {x, y, z, score}: the handler's after (a
+ * coordinate) and after_score. */
+static int prep_search(json_t *args, json_t *params, char *msg, size_t n)
+{
+	json_t *after = json_object_get(args, "after");
+	json_t *coord, *score;
+
+	if (!after || json_is_null(after))
+		return 0;
+	if (!json_is_object(after) ||
+	    !json_is_integer(score = json_object_get(after, "score"))) {
+		snprintf(msg, n,
+			 "ValueError: after must be an object {x, y, "
+			 "z, score} (next_after of a page)");
+		return -1;
+	}
+	coord = json_deep_copy(after);
+	if (!coord || json_object_del(coord, "score") < 0 ||
+	    json_object_set_new(params, "after", coord) < 0 ||
+	    json_object_set(params, "after_score", score) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static json_t *cur_coord(json_t *item)
+{
+	return json_deep_copy(json_object_get(item, "coordinate"));
+}
+
+static json_t *cur_search(json_t *item)
+{
+	json_t *c = cur_coord(item);
+
+	if (c &&
+	    json_object_set(c, "score", json_object_get(item, "score")) < 0) {
+		json_decref(c);
+		c = NULL;
+	}
+	return c;
+}
+
+static json_t *cur_history(json_t *item)
+{
+	json_t *commit = json_object_get(item, "commit");
+
+	return json_is_string(commit) ? json_incref(commit)
+				      : json_string("uncommitted");
+}
+
+/* ---- the table ---- */
+
+static const char *const none[] = {NULL};
+static const char *const store_args[] = {
+	"content",    "issue_context", "agent_id", "overwrite",
+	"if_version", "timeout_ms",    NULL};
+static const char *const store_required[] = {"content", NULL};
+static const char *const range_args[] = {"x_range", "y_range", "z_range",
+					 "limit",   "after",   NULL};
+static const char *const before_args[] = {
+	"x_threshold", "y_threshold", "z_filter", "limit", "after", NULL};
+static const char *const before_required[] = {"x_threshold", "y_threshold",
+					      NULL};
+static const char *const search_args[] = {"terms", "match_all", "limit",
+					  "after", NULL};
+static const char *const search_required[] = {"terms", NULL};
+static const char *const history_args[] = {"limit", "after", NULL};
+static const char *const delete_args[] = {"if_version", "timeout_ms", NULL};
+static const char *const sync_args[] = {"message", NULL};
+
+#define PAGING                                                                 \
+	" A page holds at most 50 results by default (limit, at most 200) "    \
+	"and under 64 KB of text; contents over 1 KB are cut (content_"        \
+	"truncated: get_decision shows them whole). When more is true, call "  \
+	"again with the same arguments and after set to next_after."
+
+/* In the order tools/list shows them; few enough for a linear search. */
+static const struct mcp_tool tools[] = {
+	{"store_decision", "Store a decision",
+	 "Store a decision at coordinate (x, y, z) of the shared, durable "
+	 "decision memory of this repository. x is the issue number, y the "
+	 "cycle stage (1 architect, 2 test, 3 implement, 4 review, 5 merge), "
+	 "z the layer (1 Architecture, 2 Interfaces, 3 Implementation, "
+	 "4 Ephemeral). Layer 1 is write-once: once stored it can never be "
+	 "changed or deleted (ImmutableLayerError). At layers 2-4 an occupied "
+	 "coordinate is only replaced with overwrite: true (or a matching "
+	 "if_version); otherwise CoordinateOccupiedError. Returns the stored "
+	 "decision: coordinate, content, timestamp (UTC), agent_id, "
+	 "issue_context, version (1, +1 per overwrite). The write is durable "
+	 "when this returns; it reaches git in the next batch commit "
+	 "(sync_memory commits now).",
+	 decision_store, TOOL_COORD | TOOL_DESTRUCTIVE, store_args,
+	 store_required, in_store, o_store, NULL, NULL, NULL},
+	{"get_decision", "Get a decision",
+	 "Read the decision at coordinate (x, y, z), its content whole. "
+	 "Returns {found, decision}: the decision (coordinate, content, "
+	 "timestamp, agent_id, issue_context, version), or found false and "
+	 "decision null when nothing is stored there.",
+	 decision_get, TOOL_COORD | TOOL_READ_ONLY | TOOL_IDEMPOTENT, none,
+	 none, in_coord, o_get, NULL, NULL, NULL},
+	{"query_decisions", "Query a range",
+	 "List the decisions inside a box of coordinates, sorted by (x, y, "
+	 "z). Each range is [min, max], inclusive; an omitted range means the "
+	 "whole axis. Example: x_range [10, 20] and z_range [1, 1] gives the "
+	 "architecture decisions of issues 10 to 20. A range with min > max "
+	 "is a QueryError." PAGING,
+	 decision_query_range, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
+	 range_args, none, in_query, o_list, NULL, cur_coord, "decisions"},
+	{"decisions_before", "Decisions before",
+	 "List every decision made before a point of the work: those of "
+	 "issues x < x_threshold, and at issue x_threshold those of stages "
+	 "y < y_threshold, sorted by (x, y, z). Use it to load what earlier "
+	 "work decided before starting stage y_threshold of issue "
+	 "x_threshold; z_filter keeps one layer only." PAGING,
+	 decision_query_partial_order,
+	 TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST, before_args,
+	 before_required, in_before, o_list, NULL, cur_coord, "decisions"},
+	{"search_decisions", "Search decisions",
+	 "Full-text search of decision contents: the matching decisions, "
+	 "each with score (how many distinct terms matched) and "
+	 "matched_terms, best first, then by (x, y, z). Words never match "
+	 "inside other words: \"post\" does not match \"PostgreSQL\", "
+	 "\"post*\" does." PAGING,
+	 decision_search, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
+	 search_args, search_required, in_search, o_search, prep_search,
+	 cur_search, "decisions"},
+	{"decision_history", "Decision history",
+	 "The versions a coordinate has had, newest first, from git history "
+	 "plus the uncommitted current state: {content, agent_id, timestamp, "
+	 "version, deleted, commit, committed_at}; commit is null for the "
+	 "state not committed yet." PAGING,
+	 decision_history,
+	 TOOL_COORD | TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
+	 history_args, none, in_history, o_history, NULL, cur_history,
+	 "versions"},
+	{"delete_decision", "Delete a decision",
+	 "Delete the decision at coordinate (x, y, z) of layer 2, 3 or 4 (git "
+	 "history keeps it). Layer 1 cannot be deleted (ImmutableLayerError). "
+	 "Returns {deleted}: true if a decision was there, false if not.",
+	 decision_delete, TOOL_COORD | TOOL_DESTRUCTIVE | TOOL_IDEMPOTENT,
+	 delete_args, none, in_delete, o_delete, NULL, NULL, NULL},
+	{"sync_memory", "Commit to git",
+	 "Commit every pending decision to git now (they are otherwise "
+	 "committed in batches about a second after they are stored). "
+	 "Returns {commit, decisions, coordinates, ranges}; commit is null "
+	 "when nothing was pending.",
+	 git_sync, TOOL_IDEMPOTENT, sync_args, none, in_sync, o_sync, NULL,
+	 NULL, NULL},
+};
+
+#define N_TOOLS (sizeof(tools) / sizeof(tools[0]))
+
+const struct mcp_tool *mcp_tool_find(const char *name)
+{
+	for (size_t i = 0; i < N_TOOLS; i++)
+		if (strcmp(tools[i].name, name) == 0)
+			return &tools[i];
+	return NULL;
+}
+
+static bool is_axis(const char *key)
+{
+	return !strcmp(key, "x") || !strcmp(key, "y") || !strcmp(key, "z");
+}
+
+bool mcp_tool_takes(const struct mcp_tool *tool, const char *name)
+{
+	if ((tool->flags & TOOL_COORD) && is_axis(name))
+		return true;
+	for (const char *const *a = tool->args; *a; a++)
+		if (strcmp(*a, name) == 0)
+			return true;
+	return false;
+}
+
+/* The page size of a listing call: its limit argument, else the default.
+ * The argument was checked by mcp_tool_params. */
+static size_t page_size(json_t *args)
+{
+	json_t *v = json_object_get(args, "limit");
+
+	return json_is_integer(v) ? (size_t)json_integer_value(v)
+				  : MCP_PAGE_DEFAULT;
+}
+
+int mcp_tool_params(const struct mcp_tool *tool, json_t *args, json_t **out,
+		    char *msg, size_t n)
+{
+	json_t *params = json_object(), *coord = NULL, *v;
+	const char *key;
+	int rc = -ENOMEM;
+
+	*out = NULL;
+	if (!params)
+		goto out;
+	if ((tool->flags & TOOL_COORD) && !(coord = json_object()))
+		goto out;
+	/* Arguments of the wrong name are the caller's to fix: a tool error,
+	 * like every other fault of the arguments. */
+	json_object_foreach(args, key, v)
+	{
+		if (!mcp_tool_takes(tool, key)) {
+			snprintf(msg, n, "ValueError: unknown argument: %.200s",
+				 key);
+			rc = -1;
+			goto out;
+		}
+		if (json_object_set(coord && is_axis(key) ? coord : params, key,
+				    v) < 0)
+			goto out;
+	}
+	for (const char *const *r = tool->required; *r; r++)
+		if (!json_object_get(args, *r)) {
+			snprintf(msg, n, "ValueError: missing argument: %s",
+				 *r);
+			rc = -1;
+			goto out;
+		}
+	if (coord) {
+		static const char *const axes[] = {"x", "y", "z"};
+
+		for (size_t i = 0; i < 3; i++)
+			if (!json_object_get(coord, axes[i])) {
+				snprintf(msg, n,
+					 "ValueError: missing argument: %s",
+					 axes[i]);
+				rc = -1;
+				goto out;
+			}
+		rc = json_object_set_new(params, "coordinate", coord);
+		coord = NULL;
+		if (rc < 0) {
+			rc = -ENOMEM;
+			goto out;
+		}
+	}
+	if (tool->flags & TOOL_LIST) {
+		v = json_object_get(args, "limit");
+		if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+			  json_integer_value(v) > MCP_PAGE_MAX)) {
+			snprintf(msg, n,
+				 "ValueError: limit must be an integer in "
+				 "1..%d",
+				 MCP_PAGE_MAX);
+			rc = -1;
+			goto out;
+		}
+		/* One more than the page: whether more exist. */
+		if (json_object_set_new(
+			    params, "limit",
+			    json_integer((json_int_t)page_size(args) + 1)) < 0)
+			goto out;
+	}
+	if (tool->prepare) {
+		rc = tool->prepare(args, params, msg, n);
+		if (rc < 0)
+			goto out;
+	}
+	*out = params;
+	params = NULL;
+	rc = 0;
+out:
+	json_decref(params);
+	json_decref(coord);
+	return rc;
+}
+
+json_t *mcp_preview(const char *s, size_t len, size_t max)
+{
+	size_t cut = max;
+
+	if (len <= max)
+		return NULL;
+	/* Back up to the first byte of a UTF-8 sequence. */
+	while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
+		cut--;
+	return json_stringn(s, cut);
+}
+
+/* Cut an item's content to a preview, saying so; 0 or -1. */
+static int preview_item(json_t *item)
+{
+	json_t *content = json_object_get(item, "content");
+	json_t *p;
+
+	if (!json_is_string(content))
+		return 0;
+	p = mcp_preview(json_string_value(content), json_string_length(content),
+			MCP_PREVIEW_BYTES);
+	if (!p)
+		return 0;
+	if (json_object_set_new(item, "content_bytes",
+				json_integer((json_int_t)json_string_length(
+					content))) < 0 ||
+	    json_object_set_new(item, "content", p) < 0 ||
+	    json_object_set_new(item, "content_truncated", json_true()) < 0)
+		return -1;
+	return 0;
+}
+
+/* A listing's page: at most page_size items, under MCP_PAGE_BYTES. */
+static json_t *page(const struct mcp_tool *t, json_t *args, json_t *result,
+		    char *hint, size_t n)
+{
+	size_t want = page_size(args), total = json_array_size(result);
+	size_t bytes = 128, i; /* the envelope */
+	bool more = total > want;
+	json_t *items = json_array(), *next = NULL, *out = NULL;
+	char *after;
+
+	if (!items)
+		return NULL;
+	for (i = 0; i < total && i < want; i++) {
+		json_t *item = json_array_get(result, i);
+		size_t sz;
+
+		if (preview_item(item) < 0)
+			goto out;
+		sz = json_dumpb(item, NULL, 0, JSON_COMPACT) + 1;
+		if (i > 0 && bytes + sz > MCP_PAGE_BYTES) {
+			more = true;
+			break;
+		}
+		bytes += sz;
+		if (json_array_append(items, item) < 0)
+			goto out;
+	}
+	if (more && i > 0) {
+		next = t->cursor(json_array_get(result, i - 1));
+		if (!next)
+			goto out;
+		after = json_dumps(next, JSON_COMPACT | JSON_ENCODE_ANY);
+		snprintf(hint, n,
+			 "Showing %zu results; more exist: call %s again with "
+			 "the same arguments and \"after\": %s.",
+			 i, t->name, after ? after : "next_after");
+		free(after);
+	}
+	out = json_pack("{s:O,s:I,s:b,s:O}", t->items, items, "count",
+			(json_int_t)i, "more", more, "next_after",
+			next ? next : json_null());
+out:
+	json_decref(items);
+	json_decref(next);
+	return out;
+}
+
+json_t *mcp_tool_result(const struct mcp_tool *tool, json_t *args,
+			json_t *result, char *hint, size_t n)
+{
+	hint[0] = '\0';
+	if (tool->flags & TOOL_LIST)
+		return page(tool, args, result, hint, n);
+	if (tool->handler == decision_get)
+		return json_pack("{s:b,s:O}", "found", !json_is_null(result),
+				 "decision", result);
+	if (tool->handler == decision_delete)
+		return json_pack("{s:O}", "deleted", result);
+	return json_is_object(result) ? json_incref(result) : NULL;
+}
+
+static json_t *tool_json(const struct mcp_tool *t, int max_x)
+{
 	json_t *props = json_object();
 	json_t *required = json_array();
+	json_t *output = t->output(max_x);
 	json_t *out = NULL;
 	int rc = 0;
 
-	if (!props || !required || tool_props(t, max_x, props) < 0)
+	if (!props || !required || !output || t->input(props, max_x) < 0)
 		goto out;
-	if (t->coordinate) {
+	if (t->flags & TOOL_COORD) {
 		rc |= json_array_append_new(required, json_string("x"));
 		rc |= json_array_append_new(required, json_string("y"));
 		rc |= json_array_append_new(required, json_string("z"));
@@ -329,18 +806,20 @@ static json_t *tool_json(size_t i, int max_x)
 		rc |= json_array_append_new(required, json_string(*r));
 	if (rc)
 		goto out;
-	out = json_pack("{s:s,s:s,s:s,s:{s:s,s:O,s:O,s:b},s:{s:s,s:b,s:b,s:b,"
-			"s:b}}",
-			"name", t->name, "title", titles[i], "description",
-			descriptions[i], "inputSchema", "type", "object",
-			"properties", props, "required", required,
-			"additionalProperties", 0, "annotations", "title",
-			titles[i], "readOnlyHint", read_only, "destructiveHint",
-			is_store || is_delete, "idempotentHint", !is_store,
-			"openWorldHint", 0);
+	out = json_pack(
+		"{s:s,s:s,s:s,s:{s:s,s:O,s:O,s:b},s:O,s:{s:s,s:b,s:b,s:b,s:b}}",
+		"name", t->name, "title", t->title, "description",
+		t->description, "inputSchema", "type", "object", "properties",
+		props, "required", required, "additionalProperties", 0,
+		"outputSchema", output, "annotations", "title", t->title,
+		"readOnlyHint", (t->flags & TOOL_READ_ONLY) != 0,
+		"destructiveHint", (t->flags & TOOL_DESTRUCTIVE) != 0,
+		"idempotentHint", (t->flags & TOOL_IDEMPOTENT) != 0,
+		"openWorldHint", 0);
 out:
 	json_decref(props);
 	json_decref(required);
+	json_decref(output);
 	return out;
 }
 
@@ -349,7 +828,7 @@ json_t *mcp_tools_json(const struct limits *lim)
 	json_t *list = json_array();
 
 	for (size_t i = 0; list && i < N_TOOLS; i++) {
-		json_t *t = tool_json(i, lim->max_x);
+		json_t *t = tool_json(&tools[i], lim->max_x);
 
 		if (!t || json_array_append_new(list, t) < 0) {
 			json_decref(list);

@@ -73,8 +73,20 @@ int watch_unsubscribe(struct call *call);
 /* methods_mcp.c: MCP on the same socket. */
 int mcp_initialize(struct call *call);
 int mcp_initialized(struct call *call);
+int mcp_discover(struct call *call);
 int mcp_ping(struct call *call);
+int mcp_set_level(struct call *call);
+int mcp_cancelled(struct call *call);
 int mcp_tools_list(struct call *call);
 int mcp_tools_call(struct call *call);
+
+/* methods_mcp_resources.c: MCP resources and prompts. */
+int mcp_resources_list(struct call *call);
+int mcp_resources_templates(struct call *call);
+int mcp_resources_read(struct call *call);
+int mcp_resources_subscribe(struct call *call);
+int mcp_resources_unsubscribe(struct call *call);
+int mcp_prompts_list(struct call *call);
+int mcp_prompts_get(struct call *call);
 
 #endif

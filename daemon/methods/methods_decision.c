@@ -71,11 +71,34 @@ static void write_done(struct store_write *w, int code, const char *msg)
 	call_complete(call);
 }
 
+/* notifications/cancelled for a write still waiting for its lock: it is
+ * given up (never logged); once past its lock it completes. */
+static bool write_cancel(struct call *call)
+{
+	struct write_call *wc = call->cancel_data;
+
+	if (!store_cancel(&call->d->store, &wc->w))
+		return false;
+	decision_done(&wc->w.d);
+	free(wc);
+	call_error(call, RPC_REQUEST_CANCELLED, NULL,
+		   "cancelled while waiting for the coordinate's lock; "
+		   "nothing was written");
+	call_complete(call);
+	return true;
+}
+
 static int submit(struct write_call *wc)
 {
+	struct call *call = wc->call;
+
 	wc->w.done = write_done;
 	wc->w.data = wc;
-	store_submit(&wc->call->d->store, &wc->w);
+	/* Set first: done may run (and free wc) before store_submit
+	 * returns, and call_complete then clears it. */
+	call->cancel = write_cancel;
+	call->cancel_data = wc;
+	store_submit(&call->d->store, &wc->w);
 	return CALL_ASYNC;
 }
 

@@ -100,6 +100,8 @@ struct git_read {
 	bool uncommitted;   /* history: result[0] is the state not in HEAD */
 	bool walked;	    /* history: a version from git was seen */
 	size_t limit;	    /* history, log: 0 for all */
+	char after[41];	    /* history: list the versions after this commit */
+	bool skipping;	    /* history: after not reached yet */
 	int xt, yt;	    /* rollback point */
 	json_t *result;	    /* handed over whole: built by the worker */
 	int rc;
@@ -165,6 +167,14 @@ static int history_cb(void *ctx, const char *commit, int64_t committed_at,
 	char msg[VMEM_ERRMSG_LEN];
 	int rc;
 
+	if (r->skipping) {
+		r->skipping = strcmp(commit, r->after) != 0;
+		return 0;
+	}
+	/* A page after a version: the walk has no limit of its own, the
+	 * page is full here. */
+	if (r->after[0] && r->limit && json_array_size(r->result) >= r->limit)
+		return 1;
 	if (!text)
 		return add_version(
 			r, version_json(NULL, commit, when_json(committed_at)),
@@ -201,8 +211,9 @@ static void read_work_cb(uv_work_t *req)
 	if (r->rc < 0)
 		return;
 	if (r->kind == READ_HISTORY) {
-		r->rc = gitc_history(g, &r->coord, r->limit, history_cb, r,
-				     r->errmsg, sizeof(r->errmsg));
+		r->rc = gitc_history(g, &r->coord, r->after[0] ? 0 : r->limit,
+				     history_cb, r, r->errmsg,
+				     sizeof(r->errmsg));
 		/* The walk took limit versions besides the uncommitted one. */
 		while (r->limit && json_array_size(r->result) > r->limit)
 			json_array_remove(r->result,
@@ -268,8 +279,10 @@ static int read_start(struct git_read *r)
 
 int decision_history(struct call *call)
 {
-	static const char *const allowed[] = {"coordinate", "limit", NULL};
+	static const char *const allowed[] = {"coordinate", "limit", "after",
+					      NULL};
 	struct gitq *q = &call->d->gitq;
+	json_t *after = json_object_get(call->params, "after");
 	struct git_read *r;
 	int64_t limit = 0;
 	size_t slot;
@@ -283,12 +296,32 @@ int decision_history(struct call *call)
 	if (!param_only(call, allowed) || !param_coord(call, &r->coord) ||
 	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
 		goto done;
+	/* Paging: "uncommitted" (the first entry) or a commit id. */
+	if (after && !json_is_null(after)) {
+		const char *a =
+			json_is_string(after) ? json_string_value(after) : "";
+		size_t len = strlen(a);
+
+		if (strcmp(a, "uncommitted") != 0 &&
+		    (len != 40 || strspn(a, "0123456789abcdef") != 40)) {
+			call_error(call, RPC_INVALID_PARAMS, NULL,
+				   "after must be a commit id (40 lowercase "
+				   "hex digits) or \"uncommitted\"");
+			goto done;
+		}
+		if (len == 40) {
+			memcpy(r->after, a, 41);
+			r->skipping = true;
+		} else {
+			memcpy(r->after, "uncommitted", 12);
+		}
+	}
 	r->result = json_array();
 	if (!r->result)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
 	slot = index_slot(&q->store->index, &r->coord);
-	r->uncommitted = gitq_uncommitted(q, slot);
+	r->uncommitted = !r->after[0] && gitq_uncommitted(q, slot);
 	if (r->uncommitted) {
 		const struct record *rec = q->store->index.slots[slot];
 		struct decision d;

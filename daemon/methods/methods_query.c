@@ -35,6 +35,23 @@ static void reply_records(struct call *call, const struct record *const *recs,
 	buf_done(&b);
 }
 
+/* The optional "after" coordinate of a listing: true when acceptable
+ * (*has says whether given), else answered with an error. */
+static bool param_after(struct call *call, struct coord *after, bool *has)
+{
+	json_t *v = json_object_get(call->params, "after");
+	char msg[VMEM_ERRMSG_LEN];
+
+	*has = v && !json_is_null(v);
+	if (*has &&
+	    coord_from_json(v, call->d->limits.max_x, after, msg) != 0) {
+		call_error(call, RPC_COORDINATE_VALIDATION, NULL, "after: %s",
+			   msg);
+		return false;
+	}
+	return true;
+}
+
 int decision_query_range(struct call *call)
 {
 	static const char *const allowed[] = {"x_range", "y_range", "z_range",
@@ -72,18 +89,26 @@ int decision_query_range(struct call *call)
 int decision_query_partial_order(struct call *call)
 {
 	static const char *const allowed[] = {"x_threshold", "y_threshold",
-					      "z_filter", NULL};
+					      "z_filter",    "limit",
+					      "after",	     NULL};
 	int max_x = call->d->limits.max_x;
 	int xt, yt, zf;
 	const struct record **recs;
+	struct coord after;
+	bool has_after;
+	int64_t limit = 0;
 	size_t n;
 
 	if (!param_only(call, allowed) ||
 	    !param_threshold(call, "x_threshold", max_x + 1, 0, &xt) ||
 	    !param_threshold(call, "y_threshold", VMEM_MAX_Y + 1, 0, &yt) ||
-	    !param_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf))
+	    !param_threshold(call, "z_filter", VMEM_MAX_Z, INT32_MAX, &zf) ||
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
+	    !param_after(call, &after, &has_after))
 		return CALL_DONE;
-	if (query_before(&call->d->store.index, xt, yt, zf, &recs, &n) < 0) {
+	if (query_before_page(&call->d->store.index, xt, yt, zf,
+			      has_after ? &after : NULL, (size_t)limit, &recs,
+			      &n) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}
@@ -116,8 +141,8 @@ static bool append_hit(struct buf *b, const struct record *r,
 
 int decision_search(struct call *call)
 {
-	static const char *const allowed[] = {"terms", "match_all", "limit",
-					      NULL};
+	static const char *const allowed[] = {"terms", "match_all",   "limit",
+					      "after", "after_score", NULL};
 	struct index *ix = &call->d->store.index;
 	json_t *terms = json_object_get(call->params, "terms");
 	const char *texts[SEARCH_TERMS_MAX];
@@ -126,16 +151,26 @@ int decision_search(struct call *call)
 	struct search_query *q = NULL;
 	struct search_hit *hits = NULL;
 	size_t n_terms, n_hits = 0;
-	bool match_all = false, ok = true;
-	int64_t limit = 0;
+	bool match_all = false, ok = true, has_after;
+	int64_t limit = 0, after_score = 0;
+	struct coord after;
+	size_t skip = 0;
 	struct buf b = {0};
 	char msg[160];
 	int rc;
 
 	if (!param_only(call, allowed) ||
 	    !param_bool(call, "match_all", &match_all) ||
-	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit))
+	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
+	    !param_after(call, &after, &has_after) ||
+	    !param_int(call, "after_score", 1, SEARCH_TERMS_MAX, &after_score))
 		return CALL_DONE;
+	if (has_after != (after_score > 0)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "after and after_score go together (the coordinate "
+			   "and score of the last result seen)");
+		return CALL_DONE;
+	}
 	if (!terms || !json_is_array(terms)) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "terms must be an array of strings");
@@ -165,17 +200,30 @@ int decision_search(struct call *call)
 			   NULL, "%s", rc == -EINVAL ? msg : "out of memory");
 		return CALL_DONE;
 	}
-	if (search_run(ix->search, q, match_all, (size_t)limit, index_text, ix,
-		       &hits, &n_hits) < 0)
+	/* Paging needs every hit's rank (slot numbers and scores only); the
+	 * page alone is built. */
+	if (search_run(ix->search, q, match_all, has_after ? 0 : (size_t)limit,
+		       index_text, ix, &hits, &n_hits) < 0)
 		ok = false;
+	if (ok && has_after) {
+		size_t slot = index_slot(ix, &after);
+
+		/* Ranked by score descending, then slot ascending. */
+		while (skip < n_hits && (hits[skip].score > after_score ||
+					 (hits[skip].score == after_score &&
+					  hits[skip].slot <= slot)))
+			skip++;
+		if (limit && n_hits - skip > (size_t)limit)
+			n_hits = skip + (size_t)limit;
+	}
 	for (size_t i = 0; ok && i < n_terms; i++) {
 		term_json[i] = json_dumps(json_array_get(terms, i),
 					  JSON_ENCODE_ANY | JSON_COMPACT);
 		ok = term_json[i] != NULL;
 	}
 	ok = ok && buf_append(&b, "[", 1);
-	for (size_t i = 0; ok && i < n_hits; i++)
-		ok = (i == 0 || buf_append(&b, ",", 1)) &&
+	for (size_t i = skip; ok && i < n_hits; i++)
+		ok = (i == skip || buf_append(&b, ",", 1)) &&
 		     append_hit(&b, ix->slots[hits[i].slot], &hits[i],
 				search_query_unique(q), term_json, n_terms);
 	if (ok && buf_append(&b, "]", 1))

@@ -35,11 +35,39 @@ int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
 	     const struct axis_range *y, const struct axis_range *z,
 	     uint64_t *id)
 {
+	return subs_add_format(s, conn, x, y, z, SUBS_WATCH, id);
+}
+
+static bool same_range(const struct axis_range *a, const struct axis_range *b)
+{
+	return a->min == b->min && a->max == b->max;
+}
+
+struct subscription *subs_find(struct subs *s, const struct conn *conn,
+			       enum subs_format format,
+			       const struct axis_range *x,
+			       const struct axis_range *y,
+			       const struct axis_range *z)
+{
+	for (struct subscription *sub = s->head; sub; sub = sub->next)
+		if (sub->conn == conn && sub->format == format &&
+		    same_range(&sub->x, x) && same_range(&sub->y, y) &&
+		    same_range(&sub->z, z))
+			return sub;
+	return NULL;
+}
+
+int subs_add_format(struct subs *s, struct conn *conn,
+		    const struct axis_range *x, const struct axis_range *y,
+		    const struct axis_range *z, enum subs_format format,
+		    uint64_t *id)
+{
 	struct subscription *sub = calloc(1, sizeof(*sub));
 
 	if (!sub)
 		return -ENOMEM;
 	sub->id = ++s->last_id;
+	sub->format = format;
 	sub->conn = conn;
 	sub->x = *x;
 	sub->y = *y;
@@ -110,6 +138,28 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		if (!in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
 		    !in_range(&sub->z, c->z))
 			continue;
+		if (sub->format == SUBS_MCP_LIST) {
+			/* One per loop iteration (conn_flush_notified). */
+			if (sub->conn->mcp_list_queued)
+				continue;
+			sub->conn->mcp_list_queued = true;
+			n = snprintf(head, sizeof(head),
+				     "{\"jsonrpc\":\"2.0\",\"method\":"
+				     "\"notifications/resources/list_changed"
+				     "\"}\n");
+			conn_notify(sub->conn, head, (size_t)n);
+			continue;
+		}
+		if (sub->format == SUBS_MCP_RESOURCE) {
+			n = snprintf(head, sizeof(head),
+				     "{\"jsonrpc\":\"2.0\",\"method\":"
+				     "\"notifications/resources/updated\","
+				     "\"params\":{\"uri\":\"vmem://decision/"
+				     "%d/%d/%d\"}}\n",
+				     c->x, c->y, c->z);
+			conn_notify(sub->conn, head, (size_t)n);
+			continue;
+		}
 		n = snprintf(
 			head, sizeof(head),
 			"{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","

@@ -24,8 +24,19 @@ enum subs_event {
 	SUBS_RELOADED,
 };
 
+/* What a subscriber is sent: watch.changed (the native protocol), or the
+ * MCP notifications of a resource subscription (resources/updated with
+ * the decision's URI) or of a resource list (resources/list_changed,
+ * once per loop iteration whatever the number of changes). */
+enum subs_format {
+	SUBS_WATCH,
+	SUBS_MCP_RESOURCE,
+	SUBS_MCP_LIST,
+};
+
 struct subscription {
 	uint64_t id;
+	enum subs_format format;
 	struct conn *conn;
 	struct axis_range x, y, z;
 	struct subscription *next;
@@ -46,6 +57,19 @@ void subs_done(struct subs *s);
 int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
 	     const struct axis_range *y, const struct axis_range *z,
 	     uint64_t *id);
+
+/* subs_add with a format other than watch.changed's. */
+int subs_add_format(struct subs *s, struct conn *conn,
+		    const struct axis_range *x, const struct axis_range *y,
+		    const struct axis_range *z, enum subs_format format,
+		    uint64_t *id);
+
+/* conn's subscription of that format and box, or NULL (borrowed). */
+struct subscription *subs_find(struct subs *s, const struct conn *conn,
+			       enum subs_format format,
+			       const struct axis_range *x,
+			       const struct axis_range *y,
+			       const struct axis_range *z);
 
 /* End conn's subscription id; false when conn has no such one. */
 bool subs_remove(struct subs *s, const struct conn *conn, uint64_t id);

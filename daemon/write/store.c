@@ -870,6 +870,14 @@ void store_submit(struct store *s, struct store_write *w)
 	locks_acquire(&s->locks, &w->lock);
 }
 
+bool store_cancel(struct store *s, struct store_write *w)
+{
+	if (!w->lock.waiting)
+		return false;
+	locks_cancel(&s->locks, &w->lock);
+	return true;
+}
+
 void store_submit_group(struct store *s, struct store_group *g)
 {
 	g->store = s;

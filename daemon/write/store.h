@@ -207,6 +207,15 @@ void store_resume(struct store *s);
  * for a write that has to wait for the log. */
 void store_submit(struct store *s, struct store_write *w);
 
+/*
+ * Give up a write that still waits for its lock (a cancelled request):
+ * it leaves the lock's queue, done will not run, and true is returned;
+ * the caller answers and releases it. A write that holds its lock has
+ * been validated and joins (or is in) the log: false, and it completes
+ * through done as usual.
+ */
+bool store_cancel(struct store *s, struct store_write *w);
+
 /* Submit a group; g->done runs exactly once, possibly before this
  * returns. */
 void store_submit_group(struct store *s, struct store_group *g);

@@ -2,13 +2,19 @@
 """`vmem mcp`, the stdio bridge, against a real daemon: what goes in on
 stdin reaches the daemon unchanged and its answers come back on stdout,
 and nothing else does; --agent / $VMEM_AGENT_ID name the writer; stdin
-EOF ends it with status 0 once every answer is out; the daemon going away
-ends it with status 1 and a message; partial and large lines, a client
-that does not read, and a client that goes away are handled."""
+EOF ends it with status 0 once every answer is out; a line over max_line
+is answered under its own id and the session goes on; the daemon going
+away (stopped, killed mid-request) costs the requests in flight an
+"outcome unknown" answer, and the session goes on with a daemon reached
+again and the session's state replayed; with the short environment an
+MCP host gives, the daemon a shell started is found and vmemd is found
+next to vmem; partial and large lines, a client that does not read, and a
+client that goes away are handled."""
 
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,7 +22,9 @@ import time
 
 import vmemtest as vt
 
-MCP_VERSION = "2025-06-18"
+MCP_VERSION = "2025-11-25"
+INSTALLED_VMEMD = "/usr/local/bin/vmemd"
+HOST_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER")
 
 
 def bridge_env(**extra):
@@ -181,16 +189,21 @@ class Relay(BridgeCase):
         self.assertIn("get_decision", names)
         b.send(tool_call("s", "store_decision", x=5, y=2, z=1,
                          content="Use PostgreSQL", agent_id="agent-a"))
+        # Answers come as requests finish: wait for the write.
+        stored = b.read_json()
+        self.assertEqual(stored["id"], "s")
         b.send(tool_call(None, "get_decision", x=5, y=2, z=1))
+        got = b.read_json()
         b.send(tool_call(4, "get_decision", x=0, y=2, z=1))
         status, lines, err = b.finish()
         self.assertEqual(status, 0, err)
         self.assertClean(err)
-        stored, got, bad = self.assertAnswers(lines, ["s", None, 4])
+        self.assertEqual(got["id"], None)
+        bad, = self.assertAnswers(lines, [4])
         self.assertFalse(stored["result"]["isError"], stored)
-        rec = json.loads(stored["result"]["content"][0]["text"])
+        rec = stored["result"]["structuredContent"]
         self.assertDecision(rec, 5, 2, 1, "Use PostgreSQL", "agent-a")
-        self.assertEqual(json.loads(got["result"]["content"][0]["text"]),
+        self.assertEqual(got["result"]["structuredContent"]["decision"],
                          rec)
         self.assertTrue(bad["result"]["isError"], bad)
         self.assertIn("CoordinateValidationError",
@@ -257,24 +270,44 @@ class Relay(BridgeCase):
         self.assertEqual([d["content"] for d in decisions],
                          [big + str(x) for x in range(1, 11)])
 
-    def test_over_long_line_ends_with_the_daemons_answer(self):
-        # The daemon refuses a line over max_line and hangs up: its error
-        # is relayed, then vmem mcp reports the closed connection.
-        b = self.bridge()
-        b.send(rpc(1, "ping"))
+    def test_over_long_lines_are_answered_and_the_session_goes_on(self):
+        # The daemon would refuse a line over max_line and hang up: the
+        # bridge refuses it itself, under the request's own id, wherever
+        # the id stands (the TypeScript SDK writes it last).
+        b = self.bridge("--agent", "big")
+        b.send(initialize(1))
         self.assertEqual(b.read_json()["id"], 1)
-        huge = b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"p":"' + \
-            b"x" * (2 << 20) + b'"}}\n'
-        writer = threading.Thread(target=self._write_quietly,
-                                  args=(b, huge))
+        arg = "x" * (2 << 20)  # a 2 MiB argument
+        tool_last = (b'{"method":"tools/call","params":{"name":'
+                     b'"store_decision","arguments":{"x":1,"y":1,"z":2,'
+                     b'"content":"' + arg.encode() + b'"}},'
+                     b'"jsonrpc":"2.0","id":"big-1"}\n')
+        ping_first = (b'{"jsonrpc":"2.0","id":7,"method":"ping","params":'
+                      b'{"p":"' + arg.encode() + b'"}}\n')
+        note = (b'{"jsonrpc":"2.0","method":"notifications/x","params":'
+                b'{"p":"' + arg.encode() + b'"}}\n')
+        writer = threading.Thread(target=self._write_quietly, args=(
+            b, tool_last + note + ping_first + line(rpc(8, "ping"))))
         writer.start()
-        msg = b.read_json()
-        self.assertEqual(msg["error"]["code"], vt.INVALID_REQUEST, msg)
-        self.assertIsNone(b.read_line())
-        self.assertEqual(b.wait(), 1)
+        tool = b.read_json()
+        self.assertEqual(tool["id"], "big-1", tool)
+        self.assertTrue(tool["result"]["isError"])
+        text = tool["result"]["content"][0]["text"]
+        self.assertTrue(text.startswith("ValueError: "), text)
+        self.assertIn("nothing was done", text)
+        refused = b.read_json()
+        self.assertEqual(refused["id"], 7)
+        self.assertEqual(refused["error"]["code"], vt.INVALID_REQUEST)
+        self.assertEqual(b.read_json(), {"jsonrpc": "2.0", "id": 8,
+                                         "result": {}})
         writer.join(10)
-        err = b.proc.stderr.read().decode()
-        self.assertIn("closed", err)
+        b.send(tool_call(9, "get_decision", x=1, y=1, z=2))
+        self.assertFalse(b.read_json()["result"]["structuredContent"]
+                         ["found"])
+        status, lines, err = b.finish()
+        self.assertEqual((status, lines), (0, []), err)
+        self.assertIn("over max_line", err)
+        self.assertIn("without an id", err)
 
     def test_watch_notifications_pass(self):
         b = self.bridge()
@@ -287,6 +320,37 @@ class Relay(BridgeCase):
                          "seen by the watcher")
         status, lines, err = b.finish()
         self.assertEqual((status, lines), (0, []), err)
+
+
+class LineLimit(BridgeCase):
+    daemon_args = ("--max-line", "65536")
+
+    def padded(self, rid, size):
+        """A ping request line of exactly size bytes (LF excluded)."""
+        head = b'{"jsonrpc":"2.0","id":%d,"method":"ping","params":{"p":"' % rid
+        tail = b'"}}'
+        return head + b"x" * (size - len(head) - len(tail)) + tail
+
+    def test_the_daemons_limit_to_the_byte(self):
+        # The limit is the daemon's (learned from server.hello): a line of
+        # max_line bytes reaches it, one byte more is refused by the
+        # bridge, and the connection to the daemon is never lost.
+        b = self.bridge()
+        b.write(self.padded(1, 65536) + b"\n")
+        self.assertEqual(b.read_json(), {"jsonrpc": "2.0", "id": 1,
+                                         "result": {}})
+        b.write(self.padded(2, 65536) + b"\r\n")
+        self.assertEqual(b.read_json()["id"], 2)
+        b.write(self.padded(3, 65537) + b"\n")
+        refused = b.read_json()
+        self.assertEqual(refused["id"], 3)
+        self.assertEqual(refused["error"]["code"], vt.INVALID_REQUEST)
+        self.assertIn("65536", refused["error"]["message"])
+        b.send(rpc(4, "ping"))
+        self.assertEqual(b.read_json()["id"], 4)
+        status, lines, err = b.finish()
+        self.assertEqual((status, lines), (0, []), err)
+        self.assertNotIn("lost the connection", err)
 
 
 class Agent(BridgeCase):
@@ -367,25 +431,98 @@ class Lifecycle(BridgeCase):
         status, lines, err = b.finish()
         self.assertEqual((status, lines), (0, []), err)
 
-    def test_daemon_gone(self):
+    def test_daemon_stopped_the_session_goes_on(self):
+        # `vmem daemon stop` (or an upgrade): the next request reaches a
+        # daemon started again, and the session is the same one: the
+        # client's name is still the agent id (initialize replayed).
         b = self.bridge()
+        b.send(initialize(1, name="survivor"))
+        self.assertEqual(b.read_json()["id"], 1)
+        b.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        self.daemon.stop()
+        b.send(tool_call(2, "store_decision", x=3, y=1, z=2,
+                         content="after the restart"))
+        res = b.read_json(timeout=vt.START_TIMEOUT * 2)
+        self.assertEqual(res["id"], 2, res)
+        self.assertFalse(res["result"]["isError"], res)
+        self.assertEqual(res["result"]["structuredContent"]["agent_id"],
+                         "survivor")
+        status, lines, err = b.finish()
+        self.assertEqual((status, lines), (0, []), err)
+        self.assertIn("lost the connection", err)
+        self.assertIn("reconnected", err)
+        self.assertTrue(vt.shutdown_any(self.daemon.sock))
+
+    def test_daemon_killed_mid_request(self):
+        # A write waits for another client's lease when the daemon dies:
+        # its outcome is unknown and it is never sent again; the session
+        # goes on, its resource subscription with it.
+        holder = self.connect(agent_id="holder")
+        holder.call("lock.acquire", {"coordinates": [vt.coord(4, 4, 4)],
+                                     "ttl_ms": 600000})
+        b = self.bridge("--agent", "writer")
+        b.send(initialize(1))
+        self.assertEqual(b.read_json()["id"], 1)
+        b.send(rpc(2, "resources/subscribe",
+                   {"uri": "vmem://decision/6/1/2"}))
+        self.assertEqual(b.read_json()["id"], 2)
+        b.send(tool_call(3, "store_decision", x=4, y=4, z=4, content="lost",
+                         timeout_ms=600000))
+        # A second one, cancelled by the client: no answer is owed.
+        b.send(tool_call(6, "store_decision", x=4, y=4, z=4,
+                         content="cancelled", timeout_ms=600000))
+        b.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 6}})
+        b.send(rpc(4, "ping"))
+        self.assertEqual(b.read_json()["id"], 4)
+        self.daemon.kill()
+        res = b.read_json()
+        self.assertEqual(res["id"], 3)
+        self.assertTrue(res["result"]["isError"])
+        self.assertIn("outcome is unknown", res["result"]["content"][0]
+                      ["text"])
+        b.send(rpc(5, "ping"))
+        self.assertEqual(b.read_json(timeout=vt.START_TIMEOUT * 2),
+                         {"jsonrpc": "2.0", "id": 5, "result": {}})
+        other = vt.Conn(self.daemon.sock, agent_id="other")
+        self.assertIsNone(other.get(4, 4, 4))  # never sent again
+        other.store(6, 1, 2, "watched again")
+        note = b.read_json()
+        self.assertEqual(note, {"jsonrpc": "2.0",
+                                "method": "notifications/resources/updated",
+                                "params": {"uri": "vmem://decision/6/1/2"}})
+        other.close()
+        status, lines, err = b.finish()
+        self.assertEqual((status, lines), (0, []), err)
+        self.assertIn("replayed", err)
+        self.assertTrue(vt.shutdown_any(self.daemon.sock))
+
+    def test_no_daemon_to_come_back(self):
+        # Without auto-start, requests fail while the daemon stays away,
+        # and succeed once one is there again.
+        b = self.bridge("--no-autostart")
         b.send(rpc(1, "ping"))
         self.assertEqual(b.read_json()["id"], 1)
         self.daemon.stop()
-        self.assertIsNone(b.read_line())
-        self.assertEqual(b.wait(), 1)
-        err = b.proc.stderr.read().decode()
-        self.assertIn("daemon closed the connection", err)
-
-    def test_daemon_killed_mid_request(self):
-        b = self.bridge()
-        b.send(rpc(1, "ping"))
-        self.assertEqual(b.read_json()["id"], 1)
-        self.daemon.kill()
-        self._write_quietly(b, line(rpc(2, "ping")))
-        self.assertIsNone(b.read_line())
-        self.assertEqual(b.wait(), 1)
-        self.assertTrue(b.proc.stderr.read().strip())
+        b.send(tool_call(2, "get_decision", x=1, y=1, z=1))
+        res = b.read_json()
+        self.assertEqual(res["id"], 2)
+        self.assertTrue(res["result"]["isError"])
+        self.assertIn("UnavailableError", res["result"]["content"][0]["text"])
+        b.send(rpc(3, "ping"))
+        self.assertEqual(b.read_json()["error"]["data"]["type"],
+                         "UnavailableError")
+        self.daemon.start()
+        deadline = time.monotonic() + vt.DEFAULT_TIMEOUT
+        while True:
+            b.send(rpc(4, "ping"))
+            msg = b.read_json()
+            if "result" in msg or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        self.assertEqual(msg.get("result"), {}, msg)
+        status, lines, err = b.finish()
+        self.assertEqual((status, lines), (0, []), err)
 
     def test_client_stops_reading_stdout(self):
         b = self.bridge()
@@ -409,6 +546,80 @@ class Lifecycle(BridgeCase):
 
 class NoDaemon(BridgeCase):
     start_daemon = False
+
+    def host_env(self, **extra):
+        """The environment an MCP host starts servers with."""
+        env = {k: os.environ[k] for k in HOST_ENV if k in os.environ}
+        env.update(extra)
+        return env
+
+    def test_host_environment_finds_the_shells_daemon(self):
+        # A daemon started from a shell with XDG_RUNTIME_DIR listens
+        # there; a host's vmem mcp has no XDG_RUNTIME_DIR, no VMEM_*, no
+        # VMEMD, and still talks to that daemon (its recorded socket).
+        xdg = self.repo.path("xdg")
+        os.mkdir(xdg, 0o700)
+        shell = dict(bridge_env(), XDG_RUNTIME_DIR=xdg)
+        p = subprocess.run([vt.VMEM, "--repo", self.repo.root, "daemon",
+                            "start"], env=shell, capture_output=True,
+                           timeout=vt.START_TIMEOUT * 2)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sock = p.stdout.decode().strip().splitlines()[-1]
+        self.assertTrue(sock.startswith(xdg), sock)
+        self.addCleanup(vt.shutdown_any, sock)
+        with open(os.path.join(self.repo.gitdir, "vmem", "socket")) as f:
+            self.assertEqual(f.read(), sock + "\n")
+        argv = ["env", "-i"] + ["%s=%s" % kv for kv in
+                                self.host_env().items()] + [
+            vt.VMEM, "mcp", "--repo", self.repo.root]
+        proc = subprocess.run(argv, input=line(rpc(1, "server.health")),
+                              capture_output=True,
+                              timeout=vt.START_TIMEOUT * 2)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["result"]["repo"],
+                         self.repo.root)
+        # The one daemon of the tree: no second one was started.
+        self.assertTrue(vt.shutdown_any(sock))
+        self.assertTrue(vt.wait_until(lambda: not self.repo.lock_held(),
+                                      vt.DEFAULT_TIMEOUT))
+        self.assertFalse(os.path.exists(
+            os.path.join(self.repo.gitdir, "vmem", "socket")))
+
+    def test_host_environment_starts_vmemd_beside_vmem(self):
+        # No daemon, no VMEMD, a PATH without vmemd: the vmemd built
+        # beside this vmem is started.
+        env = self.host_env(PATH="/usr/bin:/bin")
+        argv = ["env", "-i"] + ["%s=%s" % kv for kv in env.items()] + [
+            vt.VMEM, "mcp", "--repo", self.repo.root]
+        proc = subprocess.run(argv, input=line(rpc(1, "server.health")),
+                              capture_output=True,
+                              timeout=vt.START_TIMEOUT * 2)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["result"]["repo"],
+                         self.repo.root)
+        with open(os.path.join(self.repo.gitdir, "vmem", "socket")) as f:
+            sock = f.read().strip()
+        self.assertTrue(vt.shutdown_any(sock))
+        self.assertTrue(vt.wait_until(lambda: not self.repo.lock_held(),
+                                      vt.DEFAULT_TIMEOUT))
+
+    def test_vmemd_not_found_says_what_to_do(self):
+        # A vmem copied alone, with no vmemd anywhere it looks.
+        alone = self.repo.path("bin")
+        os.mkdir(alone)
+        shutil.copy(vt.VMEM, os.path.join(alone, "vmem"))
+        env = self.host_env(PATH="/usr/bin:/bin", LD_LIBRARY_PATH=(
+            os.path.dirname(os.path.realpath(vt.VMEM))))
+        argv = ["env", "-i"] + ["%s=%s" % kv for kv in env.items()] + [
+            os.path.join(alone, "vmem"), "mcp", "--repo", self.repo.root]
+        proc = subprocess.run(argv, input=b"", capture_output=True,
+                              timeout=vt.START_TIMEOUT * 2)
+        if os.path.exists(INSTALLED_VMEMD):
+            self.skipTest("a vmemd is installed at " + INSTALLED_VMEMD)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        err = proc.stderr.decode()
+        self.assertIn("vmemd is not next to this program", err)
+        self.assertIn("VMEMD=", err)
 
     def test_no_daemon(self):
         sock = self.repo.path("nobody.sock")

@@ -353,6 +353,46 @@ class TestSocketPath(NoDaemonCase):
         self.assertTrue(wait_until(lambda: not self.repo.lock_held(), 5.0))
 
 
+    def test_recorded_socket_whatever_the_environment(self):
+        # A daemon started with XDG_RUNTIME_DIR; a manager in an
+        # environment without it (an MCP host's) finds the same daemon
+        # through <gitdir>/vmem/socket, never a stale or foreign record.
+        xdg = self.repo.path("xdg")
+        os.mkdir(xdg, 0o700)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("VMEM_")}
+        env.update(XDG_RUNTIME_DIR=xdg)
+        p = subprocess.run([vmemtest.VMEMD, "--repo", self.repo.root],
+                           env=env, capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        sock = vmem.socket_path(self.repo.root, env)
+        self.addCleanup(shutdown_any, sock)
+        self.assertEqual(vmem.discovery.recorded_socket(self.repo.root),
+                         sock)
+        with mock.patch.dict(os.environ, {}):
+            for name in ("XDG_RUNTIME_DIR", "VMEM_SOCKET"):
+                os.environ.pop(name, None)
+            m = VectorMemoryManager(self.repo.root, "host", autostart=False)
+            self.assertEqual(m.socket_path, sock)
+            self.assertEqual(m.server_info["repo"], self.repo.root)
+            self.assertTrue(m.shutdown_daemon())
+        self.assertTrue(wait_until(lambda: not self.repo.lock_held(), 5.0))
+        record = os.path.join(self.repo.gitdir, "vmem", "socket")
+        self.assertFalse(os.path.exists(record))
+        # A record not to be trusted is not read.
+        with open(record, "w") as f:
+            f.write(sock + "\n")
+        os.chmod(record, 0o666)
+        self.assertIsNone(vmem.discovery.recorded_socket(self.repo.root))
+        os.unlink(record)
+        os.symlink(self.repo.path("elsewhere"), record)
+        self.assertIsNone(vmem.discovery.recorded_socket(self.repo.root))
+        os.unlink(record)
+        with open(record, "w") as f:
+            f.write("relative.sock\n")
+        self.assertIsNone(vmem.discovery.recorded_socket(self.repo.root))
+
+
 class TestAutostart(NoDaemonCase):
 
     def setUp(self):
@@ -435,6 +475,42 @@ class TestAutostart(NoDaemonCase):
             VectorMemoryManager(self.repo.root, "a",
                                 vmemd=self.repo.path("no-such-vmemd"))
         self.assertIn("no-such-vmemd", str(cm.exception))
+
+    def test_program_search_order(self):
+        # $VMEMD, then the install prefix, then the checkout's build
+        # tree, then PATH; when none has it, the message says what to do.
+        from vmem import connection as cn
+        fake = self.repo.path("fake-vmemd")
+        with open(fake, "w") as f:
+            f.write("#!/bin/sh\nexit 1\n")
+        os.chmod(fake, 0o755)
+        bindir = self.repo.path("bin")
+        os.mkdir(bindir)
+        os.symlink(fake, os.path.join(bindir, "vmemd"))
+        nowhere = self.repo.path("nowhere")
+        os.environ.pop("VMEMD", None)
+        with mock.patch.object(cn, "INSTALLED_VMEMD", fake), \
+                mock.patch.object(cn, "BUILD_VMEMD", nowhere):
+            self.assertEqual(cn.daemon_program(), fake)
+            os.environ["VMEMD"] = "/from/env"
+            self.assertEqual(cn.daemon_program(), "/from/env")
+            self.assertEqual(cn.daemon_program("/given"), "/given")
+        os.environ.pop("VMEMD", None)
+        with mock.patch.object(cn, "INSTALLED_VMEMD", nowhere), \
+                mock.patch.object(cn, "BUILD_VMEMD", fake):
+            self.assertEqual(cn.daemon_program(), fake)
+        with mock.patch.object(cn, "INSTALLED_VMEMD", nowhere), \
+                mock.patch.object(cn, "BUILD_VMEMD", nowhere), \
+                mock.patch.dict(os.environ, {"PATH": bindir}):
+            self.assertEqual(cn.daemon_program(),
+                             os.path.join(bindir, "vmemd"))
+        with mock.patch.object(cn, "INSTALLED_VMEMD", nowhere), \
+                mock.patch.object(cn, "BUILD_VMEMD", nowhere), \
+                mock.patch.dict(os.environ, {"PATH": nowhere}):
+            self.assertIsNone(cn.daemon_program())
+            with self.assertRaises(DaemonConnectionError) as cm:
+                VectorMemoryManager(self.repo.root, "a")
+            self.assertIn("set VMEMD", str(cm.exception))
 
     def test_bad_repo_and_agent(self):
         with self.assertRaises(StorageError):

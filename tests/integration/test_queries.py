@@ -461,8 +461,13 @@ class PartialOrder(QueryCase):
         self.assertRpcError(vt.E_VALUE, self.po, conn, x_threshold=3)
         self.assertRpcError(vt.E_VALUE, self.po, conn)
         self.assertRpcError(vt.E_VALUE, self.po, conn, z_filter=1)
+        # limit and after page it (as decision.query_range); in range only.
         self.assertRpcError(vt.E_VALUE, self.po, conn, x_threshold=3,
-                            y_threshold=3, limit=5)
+                            y_threshold=3, limit=0)
+        self.assertRpcError(vt.E_COORD, self.po, conn, x_threshold=3,
+                            y_threshold=3, after={"x": 0, "y": 1, "z": 1})
+        self.assertEqual(self.po(conn, x_threshold=3, y_threshold=3,
+                                 limit=5), [])
         self.assertRpcError(vt.E_VALUE, self.po, conn, x_threshold=3,
                             y_threshold=3, w=1)
 

@@ -77,6 +77,37 @@ static const char *before(int xt, int yt, int zf)
 	return s;
 }
 
+static const char *before_page(int xt, int yt, int zf,
+			       const struct coord *after, size_t limit)
+{
+	const struct record **recs;
+	size_t n;
+	const char *s;
+
+	ck_assert_int_eq(
+		query_before_page(&ix, xt, yt, zf, after, limit, &recs, &n), 0);
+	s = coords(recs, n);
+	free(recs);
+	return s;
+}
+
+START_TEST(before_pages_without_gaps)
+{
+	struct coord after = {1, 2, 1};
+
+	ck_assert_str_eq(before_page(6, 1, 0, NULL, 0), before(6, 1, 0));
+	ck_assert_str_eq(before_page(6, 1, 0, NULL, 2), "1,2,1;3,2,1;");
+	ck_assert_str_eq(before_page(6, 1, 0, &after, 2), "3,2,1;3,4,2;");
+	after = (struct coord){3, 4, 2};
+	ck_assert_str_eq(before_page(6, 1, 0, &after, 2), "5,2,1;5,3,2;");
+	after = (struct coord){5, 3, 2};
+	ck_assert_str_eq(before_page(6, 1, 0, &after, 2), "");
+	/* The threshold and the layer filter still hold past after. */
+	after = (struct coord){2, 5, 4};
+	ck_assert_str_eq(before_page(5, 3, 1, &after, 0), "3,2,1;5,2,1;");
+}
+END_TEST
+
 START_TEST(range_sorted_and_filtered)
 {
 	ck_assert_str_eq(range(1, 10, 1, 5, 1, 4, NULL, 0),
@@ -132,6 +163,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, range_sorted_and_filtered);
 	tcase_add_test(tc, range_pages_without_gaps);
+	tcase_add_test(tc, before_pages_without_gaps);
 	tcase_add_test(tc, partial_order_example);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

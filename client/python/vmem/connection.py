@@ -228,13 +228,31 @@ def connect(path: str, timeout: float = CONNECT_BUSY_S) -> Connection:
         raise
 
 
+# Where vmemd is looked for after $VMEMD, before PATH: the install prefix
+# meson uses by default, and the build tree of the source checkout this
+# package is imported from (client/python/vmem -> build/daemon/vmemd).
+INSTALLED_VMEMD = "/usr/local/bin/vmemd"
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__)))))
+BUILD_VMEMD = os.path.join(_CHECKOUT, "build", "daemon", "vmemd")
+
+
+def _executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def daemon_program(explicit: Optional[str] = None) -> Optional[str]:
-    """The vmemd to start: explicit, else $VMEMD, else vmemd on PATH."""
+    """The vmemd to start: explicit, else $VMEMD, else the one of the
+    install prefix, else the one built in this source checkout, else
+    vmemd on PATH; None when there is none."""
     if explicit:
         return explicit
     env = os.environ.get("VMEMD")
     if env:
         return env
+    for path in (INSTALLED_VMEMD, BUILD_VMEMD):
+        if _executable(path):
+            return path
     return shutil.which("vmemd")
 
 
@@ -281,8 +299,10 @@ def connect_or_start(root: Optional[str], path: str, autostart: bool,
     prog = daemon_program(program)
     if not prog:
         raise DaemonConnectionError(
-            "no daemon at %s and vmemd not found: set VMEMD or put vmemd "
-            "on PATH" % path)
+            "no daemon at %s and vmemd not found (not at %s, not built at "
+            "%s, not on PATH): install vmem (meson install), or set VMEMD "
+            "to the vmemd program, or pass vmemd=" % (
+                path, INSTALLED_VMEMD, BUILD_VMEMD))
     rc = _spawn(prog, root, path)
     spawned = time.monotonic()
     deadline = spawned + START_WAIT_S

@@ -7,15 +7,22 @@ The socket is ``$VMEM_SOCKET``, else ``$XDG_RUNTIME_DIR/vmem/<key>.sock``
 (only for an absolute XDG_RUNTIME_DIR), else ``/tmp/vmem-<uid>/<key>.sock``,
 where ``<key>`` is the 64-bit FNV-1a hash of the root's bytes as 16
 lowercase hex digits. A path longer than 107 bytes is an error.
+
+That rule depends on the environment; a running daemon also records the
+path it listens on in ``<gitdir>/vmem/socket`` (one line), which
+``recorded_socket`` reads (only from a directory and file of our own,
+never through a symlink), so a client whose environment differs from the
+daemon's (an MCP host's) still finds it.
 """
 
 import os
+import stat
 from typing import Mapping, Optional, Union
 
 from .errors import StorageError
 
 __all__ = ["fnv1a64", "socket_key", "find_root", "socket_path",
-           "SOCKPATH_MAX"]
+           "recorded_socket", "SOCKPATH_MAX"]
 
 FNV64_OFFSET = 0xCBF29CE484222325
 FNV64_PRIME = 0x100000001B3
@@ -80,3 +87,52 @@ def socket_path(root: str, env: Optional[Mapping[str, str]] = None,
         raise StorageError("socket path too long (over %d bytes): %s"
                            % (SOCKPATH_MAX, path))
     return path
+
+
+def _gitdir(root: str) -> Optional[str]:
+    """root/.git, or the directory a worktree's .git file names."""
+    dot_git = os.path.join(root, ".git")
+    if os.path.isdir(dot_git):
+        return dot_git
+    try:
+        with open(dot_git, encoding="utf-8") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    if not first.startswith("gitdir: "):
+        return None
+    return os.path.join(root, first[8:].rstrip("\n"))
+
+
+def _ours(st: os.stat_result) -> bool:
+    return st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def recorded_socket(root: str) -> Optional[str]:
+    """The socket path the running daemon of root recorded, or None
+    (none, or not to be trusted)."""
+    gitdir = _gitdir(root)
+    if gitdir is None:
+        return None
+    state = os.path.join(gitdir, "vmem")
+    try:
+        st = os.lstat(state)
+        if not stat.S_ISDIR(st.st_mode) or not _ours(st):
+            return None
+        fd = os.open(os.path.join(state, "socket"), os.O_RDONLY |
+                     os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not _ours(st):
+            return None
+        data = os.read(fd, SOCKPATH_MAX + 2)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if not data.endswith(b"\n") or not data.startswith(b"/") or \
+            len(data) > SOCKPATH_MAX + 1 or b"\0" in data:
+        return None
+    return os.fsdecode(data[:-1])

@@ -14,8 +14,8 @@ import threading
 from typing import (Any, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Union)
 
-from .connection import Connection, connect_or_start
-from .discovery import PathLike, find_root, socket_path
+from .connection import Connection, connect, connect_or_start
+from .discovery import PathLike, find_root, recorded_socket, socket_path
 from .errors import (DaemonConnectionError, InvalidParamsError,
                      VectorMemoryError)
 from .model import (HistoryEntry, StoredDecision, SyncResult,
@@ -353,4 +353,15 @@ class VectorMemoryManager:
 
 
 def _socket_path(root: str) -> str:
+    """$VMEM_SOCKET; else the socket the tree's daemon recorded, when a
+    daemon answers there; else the rule."""
+    if os.environ.get("VMEM_SOCKET"):
+        return socket_path(root)
+    recorded = recorded_socket(root)
+    if recorded is not None:
+        try:
+            connect(recorded, timeout=1.0).close()
+            return recorded
+        except OSError:
+            pass
     return socket_path(root)

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const kinds[] = {CONFLICT_KIND_DRIVER,
-				    CONFLICT_KIND_RESOLVE, CONFLICT_KIND_HELD};
+static const char *const kinds[] = {CONFLICT_KIND_DRIVER, CONFLICT_KIND_RESOLVE,
+				    CONFLICT_KIND_HELD, CONFLICT_KIND_REPLACED};
 
 static bool kind_known(const char *kind)
 {

@@ -10,13 +10,17 @@
  *
  * A record, pretty-printed with keys in this order:
  *
- *   {"kind": "merge-driver" | "resolution" | "held",
+ *   {"kind": "merge-driver" | "resolution" | "held" | "replaced",
  *    "coordinate": {"x", "y", "z"},
  *    "path": ".vector-memory/x-007/y-2-z-1.json",
  *    "recorded_at": RFC 3339 UTC with microseconds,
  *    "reason": one line,
  *    "kept": a decision record or null,
  *    "lost": a decision record or null}
+ *
+ * "replaced" is an acknowledged version not yet committed that a git
+ * command replaced or removed in the tree (a reset, a stash) before the
+ * daemon could commit it.
  *
  * "held" is the version the daemon keeps serving while the coordinate is
  * conflicted (kept; lost null): there is one per conflicted coordinate,
@@ -36,6 +40,7 @@
 #define CONFLICT_KIND_DRIVER  "merge-driver"
 #define CONFLICT_KIND_RESOLVE "resolution"
 #define CONFLICT_KIND_HELD    "held"
+#define CONFLICT_KIND_REPLACED "replaced"
 #define CONFLICT_NAME_MAX     96
 #define CONFLICT_REASON_MAX   400
 #define CONFLICT_FILE_MAX     (512 * 1024) /* two decisions and change */

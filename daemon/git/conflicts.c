@@ -26,8 +26,11 @@
 	"the version vmemd serves while the file is in a git conflict"
 #define DROP_REASON                                                        \
 	"a resolution of a git conflict dropped the acknowledged version"
+#define REPLACED_REASON                                                    \
+	"a git command replaced the acknowledged version in the tree before "  \
+	"it was committed"
 
-enum job_kind { JOB_REMOVE_HELD, JOB_DROP };
+enum job_kind { JOB_REMOVE_HELD, JOB_DROP, JOB_REPLACED };
 
 /* A change of record files, handed over whole to the thread pool. */
 struct conflicts_job {
@@ -417,14 +420,18 @@ static void job_work_cb(uv_work_t *req)
 	char name[CONFLICT_NAME_MAX], *text;
 	size_t len = 0;
 
+	const char *kind = j->kind == JOB_REPLACED ? CONFLICT_KIND_REPLACED
+						   : CONFLICT_KIND_RESOLVE;
+
 	j->rc = 0;
-	if (j->kind == JOB_DROP) {
-		text = conflict_record_text(CONFLICT_KIND_RESOLVE, &j->coord,
-					    j->at_usec, DROP_REASON, j->now,
-					    j->held, &len);
-		if (!text ||
-		    conflict_record_name(CONFLICT_KIND_RESOLVE, &j->coord,
-					 j->at_usec, name, sizeof(name)) < 0) {
+	if (j->kind != JOB_REMOVE_HELD) {
+		text = conflict_record_text(kind, &j->coord, j->at_usec,
+					    j->kind == JOB_REPLACED
+						    ? REPLACED_REASON
+						    : DROP_REASON,
+					    j->now, j->held, &len);
+		if (!text || conflict_record_name(kind, &j->coord, j->at_usec,
+						  name, sizeof(name)) < 0) {
 			free(text);
 			j->rc = -ENOMEM;
 			snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
@@ -433,7 +440,7 @@ static void job_work_cb(uv_work_t *req)
 		j->rc = records_write(j->cf->statedir, name, text, len,
 				      j->errmsg, sizeof(j->errmsg));
 		free(text);
-		if (j->rc < 0)
+		if (j->rc < 0 || j->kind == JOB_REPLACED)
 			return; /* the held record stays: nothing is lost */
 	}
 	conflict_record_name(CONFLICT_KIND_HELD, &j->coord, 0, name,
@@ -568,6 +575,38 @@ void conflicts_ended(struct conflicts *cf, const struct coord *c,
 			 same ? "the acknowledged version stays"
 			      : "a decision arrived where none was");
 	}
+	job_queue(cf, j);
+}
+
+void conflicts_replaced(struct conflicts *cf, const struct coord *c,
+			const char *held_json, const struct record *now)
+{
+	struct conflicts_job *j = calloc(1, sizeof(*j));
+	char path[96], name[CONFLICT_NAME_MAX];
+
+	vm_path(c, path, sizeof(path));
+	if (j) {
+		j->coord = *c;
+		j->at_usec = now_usec();
+		j->kind = JOB_REPLACED;
+		j->held = strdup(held_json);
+		j->now = now ? strdup(now->json) : NULL;
+	}
+	if (!j || !j->held || (now && !j->now)) {
+		log_err("out of memory: the acknowledged version of %s that a "
+			"git command replaced is not kept",
+			path);
+		if (j)
+			job_free(j);
+		return;
+	}
+	conflict_record_name(CONFLICT_KIND_REPLACED, c, j->at_usec, name,
+			     sizeof(name));
+	drop_note(cf, c, held_json, j->at_usec, name);
+	log_warn("%s: a git command %s the acknowledged version before it was "
+		 "committed; it is kept in %s/%s/%s",
+		 path, now ? "replaced" : "removed", cf->statedir,
+		 CONFLICT_DIRNAME, name);
 	job_queue(cf, j);
 }
 

@@ -175,6 +175,15 @@ bool conflicts_update(struct conflicts *cf, const struct unmerged_set *u,
 void conflicts_ended(struct conflicts *cf, const struct coord *c,
 		     const char *held_json, const struct record *now);
 
+/*
+ * A change under us (a reset, a stash, a checkout) replaced or removed an
+ * acknowledged version that was not committed yet (held_json): it is kept
+ * in a "replaced" record, logged, and listed in health's dropped, so that
+ * it stays findable.
+ */
+void conflicts_replaced(struct conflicts *cf, const struct coord *c,
+			const char *held_json, const struct record *now);
+
 /* The writer found conflict markers in slot's file (its held version is
  * already written): make it a conflict until a scan says more. */
 void conflicts_markers_found(struct conflicts *cf, size_t slot);

@@ -468,6 +468,16 @@ static void resumed_cb(void *ctx)
 	gitq_commit_soon(&d->gitq);
 }
 
+/* A reload replaces a version: one not yet committed is kept. */
+static void replacing_cb(void *ctx, size_t slot, const struct record *old,
+			 const struct record *rec)
+{
+	struct daemon *d = ctx;
+
+	if (gitq_uncommitted(&d->gitq, slot))
+		conflicts_replaced(&d->conflicts, &old->coord, old->json, rec);
+}
+
 /* A resolution changed files: look at them. */
 static void files_touched_cb(void *ctx)
 {
@@ -863,6 +873,8 @@ int main(int argc, char **argv)
 	conflicts_check_yield(&d->conflicts);
 	d->store.on_report = report_cb;
 	d->store.on_report_ctx = d;
+	d->store.on_replacing = replacing_cb;
+	d->store.on_replacing_ctx = d;
 	register_merge_driver(d);
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)

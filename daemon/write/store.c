@@ -1127,7 +1127,7 @@ static bool record_same(const struct record *a, const struct record *b)
 /* Put a slot's new state (rec NULL: none) into the index; tell the
  * commit queue when it really changed. */
 static void reload_apply(struct store *s, size_t slot, struct record *rec,
-			 const struct vmdir_stamp *stamp)
+			 const struct vmdir_stamp *stamp, bool conflict_ended)
 {
 	const struct record *old = s->index.slots[slot];
 	bool same = record_same(old, rec);
@@ -1137,6 +1137,8 @@ static void reload_apply(struct store *s, size_t slot, struct record *rec,
 		record_free(rec);
 		return;
 	}
+	if (old && !conflict_ended && s->on_replacing)
+		s->on_replacing(s->on_replacing_ctx, slot, old, rec);
 	if (rec) {
 		index_put(&s->index, rec);
 	} else {
@@ -1225,6 +1227,14 @@ static bool scan_conflicts(struct store *s, struct reload_job *j, bool apply,
 	return any;
 }
 
+static bool in_list(const size_t *list, size_t n, size_t v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (list[i] == v)
+			return true;
+	return false;
+}
+
 static void reload_after_cb(uv_work_t *req, int status)
 {
 	struct reload_job *j = req->data;
@@ -1252,12 +1262,15 @@ static void reload_after_cb(uv_work_t *req, int status)
 	if (rc == 0) {
 		for (size_t i = 0; i < j->n_changes; i++) {
 			reload_apply(s, j->changes[i].slot, j->changes[i].rec,
-				     &j->changes[i].stamp);
+				     &j->changes[i].stamp,
+				     in_list(ended, n_ended,
+					     j->changes[i].slot));
 			j->changes[i].rec = NULL;
 		}
 		for (size_t slot = 0; slot < j->n_slots; slot++)
 			if (j->present[slot] && !j->seen[slot])
-				reload_apply(s, slot, NULL, &none);
+				reload_apply(s, slot, NULL, &none,
+					     in_list(ended, n_ended, slot));
 		/* A conflict that ended: what the file now says replaced
 		 * the acknowledged version (or kept it). */
 		for (size_t i = 0; i < n_ended; i++) {

@@ -170,6 +170,13 @@ struct store {
 	store_reload_fn reload_cb;
 	void *reload_arg;
 
+	/* A reload is about to put rec (NULL: none) where old was, for a
+	 * change under us that is no conflict's end (old is still in the
+	 * index during the call). */
+	void (*on_replacing)(void *ctx, size_t slot, const struct record *old,
+			     const struct record *rec);
+	void *on_replacing_ctx;
+
 	/* What a probe or a reload found (quarantined, conflicted files):
 	 * every report goes here, to be logged and shown in health. */
 	void (*on_report)(void *ctx, const struct vmdir_load_report *rep);

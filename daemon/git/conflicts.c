@@ -9,6 +9,7 @@
 #include "conflicts.h"
 
 #include <errno.h>
+#include <git2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -608,6 +609,46 @@ void conflicts_replaced(struct conflicts *cf, const struct coord *c,
 		 path, now ? "replaced" : "removed", cf->statedir,
 		 CONFLICT_DIRNAME, name);
 	job_queue(cf, j);
+}
+
+bool conflicts_in_head(const struct conflicts *cf, const char *json)
+{
+	git_repository *repo = NULL;
+	git_object *obj = NULL;
+	char msg[VMEM_ERRMSG_LEN], rel[64], spec[96], *file = NULL;
+	struct decision d;
+	git_oid id;
+	size_t len = 0;
+	bool same = false;
+
+	if (decision_parse(json, strlen(json), cf->max_x, &d, msg) != 0)
+		return false;
+	coord_path(&d.coord, rel, sizeof(rel));
+	decision_done(&d);
+	snprintf(spec, sizeof(spec), "HEAD:.vector-memory/%s", rel);
+	file = decision_file_from_compact(json, strlen(json), &len);
+	if (file &&
+	    git_odb_hash(&id, file, len, GIT_OBJECT_BLOB) == 0 &&
+	    git_repository_open_ext(&repo, cf->root,
+				    GIT_REPOSITORY_OPEN_NO_SEARCH, NULL) == 0 &&
+	    git_revparse_single(&obj, repo, spec) == 0)
+		same = git_oid_equal(&id, git_object_id(obj));
+	git_object_free(obj);
+	git_repository_free(repo);
+	free(file);
+	return same;
+}
+
+void conflicts_z1_restored(struct conflicts *cf, const struct coord *c)
+{
+	char path[96];
+
+	(void)cf;
+	vm_path(c, path, sizeof(path));
+	log_warn("%s is write-once (z=1) and HEAD still holds its acknowledged "
+		 "version, but a git command changed or removed its file: "
+		 "the file is written again",
+		 path);
 }
 
 /* ---- start-up ---- */

@@ -184,6 +184,19 @@ void conflicts_ended(struct conflicts *cf, const struct coord *c,
 void conflicts_replaced(struct conflicts *cf, const struct coord *c,
 			const char *held_json, const struct record *now);
 
+/*
+ * Any thread: is json (a compact decision) the version HEAD's tree holds
+ * at its path? A write-once (z=1) decision that left the tree, or changed
+ * there, while HEAD still holds it was not changed by a commit of anyone:
+ * the daemon keeps it and writes its file again (z=1 is never rewritten,
+ * and never deleted by a commit of the daemon's). False when unsure.
+ */
+bool conflicts_in_head(const struct conflicts *cf, const char *json);
+
+/* A write-once decision kept over a change in the tree (see
+ * conflicts_in_head): say so. */
+void conflicts_z1_restored(struct conflicts *cf, const struct coord *c);
+
 /* The writer found conflict markers in slot's file (its held version is
  * already written): make it a conflict until a scan says more. */
 void conflicts_markers_found(struct conflicts *cf, size_t slot);

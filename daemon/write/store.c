@@ -1039,6 +1039,8 @@ struct reload_job {
 	size_t n_changes, cap_changes;
 	struct vmdir_load_report rep;
 	struct unmerged_set unmerged; /* git's unmerged decision files */
+	char **z1;	  /* per slot: a z=1 decision's compact JSON (owned) */
+	uint8_t *keep; /* per slot: z=1 kept over the tree (worker) */
 	int unmerged_rc;
 	char unmerged_err[256];
 	int rc;
@@ -1101,6 +1103,19 @@ static void reload_work_cb(uv_work_t *req)
 						    sizeof(j->unmerged_err));
 	j->rc = vmdir_scan(&j->s->dir, known_cb, changed_cb, j, &j->unmerged,
 			   &j->rep, j->errmsg, sizeof(j->errmsg));
+	/* A write-once decision HEAD still holds but the tree changed or
+	 * lost: no commit changed it, so it stays (conflicts_in_head). */
+	for (size_t i = 0; j->rc == 0 && j->z1 && i < j->n_changes; i++) {
+		size_t slot = j->changes[i].slot;
+
+		if (j->z1[slot] && strcmp(j->z1[slot], j->changes[i].rec->json) &&
+		    conflicts_in_head(j->s->conflicts, j->z1[slot]))
+			j->keep[slot] = 1;
+	}
+	for (size_t slot = 0; j->rc == 0 && j->z1 && slot < j->n_slots; slot++)
+		if (j->z1[slot] && !j->seen[slot] &&
+		    conflicts_in_head(j->s->conflicts, j->z1[slot]))
+			j->keep[slot] = 1;
 }
 
 static void reload_job_free(struct reload_job *j)
@@ -1111,6 +1126,10 @@ static void reload_job_free(struct reload_job *j)
 	free(j->present);
 	free(j->stamps);
 	free(j->seen);
+	for (size_t i = 0; j->z1 && i < j->n_slots; i++)
+		free(j->z1[i]);
+	free(j->z1);
+	free(j->keep);
 	vmdir_load_report_done(&j->rep);
 	unmerged_set_done(&j->unmerged);
 	free(j);
@@ -1260,7 +1279,19 @@ static void reload_after_cb(uv_work_t *req, int status)
 			set_error(s, "out of memory: conflicts not updated");
 	}
 	if (rc == 0) {
+		for (size_t slot = 0; j->keep && slot < j->n_slots; slot++) {
+			if (!j->keep[slot])
+				continue;
+			struct coord c = index_coord(&s->index, slot);
+
+			conflicts_z1_restored(s->conflicts, &c);
+			j->seen[slot] = 1;
+			mark_dirty(s, slot); /* its file written again */
+			writer_kick(s, 0);
+		}
 		for (size_t i = 0; i < j->n_changes; i++) {
+			if (j->keep && j->keep[j->changes[i].slot])
+				continue;
 			reload_apply(s, j->changes[i].slot, j->changes[i].rec,
 				     &j->changes[i].stamp,
 				     in_list(ended, n_ended,
@@ -1355,6 +1386,21 @@ static struct reload_job *reload_job_new(struct store *s)
 	memcpy(j->stamps, s->stamps, j->n_slots * sizeof(*j->stamps));
 	for (size_t i = 0; i < j->n_slots; i++)
 		j->present[i] = s->index.slots[i] != NULL;
+	if (s->conflicts) {
+		j->z1 = calloc(j->n_slots, sizeof(*j->z1));
+		j->keep = calloc(j->n_slots, 1);
+		for (size_t i = 0; j->z1 && j->keep && i < j->n_slots;
+		     i += VMEM_MAX_Z) /* slot i is z=1 */
+			if (s->index.slots[i] && !conflicts_has(s->conflicts, i) &&
+			    !(j->z1[i] = strdup(s->index.slots[i]->json))) {
+				reload_job_free(j);
+				return NULL;
+			}
+		if (!j->z1 || !j->keep) {
+			reload_job_free(j);
+			return NULL;
+		}
+	}
 	return j;
 }
 

@@ -905,6 +905,26 @@ static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
  * someone else (its stamp is not op->expect) and holds conflict markers,
  * so it must be left alone; 0 to go on; -errno.
  */
+/* Does the decision in a->buf (len bytes) at op's coordinate bear an
+ * earlier timestamp than op's text? */
+static bool first_writer(struct apply *a, size_t len,
+			 const struct vmdir_op *op)
+{
+	struct decision there, ours;
+	char msg[VMEM_ERRMSG_LEN];
+	bool earlier = false;
+
+	if (decision_parse(a->buf, len, INT_MAX, &there, msg) != 0)
+		return false;
+	if (decision_parse(op->text, op->len, INT_MAX, &ours, msg) == 0) {
+		earlier = coord_cmp(&there.coord, &op->coord) == 0 &&
+			  strcmp(there.timestamp, ours.timestamp) < 0;
+		decision_done(&ours);
+	}
+	decision_done(&there);
+	return earlier;
+}
+
 static int guard_conflict(struct apply *a, int dfd, const char *name,
 			  const struct vmdir_op *op)
 {
@@ -935,7 +955,9 @@ static int guard_conflict(struct apply *a, int dfd, const char *name,
 		return 0;
 	if (ret < 0)
 		return ret;
-	return markers_found(a->buf, len) ? 1 : 0;
+	if (markers_found(a->buf, len))
+		return 1;
+	return op->coord.z == 1 && op->text && first_writer(a, len, op) ? 2 : 0;
 }
 
 /* Open (creating when create) directory name in dfd, refusing symlinks. */
@@ -1122,7 +1144,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 						 : "");
 			goto out;
 		}
-		ops[i].skipped = false;
+		ops[i].skipped = ops[i].superseded = false;
 		ret = guard_conflict(&a, xd->fd, file, &ops[i]);
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot check %s/%s: %s",
@@ -1131,6 +1153,10 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		if (ret == 1) {
 			ops[i].skipped = true;
+			continue;
+		}
+		if (ret == 2) {
+			ops[i].superseded = true;
 			continue;
 		}
 		if (!ops[i].text) {

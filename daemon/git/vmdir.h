@@ -88,7 +88,9 @@ typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 /*
  * One materialisation: text NULL means delete the coordinate's file. With
  * guard, a file there whose stamp is not expect (someone else wrote it)
- * and which holds conflict markers is left as it is and the op skipped.
+ * and which holds conflict markers is left as it is and the op skipped;
+ * at z=1, one that holds a decision of an earlier timestamp (the first
+ * writer, which a merge keeps) is left as it is and the op superseded.
  */
 struct vmdir_op {
 	struct coord coord;
@@ -99,6 +101,8 @@ struct vmdir_op {
 	struct vmdir_stamp stamp;  /* out: the written file's stamp */
 	bool skipped;		   /* out: left alone (conflict markers) */
 	bool interrupted; /* out: not applied (interrupt said stop) */
+	bool superseded;  /* out: left alone: a write-once (z=1) decision
+			     someone else put there wrote it first */
 };
 
 /* Set up (no I/O). Copies root and quarantine. 0 or -ENOMEM. */

@@ -58,6 +58,7 @@ struct writer_item {
 	bool held;		   /* conflicted: held, its file left alone */
 	bool left;		   /* not written: git has the tree (worker) */
 	bool conflicted; /* its file turned out to be in conflict (worker) */
+	bool superseded; /* z=1 first written by someone else (worker) */
 };
 
 struct writer_job {
@@ -224,6 +225,7 @@ static int writer_run(struct vmdir *dir, struct conflicts *cf,
 		items[of[i]].conflicted = ops[i].skipped;
 		items[of[i]].held = ops[i].skipped;
 		items[of[i]].left = ops[i].interrupted;
+		items[of[i]].superseded = ops[i].superseded;
 	}
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		if (items[i].held)
@@ -307,6 +309,11 @@ static void writer_after_cb(uv_work_t *req, int status)
 				left = true;
 			} else if (it->conflicted) {
 				conflicts_markers_found(s->conflicts, slot);
+			} else if (it->superseded) {
+				/* the first writer's z=1 came with git: a
+				 * look at the files takes it (ours is kept
+				 * in a record, see on_replacing) */
+				s->probe_wanted = true;
 			} else if (!it->held && !s->dirty[slot]) {
 				s->stamps[slot] = it->stamp;
 			}

@@ -949,6 +949,12 @@ class ScriptedUser(Coexist):
                     self.violation("conflict not seen", path)
                 p = self.vmem("resolve", *map(str, c), "--ours")
                 if p.returncode:
+                    # git's rename detection may pair decision files of
+                    # two coordinates: keep what the daemon acknowledged
+                    diag("vmem resolve --ours: %s" % p.stderr.strip())
+                    p = self.vmem("resolve", *map(str, c),
+                                  "--keep-acknowledged")
+                if p.returncode:
                     self.violation("vmem resolve failed", p.stderr)
                 self.by_hand += 1
         if os.path.exists(os.path.join(self.repo.gitdir, "MERGE_HEAD")):
@@ -1100,7 +1106,9 @@ class ScriptedUser(Coexist):
                 errors="replace"))
         # 3. user commits delete only decisions someone deleted
         acks, first_z1, deleted = self.w.snapshot()
-        for line in self.git("log", "--format=%H %an", "HEAD").splitlines():
+        # who made each commit: the committer (a rebase re-commits the
+        # daemon's commits as the user)
+        for line in self.git("log", "--format=%H %cn", "HEAD").splitlines():
             cid, author = line.split(" ", 1)
             if cid in self.checked_commits:
                 continue

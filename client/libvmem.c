@@ -203,7 +203,8 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 	p = realpath(start, NULL);
 	if (!p) {
 		rc = -errno;
-		err_local(err, rc, "cannot resolve %s: %s", start,
+		err_local(err, rc,
+			  "Not a Git repository: cannot resolve %s: %s", start,
 			  vmem_strerror(rc));
 		goto out;
 	}
@@ -225,10 +226,17 @@ VMEM_EXPORT int vmem_repo_find(const char *repo, char **root,
 		else
 			*slash = '\0';
 	}
-	rc = err_local(err, -ENOENT,
-		       "not in a git working tree (no .git above %s); "
-		       "use --repo or VMEM_REPO",
-		       start);
+	/* Suggest --repo only to who did not give one. */
+	if (start == cwd)
+		rc = err_local(err, -ENOENT,
+			       "Not a Git repository: no .git in %s or above "
+			       "it; use --repo or VMEM_REPO",
+			       start);
+	else
+		rc = err_local(err, -ENOENT,
+			       "Not a Git repository: no .git in %s or above "
+			       "it",
+			       start);
 out:
 	free(p);
 	free(cwd);

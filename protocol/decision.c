@@ -2,7 +2,11 @@
  * Coordinates and decisions: validation of every field against the limits
  * of design.md section 1, and the two serialisations (compact for the wire
  * and the log, two-space indented for the files). Every parser here is the
- * exact inverse of its formatter, so a file round-trips byte for byte.
+ * exact inverse of its formatter, so a file we wrote round-trips byte for
+ * byte. The record parser also reads the seed library's files (no
+ * version, Python isoformat() timestamps); what it makes of them is our
+ * form, and the daemon leaves such a file's bytes alone until the
+ * decision is written again.
  */
 #include "protocol/decision.h"
 #include "protocol/errors.h"
@@ -67,6 +71,16 @@ static int axis_from_json(const json_t *obj, const char *name, int max,
 			*out = (int)i;
 			return 0;
 		}
+	}
+	if (json_is_real(v) &&
+	    (json_real_value(v) >= 9.2e18 || json_real_value(v) <= -9.2e18)) {
+		/* An integer literal beyond int64 arrives as a real
+		 * (jsonrpc.c): say what it was rather than its rounding. */
+		set_msg(msg,
+			"coordinate.%s must be an integer in 1..%d (got a "
+			"number beyond 64 bits)",
+			name, max);
+		return RPC_COORDINATE_VALIDATION;
 	}
 	got = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 	if (got)
@@ -234,7 +248,7 @@ int content_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
 		return RPC_INVALID_PARAMS;
 	}
 	if (len > VMEM_CONTENT_MAX) {
-		set_msg(msg, "content is %zu bytes, more than %d", len,
+		set_msg(msg, "content too large: %zu bytes, more than %d", len,
 			VMEM_CONTENT_MAX);
 		return RPC_INVALID_PARAMS;
 	}
@@ -243,6 +257,45 @@ int content_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
 		return RPC_INVALID_PARAMS;
 	}
 	return 0;
+}
+
+/* Is the code point whitespace for Python's str.strip()? */
+static bool is_space(uint32_t cp)
+{
+	return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) ||
+	       cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+	       (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+	       cp == 0x202f || cp == 0x205f || cp == 0x3000;
+}
+
+/* True when valid UTF-8 s[0..len) holds only whitespace. */
+static bool blank(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0, n;
+	uint32_t cp;
+
+	while (i < len) {
+		n = s[i] < 0x80 ? 1 : s[i] < 0xe0 ? 2 : s[i] < 0xf0 ? 3 : 4;
+		cp = n == 1 ? s[i] : s[i] & (0x7f >> n);
+		for (size_t k = 1; k < n; k++)
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		if (!is_space(cp))
+			return false;
+		i += n;
+	}
+	return true;
+}
+
+int content_check_new(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
+{
+	int rc = content_check(s, len, msg);
+
+	if (rc == 0 && blank(s, len)) {
+		set_msg(msg, "content must not be empty or only whitespace");
+		rc = RPC_INVALID_PARAMS;
+	}
+	return rc;
 }
 
 int agent_id_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
@@ -397,6 +450,63 @@ int timestamp_parse(const char *s, int64_t *usec)
 	return 0;
 }
 
+/* A numeric offset "+HH:MM" or "-HH:MM" in minutes; -1 if malformed. */
+static int offset_minutes(const char *s, size_t len, int *minutes)
+{
+	int hh, mm;
+
+	if (len != 6 || (s[0] != '+' && s[0] != '-') || s[3] != ':')
+		return -1;
+	hh = digits(s + 1, 2);
+	mm = digits(s + 4, 2);
+	if (hh < 0 || hh > 23 || mm < 0 || mm > 59)
+		return -1;
+	*minutes = (s[0] == '-' ? -1 : 1) * (hh * 60 + mm);
+	return 0;
+}
+
+int timestamp_parse_any(const char *s, size_t len, int64_t *usec)
+{
+	char norm[VMEM_TIMESTAMP_LEN + 1];
+	int frac = 0, scale = 100000, minutes = 0;
+	size_t i = 19;
+	int64_t t;
+
+	/* The date and time, rewritten in our form to reuse its checks. */
+	if (!s || len < 19 || (s[10] != 'T' && s[10] != 't' && s[10] != ' '))
+		return -1;
+	memcpy(norm, s, 19);
+	norm[10] = 'T';
+	if (i < len && s[i] == '.') {
+		size_t start = ++i;
+
+		while (i < len && s[i] >= '0' && s[i] <= '9') {
+			if (i - start < 6) {
+				frac += (s[i] - '0') * scale;
+				scale /= 10;
+			}
+			i++;
+		}
+		if (i == start || i - start > 9)
+			return -1;
+	}
+	snprintf(norm + 19, sizeof(norm) - 19, ".%06dZ", frac);
+	if (timestamp_parse(norm, &t) < 0)
+		return -1;
+	if (i < len && (s[i] == 'Z' || s[i] == 'z'))
+		i++;
+	else if (i < len && offset_minutes(s + i, len - i, &minutes) == 0)
+		i = len;
+	if (i != len)
+		return -1;
+	t -= (int64_t)minutes * 60 * 1000000;
+	/* The instant must be one our own form can spell (years 1..9999). */
+	timestamp_format(t, norm);
+	if (timestamp_parse(norm, usec) < 0)
+		return -1;
+	return 0;
+}
+
 void decision_done(struct decision *d)
 {
 	if (!d)
@@ -466,7 +576,11 @@ int decision_from_json(const json_t *obj, int max_x, struct decision *out,
 		}
 	}
 	for (i = 0; i < RECORD_MEMBERS; i++) {
-		if (!json_object_get(obj, record_members[i])) {
+		/* The seed library's files have no version, and its reader
+		 * takes a missing issue_context as null. */
+		if (!json_object_get(obj, record_members[i]) &&
+		    strcmp(record_members[i], "version") != 0 &&
+		    strcmp(record_members[i], "issue_context") != 0) {
 			set_msg(msg, "decision is missing member %s",
 				record_members[i]);
 			return RPC_INVALID_PARAMS;
@@ -492,13 +606,12 @@ int decision_from_json(const json_t *obj, int max_x, struct decision *out,
 
 	v = json_object_get(obj, "timestamp");
 	s = json_string_value(v);
-	if (!s || json_string_length(v) != VMEM_TIMESTAMP_LEN ||
-	    timestamp_parse(s, &usec) < 0) {
-		set_msg(msg, "timestamp must be RFC 3339 UTC with "
-			     "microseconds (YYYY-MM-DDTHH:MM:SS.uuuuuuZ)");
+	if (!s || timestamp_parse_any(s, json_string_length(v), &usec) < 0) {
+		set_msg(msg, "timestamp must be RFC 3339 "
+			     "(YYYY-MM-DDTHH:MM:SS[.ffffff][Z|+HH:MM])");
 		goto out;
 	}
-	memcpy(out->timestamp, s, VMEM_TIMESTAMP_LEN + 1);
+	timestamp_format(usec, out->timestamp);
 
 	v = json_object_get(obj, "agent_id");
 	if (!json_is_string(v)) {
@@ -523,11 +636,11 @@ int decision_from_json(const json_t *obj, int max_x, struct decision *out,
 	}
 
 	v = json_object_get(obj, "version");
-	if (!json_is_integer(v) || json_integer_value(v) < 1) {
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1)) {
 		set_msg(msg, "version must be an integer >= 1");
 		goto out;
 	}
-	out->version = json_integer_value(v);
+	out->version = v ? json_integer_value(v) : 1;
 
 	v = json_object_get(obj, "content");
 	out->content = malloc(n + 1);

@@ -72,6 +72,14 @@ int coord_from_path(const char *dir, const char *file, int max_x,
 
 /* Checks of single fields: 0, or RPC_INVALID_PARAMS with msg. */
 int content_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN]);
+
+/*
+ * The content of a new write: content_check, and not made only of
+ * whitespace (the whitespace of Python's str.strip(), ASCII and Unicode).
+ * Records already stored are judged by content_check alone, so files
+ * written before this rule still load.
+ */
+int content_check_new(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN]);
 int agent_id_check(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN]);
 int issue_context_check(const json_t *ctx, char msg[VMEM_ERRMSG_LEN]);
 
@@ -84,6 +92,15 @@ void timestamp_format(int64_t usec, char out[VMEM_TIMESTAMP_LEN + 1]);
 /* Parse that exact format back. 0, or -1 when malformed. */
 int timestamp_parse(const char *s, int64_t *usec);
 
+/*
+ * Parse the timestamps a stored record may carry: ours, and every form
+ * the seed library writes (Python isoformat() and RFC 3339):
+ * YYYY-MM-DD, 'T' (or 't' or a space), HH:MM:SS, an optional fraction of
+ * 1 to 9 digits (truncated to microseconds), then 'Z', 'z', +HH:MM,
+ * -HH:MM or nothing (no offset counts as UTC). 0, or -1 when malformed.
+ */
+int timestamp_parse_any(const char *s, size_t len, int64_t *usec);
+
 /* Free the strings and context of d (not d itself). NULL-safe. */
 void decision_done(struct decision *d);
 
@@ -95,9 +112,12 @@ json_t *decision_to_json(const struct decision *d);
 
 /*
  * Validate a record object (as read from a file or the log) and fill *out
- * (owned by the caller: decision_done). Every member must be present, of
- * the right type and within its limits; no extra members. Returns 0, or an
- * RPC code with msg.
+ * (owned by the caller: decision_done). Every member must be of the right
+ * type and within its limits; no extra members. Every member must be
+ * present but two, which the seed library's files may lack: version
+ * (then 1) and issue_context (then null). The timestamp may be in any
+ * form timestamp_parse_any() reads; *out holds it in our form. Returns 0,
+ * or an RPC code with msg.
  */
 int decision_from_json(const json_t *obj, int max_x, struct decision *out,
 		       char msg[VMEM_ERRMSG_LEN]);

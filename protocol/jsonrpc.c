@@ -6,7 +6,9 @@
 #include "protocol/jsonrpc.h"
 #include "protocol/errors.h"
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +54,150 @@ static size_t nesting_depth(const char *s, size_t len, size_t stop)
 	return max;
 }
 
+/* Is the integer literal s[0..n) (optional '-', digits) outside int64? */
+static bool beyond_int64(const char *s, size_t n)
+{
+	static const char max[] = "9223372036854775807";
+	bool neg = s[0] == '-';
+	size_t d = n - neg;
+	int cmp;
+
+	s += neg;
+	if (d == 0 || (s[0] == '0' && d > 1))
+		return false; /* not valid JSON: jansson says so */
+	if (d != sizeof(max) - 1)
+		return d > sizeof(max) - 1;
+	cmp = memcmp(s, max, d);
+	/* -9223372036854775808 is the one more that fits. */
+	return cmp > 0 && !(neg && memcmp(s, "9223372036854775808", d) == 0);
+}
+
+/* Is the object at level lvl (1 or 2) a request of the line (the line's
+ * object, or an element of its batch)? */
+static bool request_level(const char type[3], size_t lvl)
+{
+	return (lvl == 1 && type[1] == '{') ||
+	       (lvl == 2 && type[1] == '[' && type[2] == '{');
+}
+
+/*
+ * The line with every integer literal outside int64 written as a real (its
+ * digits and ".0", or +-1e300 when a double cannot hold it), so that
+ * jansson parses it and the request is answered with its own id: every
+ * integer param refuses a real as it refuses any other non-integer. A
+ * request's own id beyond int64 is left as it is, so that line stays a
+ * parse error (its id cannot be echoed). Returns a malloc'd text (length
+ * in *out_len), or NULL when nothing was rewritten or memory ran out.
+ */
+static char *widen_big_integers(const char *s, size_t len, size_t *out_len)
+{
+	char type[3] = {0}, *out = NULL, *t;
+	bool expect_key[3] = {false}, key_is_id[3] = {false}, changed = false;
+	size_t i = 0, depth = 0, n = 0, cap = len + 64, key = 0, j;
+
+	out = malloc(cap);
+	if (!out)
+		return NULL;
+	while (i < len) {
+		char c = s[i];
+
+		if (c == '"') {
+			/* A string, copied whole; a request's member name is
+			 * remembered when it is "id". */
+			for (j = i + 1; j < len && s[j] != '"'; j++)
+				if (s[j] == '\\')
+					j++;
+			if (j > len)
+				j = len; /* a backslash ended the line */
+			if (depth <= 2 && type[depth] == '{' &&
+			    expect_key[depth])
+				key_is_id[depth] =
+					j - i - 1 == 2 &&
+					memcmp(s + i + 1, "id", 2) == 0;
+			key = j < len ? j + 1 - i : len - i;
+			memcpy(out + n, s + i, key);
+			n += key;
+			i += key;
+			continue;
+		}
+		if (c == '-' || (c >= '0' && c <= '9')) {
+			bool integer = true;
+
+			for (j = i;
+			     j < len && s[j] && strchr("+-.eE0123456789", s[j]);
+			     j++)
+				if (s[j] == '.' || s[j] == 'e' || s[j] == 'E')
+					integer = false;
+			if (integer && beyond_int64(s + i, j - i) &&
+			    !(request_level(type, depth) && key_is_id[depth])) {
+				bool fits = j - i - (c == '-') <= 300;
+				size_t need = n + (fits ? j - i + 2 : 7) +
+					      (len - j) + 1;
+
+				if (need > cap) {
+					cap = need + cap / 2;
+					t = realloc(out, cap);
+					if (!t)
+						goto fail;
+					out = t;
+				}
+				if (fits) {
+					memcpy(out + n, s + i, j - i);
+					n += j - i;
+					memcpy(out + n, ".0", 2);
+					n += 2;
+				} else {
+					n += (size_t)sprintf(out + n, "%s1e300",
+							     c == '-' ? "-"
+								      : "");
+				}
+				changed = true;
+			} else {
+				memcpy(out + n, s + i, j - i);
+				n += j - i;
+			}
+			i = j;
+			continue;
+		}
+		switch (c) {
+		case '{':
+		case '[':
+			if (++depth <= 2) {
+				type[depth] = c;
+				expect_key[depth] = c == '{';
+				key_is_id[depth] = false;
+			}
+			break;
+		case '}':
+		case ']':
+			if (depth > 0)
+				depth--;
+			break;
+		case ':':
+			if (depth <= 2)
+				expect_key[depth] = false;
+			break;
+		case ',':
+			if (depth <= 2 && type[depth] == '{') {
+				expect_key[depth] = true;
+				key_is_id[depth] = false;
+			}
+			break;
+		default:
+			break;
+		}
+		out[n++] = c;
+		i++;
+	}
+	if (!changed)
+		goto fail;
+	*out_len = n;
+	return out;
+fail:
+	free(out);
+	return NULL;
+}
+
 static const char *load_error_msg(const json_error_t *err)
 {
 	switch (json_error_code(err)) {
@@ -82,6 +228,16 @@ int rpc_parse(const char *line, size_t len, size_t max_depth, json_t **doc,
 	}
 	root = json_loadb(line, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
 			  &err);
+	if (!root && json_error_code(&err) == json_error_numeric_overflow) {
+		size_t wide_len;
+		char *wide = widen_big_integers(line, len, &wide_len);
+
+		if (wide)
+			root = json_loadb(
+				wide, wide_len,
+				JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, NULL);
+		free(wide);
+	}
 	if (!root) {
 		*msg = load_error_msg(&err);
 		ret = RPC_PARSE_ERROR;

@@ -34,6 +34,9 @@ struct rpc_request {
  * JSON-RPC code (RPC_PARSE_ERROR for invalid JSON, RPC_INVALID_REQUEST for
  * an empty array or a text that is neither object nor array), *doc is NULL
  * and *msg a static description. max_depth bounds nesting (0: no bound).
+ * An integer literal outside int64 is read as a real (so a param that
+ * takes an integer refuses it, and the request is answered with its own
+ * id), except as a request's id: that line is a parse error.
  */
 int rpc_parse(const char *line, size_t len, size_t max_depth, json_t **doc,
 	      const char **msg);

@@ -6,6 +6,7 @@
 #include "service.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -186,6 +187,30 @@ static int systemctl(const char *a1, const char *a2, const char *a3,
 		if (errno != EINTR)
 			return 127;
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+int service_manager_reachable(void)
+{
+	char *argv[] = {"systemctl", "--user", "show-environment", NULL};
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int rc, status;
+
+	/* Quietly: only whether systemctl reaches the user manager. */
+	if (posix_spawn_file_actions_init(&fa))
+		return -ENOMEM;
+	posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null",
+					 O_WRONLY, 0);
+	posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null",
+					 O_WRONLY, 0);
+	rc = posix_spawnp(&pid, "systemctl", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (rc)
+		return -rc;
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -ENOTCONN;
 }
 
 /* The absolute path of the daemon program (ExecStart needs one). */

@@ -16,4 +16,11 @@
  */
 int service_command(const char *sub, const char *root, const char *vmemd);
 
+/*
+ * Does `systemctl --user` reach a user manager (a user bus)? 0, -ENOTCONN
+ * when it does not, or another -errno when systemctl cannot be run.
+ * Prints nothing.
+ */
+int service_manager_reachable(void);
+
 #endif

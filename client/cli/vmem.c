@@ -99,9 +99,15 @@ static void usage(FILE *f)
 	      "(after\n"
 	      "                       a checkout, a pull, a hand edit)\n"
 	      "  history X Y Z [--limit N]\n"
-	      "                       every version of (X, Y, Z) in git, "
-	      "newest\n"
-	      "                       first (an uncommitted change first)\n"
+	      "                       the versions of (X, Y, Z) committed to "
+	      "git,\n"
+	      "                       newest first, after the current state "
+	      "when\n"
+	      "                       it is not committed yet; versions "
+	      "replaced\n"
+	      "                       before their commit (within the batch\n"
+	      "                       window, commit_delay_ms) are not "
+	      "listed\n"
 	      "  rollback-point X Y   the newest commit holding only "
 	      "decisions\n"
 	      "                       before issue X, stage Y\n"
@@ -131,7 +137,7 @@ static void usage(FILE *f)
 	      "  mcp                  serve MCP on stdin/stdout for an MCP "
 	      "client\n"
 	      "                       (--agent: the agent id of its writes)\n"
-	      "  help                 this help\n"
+	      "  help [COMMAND]       this help, or a command's\n"
 	      "\n"
 	      "X: issue number; Y: stage 1 architect, 2 test, 3 implement,\n"
 	      "4 review, 5 merge; Z: layer 1 Architecture (write-once),\n"
@@ -158,6 +164,51 @@ static void usage(FILE *f)
 	      f);
 }
 
+/* The command being run, once known: usage errors point at its help. */
+static const char *usage_cmd;
+
+/*
+ * vmem help COMMAND: the lines of usage() about COMMAND (its entry, up to
+ * the next command's), then where the rest is, to f (NULL: only look).
+ * Returns false when usage() has no such command.
+ */
+static bool usage_of(const char *cmd, FILE *f)
+{
+	char *text = NULL, *line, *save = NULL;
+	size_t size = 0, n = strlen(cmd);
+	FILE *m = open_memstream(&text, &size);
+	bool found = false, in = false;
+
+	if (!m)
+		return false;
+	usage(m);
+	fclose(m);
+	for (line = strtok_r(text, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		/* A command's entry starts "  NAME" at column 2. */
+		bool entry = line[0] == ' ' && line[1] == ' ' &&
+			     line[2] >= 'a' && line[2] <= 'z';
+
+		if (entry)
+			in = strncmp(line + 2, cmd, n) == 0 &&
+			     (line[2 + n] == ' ' || line[2 + n] == '\0');
+		else if (line[0] != ' ')
+			in = false;
+		if (in && f) {
+			if (!found)
+				fputs("usage: vmem [OPTIONS] COMMAND "
+				      "[ARGS]\n\n",
+				      f);
+			fprintf(f, "%s\n", line);
+		}
+		found = found || in;
+	}
+	free(text);
+	if (found && f)
+		fputs("\noptions and the rest: vmem help\n", f);
+	return found;
+}
+
 __attribute__((format(printf, 1, 2), noreturn)) static void
 die_usage(const char *fmt, ...)
 {
@@ -167,8 +218,10 @@ die_usage(const char *fmt, ...)
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-	fputs("\n\n", stderr);
-	usage(stderr);
+	if (usage_cmd)
+		fprintf(stderr, "\nsee 'vmem help %s'\n", usage_cmd);
+	else
+		fputs("\nsee 'vmem help'\n", stderr);
 	exit(EXIT_USAGE);
 }
 
@@ -178,9 +231,34 @@ __attribute__((noreturn)) static void die_oom(void)
 	exit(EXIT_USAGE);
 }
 
+/* A coordinate came from the command line (parse_coord). */
+static bool coord_given;
+
 /* Report a failed library call; returns the exit status. */
 static int report(int rc, const struct vmem_error *err)
 {
+	if (rc == -EREMOTEIO && coord_given &&
+	    strcmp(err->type, "CoordinateValidationError") == 0) {
+		/* x beyond the daemon's max_x, given on the command line: a
+		 * usage error, as every other coordinate out of range. */
+		fprintf(stderr, "vmem: %s\nsee 'vmem help %s'\n", err->message,
+			usage_cmd ? usage_cmd : "");
+		return EXIT_USAGE;
+	}
+	if (rc == -EREMOTEIO &&
+	    strcmp(err->type, "CoordinateOccupiedError") == 0) {
+		/* The daemon names its params; here the flags do that. */
+		const char *cut = strstr(err->message, "; pass ");
+
+		fprintf(stderr,
+			"vmem: %s: %.*s; use --overwrite to replace it, or "
+			"--if-version N to replace only version N\n",
+			err->type,
+			(int)(cut ? (size_t)(cut - err->message)
+				  : strlen(err->message)),
+			err->message);
+		return EXIT_DOMAIN;
+	}
 	if (rc == -EREMOTEIO) {
 		if (err->type[0])
 			fprintf(stderr, "vmem: %s: %s\n", err->type,
@@ -211,8 +289,16 @@ static bool parse_i64(const char *s, int64_t *out)
 	return true;
 }
 
+/*
+ * The largest x any daemon accepts (max_x is at most this); x up to
+ * there is judged by the daemon, against its own max_x.
+ */
+#define X_LIMIT 1000000
+
 static void parse_coord(const struct cli *cli, struct vmem_coord *c)
 {
+	static const char axis[3] = {'X', 'Y', 'Z'};
+	static const int top[3] = {X_LIMIT, 5, 4};
 	int *dst[3] = {&c->x, &c->y, &c->z};
 	int64_t v;
 	int i;
@@ -223,11 +309,16 @@ static void parse_coord(const struct cli *cli, struct vmem_coord *c)
 		if (!parse_i64(cli->pos[i], &v))
 			die_usage("coordinate '%s' is not an integer",
 				  cli->pos[i]);
-		if (v < INT_MIN || v > INT_MAX)
-			die_usage("coordinate '%s' is out of range",
+		if ((v < 1 || v > top[i]) && i == 0)
+			die_usage("X must be in 1..max_x (1000 unless the "
+				  "daemon runs with --max-x), not %s",
 				  cli->pos[i]);
+		if (v < 1 || v > top[i])
+			die_usage("%c must be in 1..%d, not %s", axis[i],
+				  top[i], cli->pos[i]);
 		*dst[i] = (int)v;
 	}
+	coord_given = true;
 }
 
 /* The value of an option: "--opt=value" or the next argument. */
@@ -358,6 +449,16 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 	}
 }
 
+/* Would the library start the daemon (autostart as in vmem_options)? */
+static bool autostart_on(int autostart)
+{
+	const char *e = getenv("VMEM_NO_AUTOSTART");
+
+	if (autostart >= 0)
+		return autostart != 0;
+	return !(e && strcmp(e, "1") == 0);
+}
+
 static int open_client(const struct cli *cli, int autostart, const char *agent,
 		       vmem_client **c)
 {
@@ -371,6 +472,16 @@ static int open_client(const struct cli *cli, int autostart, const char *agent,
 	o.autostart = cli->no_autostart ? 0 : autostart;
 	o.timeout_ms = cli->timeout_ms;
 	rc = vmem_client_open(c, &o, &err);
+	if ((rc == -ENOENT || rc == -ECONNREFUSED) &&
+	    !autostart_on(o.autostart)) {
+		/* Nothing answers and we may not start it: say so plainly. */
+		fprintf(stderr,
+			"vmem: vmemd is not running (%s); start it with 'vmem "
+			"daemon start', or leave out --no-autostart / "
+			"VMEM_NO_AUTOSTART=1\n",
+			err.message);
+		return EXIT_USAGE;
+	}
 	if (rc < 0)
 		return report(rc, &err);
 	return EXIT_OK;
@@ -402,13 +513,14 @@ static char *read_stdin(size_t *len)
 		}
 		got = fread(buf + n, 1, cap - n - 1, stdin);
 		n += got;
-		if (got == 0) {
-			if (ferror(stdin)) {
-				free(buf);
-				return NULL;
-			}
-			break;
+		if (ferror(stdin)) {
+			free(buf);
+			return NULL;
 		}
+		/* A short count is the end: on a terminal, another read
+		 * after Ctrl-D would wait for more. */
+		if (got == 0 || feof(stdin))
+			break;
 	}
 	buf[n] = '\0';
 	*len = n;
@@ -494,6 +606,13 @@ static void print_decision(json_t *d)
 		putchar('\n');
 }
 
+/* Empty, or only ASCII whitespace (the daemon also refuses Unicode
+ * whitespace). */
+static bool blank(const char *s)
+{
+	return s[strspn(s, " \t\n\v\f\r")] == '\0';
+}
+
 static int cmd_store(struct cli *cli, vmem_client *c)
 {
 	struct vmem_store_options so = {0};
@@ -511,6 +630,10 @@ static int cmd_store(struct cli *cli, vmem_client *c)
 	if (cli->npos == 4 && strcmp(cli->pos[3], "-") != 0) {
 		text = cli->pos[3];
 	} else {
+		if (isatty(STDIN_FILENO))
+			fputs("vmem: reading the decision from standard input; "
+			      "end it with Ctrl-D (or give TEXT after X Y Z)\n",
+			      stderr);
 		content = read_stdin(&len);
 		if (!content) {
 			fprintf(stderr, "vmem: cannot read stdin: %s\n",
@@ -523,9 +646,9 @@ static int cmd_store(struct cli *cli, vmem_client *c)
 		}
 		text = content;
 	}
-	if (!*text) {
+	if (blank(text)) {
 		free(content);
-		die_usage("content is empty");
+		die_usage("content is empty or only whitespace");
 	}
 	if (cli->context) {
 		ctx = json_dumps(cli->context, JSON_COMPACT);
@@ -690,6 +813,8 @@ static int cmd_history(struct cli *cli, vmem_client *c)
 	r = call_json(cli, c, "decision.history", params, &status);
 	if (!r)
 		return status;
+	if (json_array_size(r) == 0)
+		printf("no versions of (%d, %d, %d)\n", co.x, co.y, co.z);
 	json_array_foreach(r, i, v)
 	{
 		json_t *commit = json_object_get(v, "commit");
@@ -758,6 +883,8 @@ static int cmd_log(struct cli *cli, vmem_client *c)
 	r = call_json(cli, c, "git.log", params, &status);
 	if (!r)
 		return status;
+	if (json_array_size(r) == 0)
+		puts("no commits of the memory");
 	json_array_foreach(r, i, v)
 		printf("%.12s  %s  %s\n", str_member(v, "commit"),
 		       str_member(v, "committed_at"), str_member(v, "subject"));
@@ -828,7 +955,13 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 	       (long long)int_member(h, "pending"));
 	printf("%-13s%.0f s\n",
 	       "uptime:", json_number_value(json_object_get(h, "uptime_s")));
-	print_opt_line("last commit:", json_object_get(h, "last_commit"));
+	q = json_object_get(h, "last_commit");
+	if (json_is_object(q))
+		printf("%-13s%.12s at %s\n",
+		       "last commit:", str_member(q, "commit"),
+		       str_member(q, "committed_at"));
+	else
+		printf("%-13s%s\n", "last commit:", "none yet");
 	print_opt_line("deferred:", json_object_get(h, "commit_deferred"));
 	print_opt_line("last error:", json_object_get(h, "last_error"));
 	print_opt_line("files wait:", json_object_get(h, "files_wait_for_git"));
@@ -1112,6 +1245,20 @@ static int cmd_service(struct cli *cli)
 	rc = vmem_repo_find(cli->repo, &root, &err);
 	if (rc < 0)
 		return report(rc, &err);
+	if (strcmp(sub, "install") == 0 &&
+	    (rc = service_manager_reachable()) < 0) {
+		/* Checked first: without a user manager nothing can take
+		 * over, so the running daemon must stay. */
+		fprintf(stderr, "vmem: %s; nothing was changed\n",
+			rc == -ENOTCONN
+				? "systemctl --user reaches no user manager "
+				  "(no "
+				  "user bus: log in, or run 'loginctl "
+				  "enable-linger', and check XDG_RUNTIME_DIR)"
+				: "cannot run systemctl");
+		status = EXIT_USAGE;
+		goto out;
+	}
 	if (strcmp(sub, "install") == 0 && daemon_running(cli)) {
 		puts("stopping the vmemd serving this tree, so that systemd "
 		     "takes over its socket");
@@ -1677,8 +1824,7 @@ static int print_table(json_t *arr, json_t *query_terms)
 	json_t *terms;
 
 	if (n == 0) {
-		if (tty)
-			puts("(no decisions)");
+		puts("no decisions");
 		return EXIT_OK;
 	}
 	rows = calloc(n, sizeof(*rows));
@@ -1868,8 +2014,8 @@ static void check_args(const char *cmd, const struct cli *cli)
 	if (strcmp(cmd, "store") == 0) {
 		if (cli->npos > 4)
 			die_usage("store takes X Y Z [TEXT|-]");
-		if (cli->npos == 4 && !*cli->pos[3])
-			die_usage("content is empty");
+		if (cli->npos == 4 && blank(cli->pos[3]))
+			die_usage("content is empty or only whitespace");
 	} else if (cli->npos != 3) {
 		die_usage("%s takes X Y Z", cmd);
 	}
@@ -1914,17 +2060,24 @@ int main(int argc, char **argv)
 	}
 	if (!cli.agent)
 		cli.agent = "vmem-cli";
-	if (cli.npos == 0)
+	if (cli.npos <= 0)
 		die_usage("no command given");
 	cmd = cli.pos[0];
 	/* The remaining positionals are the command's arguments. */
 	memmove(cli.pos, cli.pos + 1, sizeof(cli.pos[0]) * (size_t)cli.npos);
 	cli.npos--;
 	if (strcmp(cmd, "help") == 0) {
-		usage(stdout);
+		if (cli.npos > 1)
+			die_usage("help takes at most one COMMAND");
+		if (cli.npos == 1 && !usage_of(cli.pos[0], stdout))
+			die_usage("no command '%s'", cli.pos[0]);
+		if (cli.npos == 0)
+			usage(stdout);
 		status = EXIT_OK;
 		goto out;
 	}
+	if (usage_of(cmd, NULL))
+		usage_cmd = cmd;
 	ls = strcmp(cmd, "ls") == 0;
 	before = strcmp(cmd, "before") == 0;
 	search = strcmp(cmd, "search") == 0;

@@ -112,6 +112,9 @@ _vmem()
 		fi
 		;;
 	help)
+		if ((nargs == 0)) && [[ $cur != -* ]]; then
+			COMPREPLY=($(compgen -W "$commands" -- "$cur"))
+		fi
 		return 0
 		;;
 	esac

@@ -75,16 +75,18 @@ static size_t slot_of(const struct conflicts *cf, const struct coord *c)
 static void yield_timer_cb(uv_timer_t *t);
 
 int conflicts_init(struct conflicts *cf, uv_loop_t *loop, size_t n_slots,
-		   int max_x, const char *root, const char *gitdir,
-		   const char *statedir)
+		   int max_x, const struct repo *r)
 {
 	memset(cf, 0, sizeof(*cf));
 	cf->loop = loop;
 	cf->n_slots = n_slots;
 	cf->max_x = max_x;
-	cf->root = strdup(root);
-	cf->gitdir = strdup(gitdir);
-	cf->statedir = strdup(statedir);
+	cf->root = strdup(r->root);
+	cf->gitdir = strdup(r->gitdir);
+	cf->statedir = strdup(r->state.path ? r->state.path : "");
+	cf->state = &r->state;
+	cf->file_mode = r->file_mode;
+	cf->dir_mode = r->dir_mode;
 	cf->flag = calloc(n_slots, 1);
 	cf->z1 = calloc(n_slots, 1);
 	if (!cf->root || !cf->gitdir || !cf->statedir || !cf->flag ||
@@ -203,7 +205,7 @@ int conflicts_hold(const struct conflicts *cf, const struct coord *c,
 		errmsg_set(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
-	rc = records_write(cf->statedir, name, text, len, errmsg, errn);
+	rc = records_write(cf->state, name, text, len, errmsg, errn);
 	free(text);
 	return rc;
 }
@@ -438,7 +440,7 @@ static void job_work_cb(uv_work_t *req)
 			snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
 			return;
 		}
-		j->rc = records_write(j->cf->statedir, name, text, len,
+		j->rc = records_write(j->cf->state, name, text, len,
 				      j->errmsg, sizeof(j->errmsg));
 		free(text);
 		if (j->rc < 0 || j->kind == JOB_REPLACED)
@@ -446,7 +448,7 @@ static void job_work_cb(uv_work_t *req)
 	}
 	conflict_record_name(CONFLICT_KIND_HELD, &j->coord, 0, name,
 			     sizeof(name));
-	j->rc = records_remove(j->cf->statedir, name, j->errmsg,
+	j->rc = records_remove(j->cf->state, name, j->errmsg,
 			       sizeof(j->errmsg));
 }
 
@@ -729,7 +731,7 @@ static int held_record(struct conflicts *cf, const struct coord *c,
 
 	*out = NULL;
 	*found = false;
-	rc = records_read(cf->statedir, name, &text, &len, errmsg, errn);
+	rc = records_read(cf->state, name, &text, &len, errmsg, errn);
 	if (rc == -ENOENT)
 		return 0;
 	if (rc < 0)
@@ -846,7 +848,7 @@ int conflicts_start(struct conflicts *cf, struct index *ix,
 		if (r)
 			index_put(ix, r);
 	}
-	rc = records_scan(cf->statedir, "held-", settle_one,
+	rc = records_scan(cf->state, "held-", settle_one,
 			  &(struct stale){cf, ix}, errmsg, errn);
 out:
 	free(fresh);
@@ -1001,13 +1003,15 @@ static void resolve_work_cb(uv_work_t *req)
 			j->rc = -ENOMEM;
 			goto out;
 		}
-		j->rc = records_write(cf->statedir, name, rec, rlen, j->msg,
+		j->rc = records_write(cf->state, name, rec, rlen, j->msg,
 				      sizeof(j->msg));
 		free(rec);
 		if (j->rc < 0)
 			goto out;
 	}
-	j->rc = vmdir_init(&vd, cf->root, cf->statedir, cf->max_x);
+	j->rc = vmdir_init(&vd, cf->root, cf->state, cf->max_x);
+	vd.file_mode = cf->file_mode;
+	vd.dir_mode = cf->dir_mode;
 	if (j->rc == 0)
 		j->rc = vmdir_apply(&vd, &op, 1, true, j->msg, sizeof(j->msg));
 	vmdir_done(&vd);

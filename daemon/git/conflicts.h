@@ -36,6 +36,7 @@
 
 #include "index.h"
 #include "protocol/conflict.h"
+#include "repo.h"
 #include "unmerged.h"
 #include "vmdir.h"
 
@@ -68,7 +69,9 @@ struct conflicts {
 	uv_loop_t *loop;
 	int max_x;
 	size_t n_slots;
-	char *root, *gitdir, *statedir; /* (owned) */
+	char *root, *gitdir, *statedir; /* (owned; statedir for messages) */
+	const struct statedir *state;	/* the daemon's (read-only) */
+	mode_t file_mode, dir_mode;	/* of what we write in the tree */
 	uint8_t *flag; /* per slot: conflicted */
 	uint8_t *z1;   /* per slot: a z=1 write was acknowledged there */
 	struct conflict *list;
@@ -91,10 +94,13 @@ struct conflicts {
 	bool closed;
 };
 
-/* Set up (no I/O); paths are copied. 0 or -ENOMEM. */
+/*
+ * Set up (no I/O): r's paths and modes are copied; its state directory
+ * (opened, repo_lock) is used for the records and must outlive cf.
+ * 0 or -ENOMEM.
+ */
 int conflicts_init(struct conflicts *cf, uv_loop_t *loop, size_t n_slots,
-		   int max_x, const char *root, const char *gitdir,
-		   const char *statedir);
+		   int max_x, const struct repo *r);
 
 /* True while a job of the module runs on the thread pool. */
 static inline bool conflicts_busy(const struct conflicts *cf)

@@ -44,29 +44,28 @@ struct gitc {
 	git_repository *repo;
 	char *gitdir;  /* with a trailing slash, as libgit2 gives it */
 	char *workdir; /* likewise */
+	const struct statedir *state; /* holds the marker (borrowed) */
 	void (*hook)(void *ctx);
 	void *hook_ctx;
 };
 
+#define MARKER "committing"
+
 /*
- * The marker of a commit in progress, <gitdir>vmem/committing: present
+ * The marker of a commit in progress, <gitdir>/vmem/committing: present
  * (and fresh) while a commit may hold git's lock files, removed after.
  * Failures are ignored: without it a crash's locks are only not cleaned.
  */
 static void marker_set(struct gitc *g, bool on)
 {
-	char path[PATH_MAX];
 	int fd;
 
-	if ((size_t)snprintf(path, sizeof(path), "%svmem/committing",
-			     g->gitdir) >= sizeof(path))
-		return;
 	if (!on) {
-		unlink(path);
+		(void)statedir_unlink(g->state, MARKER);
 		return;
 	}
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0600);
+	fd = statedir_open(g->state, MARKER, O_WRONLY | O_CREAT | O_TRUNC, 0600,
+			   NULL, 0);
 	if (fd >= 0)
 		close(fd);
 }
@@ -114,7 +113,8 @@ static void hex(const git_oid *id, char out[41])
 	git_oid_tostr(out, 41, id);
 }
 
-int gitc_open(struct gitc **out, const char *workdir, char *errmsg, size_t errn)
+int gitc_open(struct gitc **out, const char *workdir,
+	      const struct statedir *state, char *errmsg, size_t errn)
 {
 	struct gitc *g = NULL;
 	const char *p;
@@ -146,6 +146,7 @@ int gitc_open(struct gitc **out, const char *workdir, char *errmsg, size_t errn)
 	}
 	g->workdir = strdup(p);
 	g->gitdir = strdup(git_repository_path(g->repo));
+	g->state = state;
 	if (!g->workdir || !g->gitdir) {
 		ret = -ENOMEM;
 		errmsg_set(errmsg, errn, "out of memory");
@@ -559,8 +560,6 @@ static int commit_once(struct gitc *g, const struct gitc_change *ch,
 		rc = git_fail(e, "creating the commit", errmsg, errn);
 		goto out;
 	}
-	if (g->hook)
-		g->hook(g->hook_ctx);
 	/* A git operation that began while the commit was built owns the
 	 * branch now (a rebase would fail to move it at its end), as does a
 	 * git command that has read HEAD but created no lock yet. */
@@ -569,6 +568,9 @@ static int commit_once(struct gitc *g, const struct gitc_change *ch,
 		memset(cid, 0, sizeof(*cid));
 		goto out;
 	}
+	/* (The test hook: git starting between this check and the CAS.) */
+	if (g->hook)
+		g->hook(g->hook_ctx);
 	if (unborn)
 		e = git_reference_create(&ref, g->repo, branch, cid, 0,
 					 REFLOG_MSG);
@@ -1276,15 +1278,13 @@ static int restage_ours(struct gitc *g)
 int gitc_clear_stale_locks(struct gitc *g, char *removed, size_t n)
 {
 	const char *common = git_repository_commondir(g->repo);
-	char marker[PATH_MAX], path[PATH_MAX];
+	char path[PATH_MAX];
 	git_reference *head = NULL;
 	struct stat st;
 	int count = 0;
 
 	removed[0] = '\0';
-	if ((size_t)snprintf(marker, sizeof(marker), "%svmem/committing",
-			     g->gitdir) >= sizeof(marker) ||
-	    lstat(marker, &st) < 0)
+	if (statedir_stat(g->state, MARKER, &st) < 0)
 		return 0;
 	snprintf(path, sizeof(path), "%sindex.lock", g->gitdir);
 	count += remove_if_ours(path, &st.st_mtim, removed, n);
@@ -1299,7 +1299,7 @@ int gitc_clear_stale_locks(struct gitc *g, char *removed, size_t n)
 	git_reference_free(head);
 	/* Only once no lock of ours is in the way. */
 	if (restage_ours(g) == 0)
-		unlink(marker);
+		(void)statedir_unlink(g->state, MARKER);
 	return count;
 }
 

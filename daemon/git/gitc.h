@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "protocol/decision.h"
+#include "statedir.h"
 
 struct gitc;
 
@@ -42,11 +43,12 @@ struct gitc_result {
 
 /*
  * Open the repository of a working tree (its root; no search upwards).
- * Also turns libgit2's gitdir fsync option on (process-wide). 0 or -errno
- * (errmsg).
+ * state (borrowed, outlives the handle) holds the marker of a commit in
+ * progress. Also turns libgit2's gitdir fsync option on (process-wide).
+ * 0 or -errno (errmsg).
  */
-int gitc_open(struct gitc **out, const char *workdir, char *errmsg,
-	      size_t errn);
+int gitc_open(struct gitc **out, const char *workdir,
+	      const struct statedir *state, char *errmsg, size_t errn);
 void gitc_free(struct gitc *g);
 
 /*
@@ -96,8 +98,8 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 
 /*
  * For tests: fn(ctx) runs at every attempt after the commit object is
- * written and before the branch is moved (e.g. to move the branch under
- * us). NULL clears it.
+ * written and the last deferral check, before the branch is moved (e.g.
+ * to move the branch under us). NULL clears it.
  */
 void gitc_set_hook(struct gitc *g, void (*fn)(void *ctx), void *ctx);
 

@@ -49,8 +49,8 @@ static void kick(struct gitq *q, unsigned delay_ms);
 static void timer_cb(uv_timer_t *t);
 
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, unsigned delay_ms, unsigned max_batch,
-	      char *errmsg, size_t errn)
+	      const char *workdir, const struct statedir *state,
+	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn)
 {
 	int rc;
 
@@ -69,7 +69,7 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
-	rc = gitc_open(&q->gitc, workdir, errmsg, errn);
+	rc = gitc_open(&q->gitc, workdir, state, errmsg, errn);
 	if (rc < 0)
 		return rc;
 	{

@@ -82,10 +82,11 @@ struct gitq {
 	bool closed;
 };
 
-/* Open the repository (blocking, at start-up). 0 or -errno (errmsg). */
+/* Open the repository (blocking, at start-up); state holds the commit
+ * marker (gitc_open). 0 or -errno (errmsg). */
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, unsigned delay_ms, unsigned max_batch,
-	      char *errmsg, size_t errn);
+	      const char *workdir, const struct statedir *state,
+	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn);
 
 /*
  * Change commit_delay_ms and commit_max_batch (a reload): they apply from

@@ -20,56 +20,22 @@
 static atomic_ulong tmp_counter;
 
 /*
- * The records directory, opened (and created when create): a directory
- * of ours, not a symlink, writable by us only. An fd, -ENOENT when it
- * does not exist and create is false, or -errno with errmsg.
+ * The records directory below the state directory, opened (and created
+ * 0700 when create) and checked as statedir_sub checks: a directory of
+ * ours, not a symlink, not writable by others. 0 with *dir, -ENOENT when
+ * it does not exist and create is false, or -errno with errmsg.
  */
-static int open_dir(const char *statedir, bool create, char *errmsg,
-		    size_t errn)
+static int open_dir(const struct statedir *sd, bool create,
+		    struct statedir *dir, char *errmsg, size_t errn)
 {
 	struct stat st;
-	int sfd, fd = -1, err;
 
-	sfd = open(statedir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (sfd < 0) {
-		err = errno;
-		if (err == ENOENT && !create)
-			return -ENOENT;
-		errmsg_set(errmsg, errn, "cannot open %s: %s", statedir,
-			   strerror(err));
-		return -err;
+	if (!create && statedir_stat(sd, CONFLICT_DIRNAME, &st) == -ENOENT) {
+		dir->fd = -1;
+		dir->path = NULL;
+		return -ENOENT;
 	}
-	for (int i = 0; i < 2 && fd < 0; i++) {
-		fd = openat(sfd, CONFLICT_DIRNAME,
-			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0 || errno != ENOENT || !create || i)
-			break;
-		if (mkdirat(sfd, CONFLICT_DIRNAME, 0700) < 0 && errno != EEXIST)
-			break;
-	}
-	err = errno;
-	close(sfd);
-	if (fd < 0) {
-		if (err == ENOENT && !create)
-			return -ENOENT;
-		errmsg_set(errmsg, errn, "cannot open %s/%s: %s%s", statedir,
-			   CONFLICT_DIRNAME, strerror(err),
-			   err == ELOOP || err == ENOTDIR
-				   ? " (not a directory of ours)"
-				   : "");
-		return -err;
-	}
-	if (fstat(fd, &st) < 0 || st.st_uid != geteuid() ||
-	    (st.st_mode & 022)) {
-		close(fd);
-		errmsg_set(errmsg, errn,
-			   "%s/%s is not a directory of ours (owner %u, mode "
-			   "%03o): refusing to use it",
-			   statedir, CONFLICT_DIRNAME, (unsigned)st.st_uid,
-			   (unsigned)(st.st_mode & 0777));
-		return -EPERM;
-	}
-	return fd;
+	return statedir_sub(sd, CONFLICT_DIRNAME, create, dir, errmsg, errn);
 }
 
 static int write_all(int fd, const char *p, size_t n)
@@ -87,15 +53,17 @@ static int write_all(int fd, const char *p, size_t n)
 	return 0;
 }
 
-int records_write(const char *statedir, const char *name, const char *text,
+int records_write(const struct statedir *sd, const char *name, const char *text,
 		  size_t len, char *errmsg, size_t errn)
 {
 	char tmp[CONFLICT_NAME_MAX + 64];
+	struct statedir dir;
 	int dfd, fd = -1, rc;
 
-	dfd = open_dir(statedir, true, errmsg, errn);
-	if (dfd < 0)
-		return dfd;
+	rc = open_dir(sd, true, &dir, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	dfd = dir.fd;
 	snprintf(tmp, sizeof(tmp), ".tmp-%ld-%lu-%s", (long)getpid(),
 		 atomic_fetch_add(&tmp_counter, 1) + 1, name);
 	fd = openat(dfd, tmp,
@@ -115,14 +83,14 @@ int records_write(const char *statedir, const char *name, const char *text,
 	if (rc == 0 && fsync(dfd) < 0)
 		rc = -errno;
 	if (rc == 0) {
-		close(dfd);
+		statedir_done(&dir);
 		return 0;
 	}
 	unlinkat(dfd, tmp, 0);
 fail:
-	errmsg_set(errmsg, errn, "cannot write %s/%s/%s: %s", statedir,
-		   CONFLICT_DIRNAME, name, strerror(-rc));
-	close(dfd);
+	errmsg_set(errmsg, errn, "cannot write %s/%s: %s", dir.path, name,
+		   strerror(-rc));
+	statedir_done(&dir);
 	return rc;
 }
 
@@ -173,64 +141,68 @@ out:
 	return rc;
 }
 
-int records_read(const char *statedir, const char *name, char **text,
+int records_read(const struct statedir *sd, const char *name, char **text,
 		 size_t *len, char *errmsg, size_t errn)
 {
-	int dfd, rc;
+	struct statedir dir;
+	int rc;
 
 	*text = NULL;
-	dfd = open_dir(statedir, false, errmsg, errn);
-	if (dfd < 0)
-		return dfd;
-	rc = read_at(dfd, name, text, len);
-	close(dfd);
+	rc = open_dir(sd, false, &dir, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	rc = read_at(dir.fd, name, text, len);
 	if (rc < 0 && rc != -ENOENT)
-		errmsg_set(errmsg, errn, "cannot read %s/%s/%s: %s", statedir,
-			   CONFLICT_DIRNAME, name, strerror(-rc));
+		errmsg_set(errmsg, errn, "cannot read %s/%s: %s", dir.path,
+			   name, strerror(-rc));
+	statedir_done(&dir);
 	return rc;
 }
 
-int records_remove(const char *statedir, const char *name, char *errmsg,
+int records_remove(const struct statedir *sd, const char *name, char *errmsg,
 		   size_t errn)
 {
-	int dfd, rc = 0;
+	struct statedir dir;
+	int rc;
 
-	dfd = open_dir(statedir, false, errmsg, errn);
-	if (dfd == -ENOENT)
+	rc = open_dir(sd, false, &dir, errmsg, errn);
+	if (rc == -ENOENT)
 		return 0;
-	if (dfd < 0)
-		return dfd;
-	if (unlinkat(dfd, name, 0) < 0 && errno != ENOENT)
+	if (rc < 0)
+		return rc;
+	if (unlinkat(dir.fd, name, 0) < 0 && errno != ENOENT)
 		rc = -errno;
-	else if (fsync(dfd) < 0)
+	else if (fsync(dir.fd) < 0)
 		rc = -errno;
 	if (rc < 0)
-		errmsg_set(errmsg, errn, "cannot remove %s/%s/%s: %s",
-			   statedir, CONFLICT_DIRNAME, name, strerror(-rc));
-	close(dfd);
+		errmsg_set(errmsg, errn, "cannot remove %s/%s: %s", dir.path,
+			   name, strerror(-rc));
+	statedir_done(&dir);
 	return rc;
 }
 
-int records_scan(const char *statedir, const char *prefix,
+int records_scan(const struct statedir *sd, const char *prefix,
 		 int (*cb)(void *ctx, const char *name), void *ctx,
 		 char *errmsg, size_t errn)
 {
 	struct dirent **names = NULL;
-	int dfd, n, rc = 0;
+	struct statedir dir;
+	int n, rc;
 
-	dfd = open_dir(statedir, false, errmsg, errn);
-	if (dfd == -ENOENT)
+	rc = open_dir(sd, false, &dir, errmsg, errn);
+	if (rc == -ENOENT)
 		return 0;
-	if (dfd < 0)
-		return dfd;
-	n = scandirat(dfd, ".", &names, NULL, alphasort);
-	close(dfd);
+	if (rc < 0)
+		return rc;
+	n = scandirat(dir.fd, ".", &names, NULL, alphasort);
 	if (n < 0) {
 		rc = -errno;
-		errmsg_set(errmsg, errn, "cannot list %s/%s: %s", statedir,
-			   CONFLICT_DIRNAME, strerror(-rc));
+		errmsg_set(errmsg, errn, "cannot list %s: %s", dir.path,
+			   strerror(-rc));
+		statedir_done(&dir);
 		return rc;
 	}
+	statedir_done(&dir);
 	for (int i = 0; i < n; i++) {
 		if (rc == 0 &&
 		    strncmp(names[i]->d_name, prefix, strlen(prefix)) == 0)
@@ -255,12 +227,13 @@ static int newest_first(const struct dirent **a, const struct dirent **b)
 	return -strcmp((*a)->d_name, (*b)->d_name);
 }
 
-int records_list(const char *statedir, int max_x, size_t limit, json_t **out,
+int records_list(const struct statedir *sd, int max_x, size_t limit, json_t **out,
 		 size_t *total, char *errmsg, size_t errn)
 {
 	struct dirent **names = NULL;
 	json_t *list = json_array();
-	int dfd, n = 0, rc = 0;
+	struct statedir dir;
+	int n = 0, rc;
 
 	*out = NULL;
 	*total = 0;
@@ -268,21 +241,21 @@ int records_list(const char *statedir, int max_x, size_t limit, json_t **out,
 		errmsg_set(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
-	dfd = open_dir(statedir, false, errmsg, errn);
-	if (dfd == -ENOENT) {
+	rc = open_dir(sd, false, &dir, errmsg, errn);
+	if (rc == -ENOENT) {
 		*out = list;
 		return 0;
 	}
-	if (dfd < 0) {
+	if (rc < 0) {
 		json_decref(list);
-		return dfd;
+		return rc;
 	}
-	n = scandirat(dfd, ".", &names, is_record_name, newest_first);
+	n = scandirat(dir.fd, ".", &names, is_record_name, newest_first);
 	if (n < 0) {
 		rc = -errno;
 		n = 0;
-		errmsg_set(errmsg, errn, "cannot list %s/%s: %s", statedir,
-			   CONFLICT_DIRNAME, strerror(-rc));
+		errmsg_set(errmsg, errn, "cannot list %s: %s", dir.path,
+			   strerror(-rc));
 		goto out;
 	}
 	*total = (size_t)n;
@@ -291,7 +264,7 @@ int records_list(const char *statedir, int max_x, size_t limit, json_t **out,
 		const char *name = names[i]->d_name;
 		json_t *rec = NULL;
 		size_t len = 0;
-		int r = read_at(dfd, name, &text, &len);
+		int r = read_at(dir.fd, name, &text, &len);
 
 		if (r == 0)
 			rec = conflict_record_parse(text, len, max_x, msg);
@@ -314,7 +287,7 @@ out:
 	for (int i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
-	close(dfd);
+	statedir_done(&dir);
 	if (rc < 0)
 		json_decref(list);
 	else

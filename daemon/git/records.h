@@ -1,10 +1,11 @@
 /*
  * Conflict records on disk: the files of protocol/conflict.h in
- * <statedir>/conflicts (statedir is <gitdir>/vmem). The directory is
- * created 0700 and must be ours (owner, not writable by others, not a
- * symlink); every file is opened O_NOFOLLOW relative to it and written
- * durably (temporary file, fsync, rename, fsync of the directory), so a
- * record that was written survives a crash.
+ * <statedir>/conflicts (statedir is <gitdir>/vmem, statedir.h). The
+ * directory is created 0700 and checked as statedir_sub checks (ours,
+ * not writable by others, not a symlink); every file is opened
+ * O_NOFOLLOW relative to it and written durably (temporary file, fsync,
+ * rename, fsync of the directory), so a record that was written survives
+ * a crash.
  *
  * Blocking: the thread pool, or start-up.
  */
@@ -14,10 +15,12 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "statedir.h"
+
 #define RECORDS_LIST_MAX 1000 /* records a listing returns at most */
 
 /* Write (or replace) record name with text. 0 or -errno with errmsg. */
-int records_write(const char *statedir, const char *name, const char *text,
+int records_write(const struct statedir *sd, const char *name, const char *text,
 		  size_t len, char *errmsg, size_t errn);
 
 /*
@@ -25,11 +28,11 @@ int records_write(const char *statedir, const char *name, const char *text,
  * (malloc'd, NUL-terminated, caller frees). 0, -ENOENT when absent, or
  * -errno with errmsg.
  */
-int records_read(const char *statedir, const char *name, char **text,
+int records_read(const struct statedir *sd, const char *name, char **text,
 		 size_t *len, char *errmsg, size_t errn);
 
 /* Remove record name (absent is fine). 0 or -errno with errmsg. */
-int records_remove(const char *statedir, const char *name, char *errmsg,
+int records_remove(const struct statedir *sd, const char *name, char *errmsg,
 		   size_t errn);
 
 /*
@@ -37,7 +40,7 @@ int records_remove(const char *statedir, const char *name, char *errmsg,
  * name order; a non-zero return stops and is returned. A missing
  * directory has none. 0 or -errno with errmsg.
  */
-int records_scan(const char *statedir, const char *prefix,
+int records_scan(const struct statedir *sd, const char *prefix,
 		 int (*cb)(void *ctx, const char *name), void *ctx,
 		 char *errmsg, size_t errn);
 
@@ -48,7 +51,7 @@ int records_scan(const char *statedir, const char *prefix,
  * is not a record is listed as {"file", "error"}. A missing directory is
  * an empty list. 0 or -errno with errmsg.
  */
-int records_list(const char *statedir, int max_x, size_t limit, json_t **out,
+int records_list(const struct statedir *sd, int max_x, size_t limit, json_t **out,
 		 size_t *total, char *errmsg, size_t errn);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * Working-tree discovery and the single-instance lock. libgit2 is used only
- * here, at start-up, to find the tree and its git directory; it knows
- * worktrees (a .git file) and enforces safe-directory ownership.
+ * here, at start-up, to find the tree, its git directory and its sharing
+ * mode; it knows worktrees (a .git file) and enforces safe-directory
+ * ownership.
  */
 #include "repo.h"
 
@@ -32,13 +33,112 @@ static char *dir_dup(const char *path)
 	return s;
 }
 
-static char *path_join(const char *dir, const char *name)
-{
-	char *s;
+#define PERM_GROUP     0660
+#define PERM_EVERYBODY 0664
 
-	if (asprintf(&s, "%s/%s", dir, name) < 0)
-		return NULL;
-	return s;
+/*
+ * core.sharedRepository as git's own parser reads it (a missing value is
+ * true): 0, PERM_GROUP, PERM_EVERYBODY, -MODE; -1 with why for a value
+ * git refuses too.
+ */
+static int shared_parse(const char *v, const char **why)
+{
+	char *end;
+	long i;
+	int b;
+
+	if (!v)
+		return PERM_GROUP;
+	if (!strcmp(v, "umask"))
+		return 0;
+	if (!strcmp(v, "group"))
+		return PERM_GROUP;
+	if (!strcmp(v, "all") || !strcmp(v, "world") || !strcmp(v, "everybody"))
+		return PERM_EVERYBODY;
+	errno = 0;
+	i = strtol(v, &end, 8);
+	if (*end) {
+		if (git_config_parse_bool(&b, v) < 0) {
+			*why = "neither a boolean, a word git knows nor an "
+			       "octal mode";
+			return -1;
+		}
+		return b ? PERM_GROUP : 0;
+	}
+	if (errno || i < 0 || i > 07777) {
+		*why = "not a file mode";
+		return -1;
+	}
+	if (i == 0 || i == 1 || i == 2) /* git's older spellings */
+		return i == 0 ? 0 : i == 1 ? PERM_GROUP : PERM_EVERYBODY;
+	if ((i & 0600) != 0600) {
+		*why = "the owner must be able to read and write";
+		return -1;
+	}
+	return -(int)(i & 0666);
+}
+
+/* Read core.sharedRepository of repo into r->shared. */
+static int read_shared(struct repo *r, git_repository *repo, char *errmsg,
+		       size_t errn)
+{
+	git_config *cfg = NULL;
+	git_config_entry *e = NULL;
+	const char *why = NULL;
+	int rc = 0, v;
+
+	r->shared = 0;
+	if (git_repository_config_snapshot(&cfg, repo) < 0) {
+		const git_error *ge = git_error_last();
+
+		snprintf(errmsg, errn,
+			 "cannot read the configuration of %s: %s", r->root,
+			 ge ? ge->message : "unknown error");
+		return -EIO;
+	}
+	if (git_config_get_entry(&e, cfg, "core.sharedRepository") == 0) {
+		v = shared_parse(e->value, &why);
+		if (v == -1) {
+			snprintf(errmsg, errn,
+				 "core.sharedRepository = %s in %s: %s (git "
+				 "refuses it too)",
+				 e->value ? e->value : "", r->gitdir, why);
+			rc = -EINVAL;
+		} else {
+			r->shared = v;
+		}
+	}
+	git_config_entry_free(e);
+	git_config_free(cfg);
+	return rc;
+}
+
+/* git's calc_shared_perm: widen mode as the repository shares files. */
+static mode_t shared_mode(int shared, mode_t mode)
+{
+	mode_t tweak = (mode_t)(shared < 0 ? -shared : shared);
+
+	if (!(mode & S_IWUSR))
+		tweak &= ~(mode_t)0222;
+	if (mode & S_IXUSR)
+		tweak |= (tweak & 0444) >> 2;
+	return shared < 0 ? (mode & ~(mode_t)0777) | tweak : mode | tweak;
+}
+
+void repo_tree_modes(const struct repo *r, mode_t um, mode_t *file, mode_t *dir)
+{
+	mode_t d;
+
+	*file = *dir = 0;
+	if (!r->shared)
+		return;
+	*file = shared_mode(r->shared, 0666 & ~um);
+	d = shared_mode(r->shared, 0777 & ~um);
+	d |= (d & 0444) >> 2;
+	/* as git does for its directories: new files keep the group */
+	if (d & 060)
+		d |= S_ISGID;
+	*dir = d;
 }
 
 int repo_open(struct repo *r, const char *path, char *errmsg, size_t errn)
@@ -49,6 +149,7 @@ int repo_open(struct repo *r, const char *path, char *errmsg, size_t errn)
 
 	memset(r, 0, sizeof(*r));
 	r->lock_fd = -1;
+	r->state.fd = -1;
 	if (!realpath(path, canon)) {
 		rc = -errno;
 		snprintf(errmsg, errn, "%s: %s", path, strerror(errno));
@@ -95,16 +196,18 @@ int repo_open(struct repo *r, const char *path, char *errmsg, size_t errn)
 	r->root = dir_dup(canon);
 	r->gitdir = dir_dup(git_repository_path(repo));
 	r->commondir = dir_dup(git_repository_commondir(repo));
-	r->statedir = r->gitdir ? path_join(r->gitdir, "vmem") : NULL;
-	r->wal_path = r->statedir ? path_join(r->statedir, "wal") : NULL;
-	r->quarantine =
-		r->statedir ? path_join(r->statedir, "quarantine") : NULL;
-	if (!r->root || !r->quarantine || !r->wal_path || !r->commondir) {
+	if (!r->root || !r->gitdir || !r->commondir) {
 		snprintf(errmsg, errn, "out of memory");
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = 0;
+	rc = read_shared(r, repo, errmsg, errn);
+	if (rc == 0) {
+		mode_t um = umask(0);
+
+		umask(um);
+		repo_tree_modes(r, um, &r->file_mode, &r->dir_mode);
+	}
 out:
 	git_repository_free(repo);
 	if (rc < 0)
@@ -112,44 +215,30 @@ out:
 	return rc;
 }
 
-int repo_lock(struct repo *r, char *errmsg, size_t errn)
+int repo_lock(struct repo *r, char *note, size_t noten, char *errmsg,
+	      size_t errn)
 {
-	char *lock_path = NULL;
-	struct stat st;
 	int fd = -1;
 	int rc;
 
-	if (mkdir(r->statedir, 0700) < 0 && errno != EEXIST) {
-		rc = -errno;
-		snprintf(errmsg, errn, "cannot create %s: %s", r->statedir,
-			 strerror(errno));
+	rc = statedir_init(&r->state, r->gitdir, note, noten, errmsg, errn);
+	if (rc < 0)
 		goto out;
-	}
-	if (lstat(r->statedir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		rc = -ENOTDIR;
-		snprintf(errmsg, errn, "%s is not a directory", r->statedir);
-		goto out;
-	}
-	lock_path = path_join(r->statedir, "lock");
-	if (!lock_path) {
-		rc = -ENOMEM;
-		snprintf(errmsg, errn, "out of memory");
-		goto out;
-	}
-	fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = statedir_open(&r->state, "lock", O_RDWR | O_CREAT, 0600, errmsg,
+			   errn);
 	if (fd < 0) {
-		rc = -errno;
-		snprintf(errmsg, errn, "cannot open %s: %s", lock_path,
-			 strerror(errno));
+		rc = fd;
 		goto out;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-		snprintf(errmsg, errn,
-			 rc == -EBUSY ? "already running for %s (lock %s held)"
-				      : "cannot lock %s (%s)",
-			 rc == -EBUSY ? r->root : lock_path,
-			 rc == -EBUSY ? lock_path : strerror(-rc));
+		if (rc == -EBUSY)
+			snprintf(errmsg, errn,
+				 "already running for %s (lock %s/lock held)",
+				 r->root, r->state.path);
+		else
+			snprintf(errmsg, errn, "cannot lock %s/lock (%s)",
+				 r->state.path, strerror(-rc));
 		goto out;
 	}
 	r->lock_fd = fd;
@@ -158,7 +247,6 @@ int repo_lock(struct repo *r, char *errmsg, size_t errn)
 out:
 	if (fd >= 0)
 		close(fd);
-	free(lock_path);
 	return rc;
 }
 
@@ -167,12 +255,9 @@ void repo_done(struct repo *r)
 	if (r->lock_fd >= 0)
 		close(r->lock_fd);
 	r->lock_fd = -1;
+	statedir_done(&r->state);
 	free(r->root);
 	free(r->gitdir);
 	free(r->commondir);
-	free(r->statedir);
-	free(r->wal_path);
-	free(r->quarantine);
-	r->root = r->gitdir = r->commondir = r->statedir = r->wal_path =
-		r->quarantine = NULL;
+	r->root = r->gitdir = r->commondir = NULL;
 }

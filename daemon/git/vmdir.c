@@ -32,6 +32,7 @@
 #define TMP_PREFIX     ".tmp-"
 #define METADATA       "metadata.json"
 #define METADATA_TEXT  "{\n  \"format\": 1\n}\n"
+#define SEED_INDEX     "index.json" /* the seed library's optional index */
 #define MOVE_DEPTH_MAX 8
 
 static atomic_ulong tmp_counter;
@@ -55,7 +56,7 @@ struct load {
 	vmdir_known_fn known; /* vmdir_rescan: files not to read */
 	const struct unmerged_set *unmerged; /* files in a git conflict */
 	void *ctx;
-	int qfd; /* quarantine directory, opened on first use */
+	struct statedir q; /* quarantine/, opened on first use */
 	time_t now;
 	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
 	char *errmsg;
@@ -98,33 +99,6 @@ static int xdir_parse(const char *name, int max_x, int *x)
 		return -1;
 	*x = c.x;
 	return 0;
-}
-
-/* mkdir -p with mode 0700 for the components we create. */
-static int mkdir_p(const char *path)
-{
-	char *p = NULL, *s;
-	int ret = 0;
-
-	p = strdup(path);
-	if (!p)
-		return -ENOMEM;
-	for (s = p + 1;; s++) {
-		if (*s != '/' && *s != '\0')
-			continue;
-		char c = *s;
-
-		*s = '\0';
-		if (mkdir(p, 0700) < 0 && errno != EEXIST) {
-			ret = -errno;
-			break;
-		}
-		*s = c;
-		if (!c)
-			break;
-	}
-	free(p);
-	return ret;
 }
 
 static int write_all(int fd, const char *buf, size_t len)
@@ -368,20 +342,16 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 	size_t i;
 	int ret, tries;
 
-	if (l->qfd < 0) {
-		ret = mkdir_p(l->d->quarantine);
-		if (ret == 0) {
-			l->qfd = open(l->d->quarantine,
-				      O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (l->qfd < 0)
-				ret = -errno;
-		}
-		if (ret < 0) {
-			errmsg_set(l->errmsg, l->errn,
-				   "cannot create quarantine directory %s: %s",
-				   l->d->quarantine, strerror(-ret));
+	if (!l->d->state) {
+		errmsg_set(l->errmsg, l->errn,
+			   "cannot quarantine %s: no state directory", rel);
+		return -EINVAL;
+	}
+	if (!l->q.path) {
+		ret = statedir_sub(l->d->state, VMDIR_QUARANTINE, true, &l->q,
+				   l->errmsg, l->errn);
+		if (ret < 0)
 			return ret;
-		}
 	}
 	snprintf(path, sizeof(path), VMDIR_DIRNAME "/%s", rel);
 	snprintf(flat, sizeof(flat), "%s", rel);
@@ -395,21 +365,21 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 		else
 			snprintf(qname, sizeof(qname), "%lld-%.200s-%d",
 				 (long long)l->now, flat, tries);
-		ret = renameat2(sdfd, name, l->qfd, qname, RENAME_NOREPLACE);
+		ret = renameat2(sdfd, name, l->q.fd, qname, RENAME_NOREPLACE);
 		if (ret < 0 && errno == EINVAL) {
 			/* no RENAME_NOREPLACE here: check, then rename */
-			if (faccessat(l->qfd, qname, F_OK,
+			if (faccessat(l->q.fd, qname, F_OK,
 				      AT_SYMLINK_NOFOLLOW) == 0)
 				errno = EEXIST;
 			else
-				ret = renameat(sdfd, name, l->qfd, qname);
+				ret = renameat(sdfd, name, l->q.fd, qname);
 		}
 		if (ret == 0)
 			break;
 		if (errno == EEXIST && tries < 1000)
 			continue;
 		if (errno == EXDEV) {
-			ret = move_across(sdfd, name, l->qfd, qname, 0);
+			ret = move_across(sdfd, name, l->q.fd, qname, 0);
 			if (ret == -EEXIST && tries < 1000)
 				continue;
 			if (ret == 0)
@@ -421,14 +391,14 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 			   path, reason, strerror(-ret));
 		return ret;
 	}
-	if (fsync(l->qfd) < 0 || fsync(sdfd) < 0) {
+	if (fsync(l->q.fd) < 0 || fsync(sdfd) < 0) {
 		ret = -errno;
 		errmsg_set(l->errmsg, l->errn,
 			   "cannot sync after quarantining %s: %s", path,
 			   strerror(-ret));
 		return ret;
 	}
-	snprintf(moved, sizeof(moved), "%s/%s", l->d->quarantine, qname);
+	snprintf(moved, sizeof(moved), "%s/%s", l->q.path, qname);
 	ret = report_add(l->rep, path, moved, reason);
 	if (ret < 0)
 		errmsg_set(l->errmsg, l->errn, "out of memory");
@@ -669,11 +639,16 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 			   VMDIR_DIRNAME, name, strerror(-type));
 		return type;
 	}
-	if (!strcmp(name, METADATA)) {
+	if (!strcmp(name, METADATA) || !strcmp(name, SEED_INDEX)) {
+		/* Ours, or a seed library's index of its files: never read,
+		 * kept as it is. */
 		if (type == S_IFREG)
 			return 0;
-		return quarantine(l, vfd, name, name,
-				  "metadata.json is not a regular file");
+		return quarantine(
+			l, vfd, name, name,
+			!strcmp(name, METADATA)
+				? "metadata.json is not a regular file"
+				: "index.json is not a regular file");
 	}
 	if (has_prefix(name, TMP_PREFIX))
 		return remove_temp(l, vfd, name, name, dirty);
@@ -738,14 +713,14 @@ static int open_vmdir(int rootfd, char *errmsg, size_t errn)
 	return -err;
 }
 
-int vmdir_init(struct vmdir *d, const char *root, const char *quarantine,
+int vmdir_init(struct vmdir *d, const char *root, const struct statedir *state,
 	       int max_x)
 {
 	memset(d, 0, sizeof(*d));
 	d->root = strdup(root);
-	d->quarantine = strdup(quarantine);
+	d->state = state;
 	d->max_x = max_x;
-	if (!d->root || !d->quarantine) {
+	if (!d->root) {
 		vmdir_done(d);
 		return -ENOMEM;
 	}
@@ -757,9 +732,7 @@ void vmdir_done(struct vmdir *d)
 	if (!d)
 		return;
 	free(d->root);
-	free(d->quarantine);
 	d->root = NULL;
-	d->quarantine = NULL;
 }
 
 void vmdir_load_report_done(struct vmdir_load_report *rep)
@@ -809,7 +782,7 @@ int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		.known = known,
 		.unmerged = unmerged,
 		.ctx = ctx,
-		.qfd = -1,
+		.q = {.fd = -1},
 		.errmsg = errmsg,
 		.errn = errn,
 	};
@@ -856,6 +829,9 @@ int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		ret = load_top_entry(&l, vfd, list[i], &dirty);
 		if (ret < 0)
 			goto out;
+		if (d->progress)
+			d->progress(d->progress_ctx, (uint64_t)i + 1,
+				    (uint64_t)n, rep->loaded);
 	}
 	if (dirty && fsync(vfd) < 0) {
 		ret = -errno;
@@ -870,8 +846,7 @@ out:
 		close(vfd);
 	if (rootfd >= 0)
 		close(rootfd);
-	if (l.qfd >= 0)
-		close(l.qfd);
+	statedir_done(&l.q);
 	free(l.buf);
 	if (rep == &local)
 		vmdir_load_report_done(&local);
@@ -892,6 +867,7 @@ struct apply {
 	struct xdir *xs;
 	size_t nx, capx;
 	char *buf; /* FILE_MAX + 1 bytes, for guarded ops (on first use) */
+	mode_t dir_mode; /* of the directories created (0: the umask's) */
 };
 
 static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
@@ -900,11 +876,6 @@ static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
 	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
-/*
- * A guarded op's check: 1 when the file name in dfd was written by
- * someone else (its stamp is not op->expect) and holds conflict markers,
- * so it must be left alone; 0 to go on; -errno.
- */
 /* Does the decision in a->buf (len bytes) at op's coordinate bear an
  * earlier timestamp than op's text? */
 static bool first_writer(struct apply *a, size_t len,
@@ -925,6 +896,13 @@ static bool first_writer(struct apply *a, size_t len,
 	return earlier;
 }
 
+/*
+ * A guarded op's check, when the file name in dfd was written by someone
+ * else (its stamp is not op->expect): 1 when it holds conflict markers,
+ * so it must be left alone; 2 when it is a write-once decision with an
+ * earlier timestamp than op's (the first writer keeps it); 0 to go on;
+ * -errno.
+ */
 static int guard_conflict(struct apply *a, int dfd, const char *name,
 			  const struct vmdir_op *op)
 {
@@ -960,8 +938,10 @@ static int guard_conflict(struct apply *a, int dfd, const char *name,
 	return op->coord.z == 1 && op->text && first_writer(a, len, op) ? 2 : 0;
 }
 
-/* Open (creating when create) directory name in dfd, refusing symlinks. */
-static int open_subdir(int dfd, const char *name, bool create, bool *made)
+/* Open (creating when create, with mode unless 0) directory name in dfd,
+ * refusing symlinks. */
+static int open_subdir(int dfd, const char *name, bool create, mode_t mode,
+		       bool *made)
 {
 	struct stat st;
 	int fd;
@@ -970,6 +950,12 @@ static int open_subdir(int dfd, const char *name, bool create, bool *made)
 	for (int i = 0; i < 2; i++) {
 		fd = openat(dfd, name,
 			    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && *made && mode && fchmod(fd, mode) < 0) {
+			int err = -errno;
+
+			close(fd);
+			return err;
+		}
 		if (fd >= 0)
 			return fd;
 		if (errno == ELOOP || errno == ENOTDIR) {
@@ -987,14 +973,15 @@ static int open_subdir(int dfd, const char *name, bool create, bool *made)
 	return -ENOENT;
 }
 
-/* Write text to name in dfd through a unique temp file; with sync, the
- * data is on disk before the rename makes it visible. */
+/* Write text to name in dfd through a unique temp file (of mode, unless
+ * 0); with sync, the data is on disk before the rename makes it
+ * visible. */
 static int write_durable(int dfd, const char *name, const char *tag,
-			 const char *text, size_t len, bool sync,
+			 const char *text, size_t len, bool sync, mode_t mode,
 			 struct vmdir_stamp *stamp, char *tmp, size_t tmpn)
 {
 	struct stat st;
-	int fd = -1, ret;
+	int fd = -1, ret = 0;
 
 	snprintf(tmp, tmpn, TMP_PREFIX "%ld-%lu-%s", (long)getpid(),
 		 atomic_fetch_add(&tmp_counter, 1) + 1, tag);
@@ -1002,7 +989,10 @@ static int write_durable(int dfd, const char *name, const char *tag,
 		    O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
 	if (fd < 0)
 		return -errno;
-	ret = write_all(fd, text, len);
+	if (mode && fchmod(fd, mode) < 0)
+		ret = -errno;
+	if (ret == 0)
+		ret = write_all(fd, text, len);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -1046,7 +1036,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 		a->xs = xs;
 		a->capx = a->capx ? a->capx * 2 : 8;
 	}
-	fd = open_subdir(a->vfd, name, create, &made);
+	fd = open_subdir(a->vfd, name, create, a->dir_mode, &made);
 	if (fd == -ENOENT && !create)
 		fd = -1;
 	else if (fd < 0) {
@@ -1066,7 +1056,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		char *errmsg, size_t errn)
 {
-	struct apply a = {.rootfd = -1, .vfd = -1};
+	struct apply a = {.rootfd = -1, .vfd = -1, .dir_mode = d->dir_mode};
 	bool bulk = n >= VMDIR_BULK_MIN || !sync;
 	char rel[64], xname[64], tag[48], tmp[128];
 	const char *file;
@@ -1083,7 +1073,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			   strerror(-ret));
 		goto out;
 	}
-	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, &made);
+	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
 	if (ret < 0) {
 		errmsg_set(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
 			   strerror(-ret),
@@ -1100,8 +1090,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			goto out;
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
-				    strlen(METADATA_TEXT), !bulk, NULL, tmp,
-				    sizeof(tmp));
+				    strlen(METADATA_TEXT), !bulk, d->file_mode,
+				    NULL, tmp, sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, METADATA, strerror(-ret));
@@ -1119,6 +1109,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 				ops[k].interrupted = true;
 			break;
 		}
+		if (d->progress && i && i % VMDIR_PROGRESS_FILES == 0)
+			d->progress(d->progress_ctx, i, n, i);
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
 		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
 			ret = -EINVAL;
@@ -1177,7 +1169,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
-				    !bulk, &ops[i].stamp, tmp, sizeof(tmp));
+				    !bulk, d->file_mode, &ops[i].stamp, tmp,
+				    sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, rel, strerror(-ret));

@@ -4,8 +4,9 @@
  * through directory fds opened with O_NOFOLLOW, so a symlink anywhere
  * under .vector-memory is refused rather than followed.
  *
- * Invariants: only decision files (x-NNN/y-Y-z-Z.json) and metadata.json
- * live there; temporary files are ".tmp-*" names that are never committed
+ * Invariants: only decision files (x-NNN/y-Y-z-Z.json), metadata.json
+ * and the seed library's optional index.json (left as it is) live there;
+ * temporary files are ".tmp-*" names that are never committed
  * and are removed at start-up; a file that does not parse or validate is
  * moved to the quarantine directory, never skipped silently or emptied;
  * a decision file in a git conflict (unmerged entries, or conflict
@@ -23,20 +24,36 @@
 #include <sys/stat.h>
 
 #include "protocol/decision.h"
+#include "statedir.h"
 #include "unmerged.h"
 
-#define VMDIR_DIRNAME ".vector-memory"
+#define VMDIR_DIRNAME	 ".vector-memory"
+#define VMDIR_QUARANTINE "quarantine" /* in the state directory */
 
 struct vmdir {
-	char *root;	  /* working-tree root (owned) */
-	char *quarantine; /* quarantine directory path (owned) */
+	char *root;		      /* working-tree root (owned) */
+	const struct statedir *state; /* holds quarantine/ (borrowed) */
 	int max_x;
 	/* Asked every few files by vmdir_apply (may be NULL): true stops
 	 * it there (git took the tree; see struct vmdir_op). Called on the
 	 * thread that applies. */
 	bool (*interrupt)(void *ctx);
 	void *interrupt_ctx;
+	/* Modes of the files and directories written (repo_tree_modes);
+	 * 0: as the umask makes them. */
+	mode_t file_mode, dir_mode;
+	/* Start-up progress, NULL otherwise (it runs on the caller's thread,
+	 * so it is cleared before writes go to the thread pool): after each
+	 * entry of .vector-memory a load handles (done and total entries,
+	 * and the decision files loaded so far), and every
+	 * VMDIR_PROGRESS_FILES files an apply writes (done and total files,
+	 * files = done). */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total,
+			 uint64_t files);
+	void *progress_ctx;
 };
+
+#define VMDIR_PROGRESS_FILES 1024
 
 /* One quarantined file, reported by vmdir_load. */
 struct vmdir_quarantined {
@@ -105,8 +122,14 @@ struct vmdir_op {
 			     someone else put there wrote it first */
 };
 
-/* Set up (no I/O). Copies root and quarantine. 0 or -ENOMEM. */
-int vmdir_init(struct vmdir *d, const char *root, const char *quarantine,
+/*
+ * Set up (no I/O). Copies root; state (which must outlive d) receives
+ * quarantine/ (statedir_sub: a symlink or a directory that is not ours is
+ * refused, never followed); it may be NULL for a vmdir that only writes
+ * (a load then refuses to quarantine). The modes are left 0. 0 or
+ * -ENOMEM.
+ */
+int vmdir_init(struct vmdir *d, const char *root, const struct statedir *state,
 	       int max_x);
 void vmdir_done(struct vmdir *d);
 

@@ -14,6 +14,7 @@
 #include "conflicts.h"
 #include "gitq.h"
 #include "leases.h"
+#include "life.h"
 #include "repo.h"
 #include "server.h"
 #include "stats.h"
@@ -34,6 +35,7 @@ struct limits {
 	int max_x;
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;
+	unsigned idle_exit_s; /* in force: 0 never */
 };
 
 struct daemon {
@@ -46,6 +48,7 @@ struct daemon {
 	struct leases leases;
 	struct subs subs;
 	struct watch watch;
+	struct life life;   /* idle exit, removed tree */
 	struct stats stats; /* per method of the method table */
 	struct server server;
 	struct vmdir_load_report loaded; /* what start-up and every scan
@@ -55,11 +58,22 @@ struct daemon {
 	uint64_t flush_started_ms; /* of the store, during a stop; 0: not yet */
 	uint64_t flush_errors;	   /* the store's n_errors when it began */
 	bool stopping;
+	bool leaving; /* the tree is gone: no flush (daemon_leave) */
 	int exit_code;
 };
 
 /* Begin a graceful stop: stop accepting, answer what is buffered, flush
- * the store, then leave the loop. Safe to call more than once. */
+ * the store, then leave the loop. Safe to call more than once. When the
+ * tree turns out to be gone, it becomes daemon_leave. */
 void daemon_stop(struct daemon *d);
+
+/*
+ * Leave now, the tree being gone: stop accepting, close every connection,
+ * wait only for the jobs already running, then leave the loop (exit 0).
+ * Nothing is written to files or committed; the write-ahead log keeps
+ * every acknowledged write. Safe to call more than once, and during a
+ * stop.
+ */
+void daemon_leave(struct daemon *d);
 
 #endif

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "child.h"
@@ -30,6 +31,7 @@
 #include "log.h"
 #include "mcp.h"
 #include "methods.h"
+#include "progress.h"
 #include "protocol/decision.h"
 #include "sdnotify.h"
 #include "protocol/sockpath.h"
@@ -38,6 +40,8 @@
 #define EXIT_RUNNING	  3
 #define DRAIN_DEADLINE_MS 10000
 #define FLUSH_GIVE_UP_MS  10000
+/* In the state directory: the merge driver was registered once. */
+#define MERGE_DRIVER_MARKER "merge-driver"
 
 struct options {
 	const char *repo;
@@ -83,7 +87,7 @@ static void usage(FILE *f)
 		"             [--max-x N] [--max-line BYTES] [--max-batch N]\n"
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
-		"             [--line-deadline-ms MS]\n"
+		"             [--line-deadline-ms MS] [--idle-exit-s S]\n"
 		"             [--register-merge-driver true|false]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
@@ -116,6 +120,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_COMMIT_MAX_BATCH},
 		{"line-deadline-ms", required_argument, NULL,
 		 O_KEY + CONFIG_LINE_DEADLINE_MS},
+		{"idle-exit-s", required_argument, NULL,
+		 O_KEY + CONFIG_IDLE_EXIT_S},
 		{"log-level", required_argument, NULL,
 		 O_KEY + CONFIG_LOG_LEVEL},
 		{"register-merge-driver", required_argument, NULL,
@@ -216,17 +222,20 @@ static void daemonize(void)
 		fail_startup(1, "setsid: %s", strerror(errno));
 }
 
-/* Point stdin/stdout at /dev/null and stderr at path (daemon mode). */
-static void redirect_stdio(const char *log_path)
+/* Point stdin/stdout at /dev/null and stderr at vmemd.log in the state
+ * directory (daemon mode). */
+static void redirect_stdio(const struct statedir *state)
 {
+	char errmsg[1024];
 	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-	int log = open(log_path,
-		       O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW,
-		       0600);
+	int log =
+		statedir_open(state, "vmemd.log", O_WRONLY | O_CREAT | O_APPEND,
+			      0600, errmsg, sizeof(errmsg));
 
-	if (null < 0 || log < 0)
-		fail_startup(1, "cannot open %s: %s", log_path,
-			     strerror(errno));
+	if (null < 0)
+		fail_startup(1, "cannot open /dev/null: %s", strerror(errno));
+	if (log < 0)
+		fail_startup(1, "%s", errmsg);
 	dup2(null, STDIN_FILENO);
 	dup2(null, STDOUT_FILENO);
 	dup2(log, STDERR_FILENO);
@@ -276,14 +285,21 @@ static struct {
 	char path[PATH_MAX]; /* the file read, or looked for ("": none) */
 	bool explicit;	     /* path came from --config */
 	bool found;	     /* path was read */
+	bool autostarted;    /* in the background, not by systemd */
 } cfg;
 
-/* Built-in defaults < the file < the command line. */
+/*
+ * Built-in defaults < the file < the command line. idle_exit_s defaults
+ * to 900 only for a daemon a client started in the background: one that
+ * systemd runs, or someone with --foreground, stays unless told.
+ */
 static void effective(struct config *out, const struct config *file)
 {
 	config_init(out);
 	config_merge(out, file);
 	config_merge(out, &cfg.cli);
+	if (!cfg.autostarted && !(out->set & (1u << CONFIG_IDLE_EXIT_S)))
+		out->num[CONFIG_IDLE_EXIT_S] = 0;
 }
 
 static void __attribute__((noreturn))
@@ -358,6 +374,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	l->line_deadline_ms = (unsigned)c->num[CONFIG_LINE_DEADLINE_MS];
 	l->commit_delay_ms = (unsigned)c->num[CONFIG_COMMIT_DELAY_MS];
 	l->commit_max_batch = (unsigned)c->num[CONFIG_COMMIT_MAX_BATCH];
+	l->idle_exit_s = (unsigned)c->num[CONFIG_IDLE_EXIT_S];
 	if (at_start) {
 		l->max_depth = 64;
 		l->max_x = (int)c->num[CONFIG_MAX_X];
@@ -365,6 +382,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	}
 	gitq_set_timing(&d->gitq, l->commit_delay_ms, l->commit_max_batch);
 	gitq_set_ident(&d->gitq, c->commit_name, c->commit_email);
+	life_set_idle_exit(&d->life, l->idle_exit_s);
 }
 
 /* SIGHUP: read the file again; put it in force only if all of it is
@@ -444,6 +462,8 @@ static void repo_changed_cb(void *ctx)
 {
 	struct daemon *d = ctx;
 
+	if (life_check(&d->life))
+		return;
 	log_debug("the repository changed; checking the decision files");
 	store_check_files(&d->store);
 }
@@ -580,6 +600,9 @@ static void start_commits(struct daemon *d)
 	struct store *s = &d->store;
 	int rc;
 
+	if (progress_due())
+		progress_say("comparing %zu decisions with HEAD's",
+			     s->index.count);
 	for (size_t i = 0; i < s->index.n_slots; i++)
 		if (s->index.slots[i])
 			gitq_mark(&d->gitq, i);
@@ -610,6 +633,17 @@ static void stop_timer_cb(uv_timer_t *t)
 	uint64_t now = uv_now(d->loop);
 	bool late = now - d->stop_started_ms > DRAIN_DEADLINE_MS;
 
+	if (d->leaving) {
+		if (store_jobs_running(&d->store) || d->gitq.busy)
+			return;
+		uv_timer_stop(t);
+		uv_stop(d->loop);
+		return;
+	}
+	/* A flush into a tree that went away would only fail until it gives
+	 * up: leave instead (life_check turns the stop into daemon_leave). */
+	if (life_check(&d->life))
+		return;
 	if (d->flush_started_ms) {
 		if (d->conflicts.yield[0] && !store_jobs_running(&d->store) &&
 		    !d->gitq.busy && !conflicts_busy(&d->conflicts)) {
@@ -654,7 +688,7 @@ static void stop_timer_cb(uv_timer_t *t)
 
 void daemon_stop(struct daemon *d)
 {
-	if (d->stopping)
+	if (d->stopping || life_check(&d->life))
 		return;
 	d->stopping = true;
 	d->stop_started_ms = uv_now(d->loop);
@@ -663,6 +697,23 @@ void daemon_stop(struct daemon *d)
 		 "then writing and committing");
 	server_stop(&d->server);
 	uv_timer_start(&stop_timer, stop_timer_cb, 0, 10);
+}
+
+void daemon_leave(struct daemon *d)
+{
+	if (d->leaving)
+		return;
+	d->leaving = true;
+	if (!d->stopping) {
+		d->stopping = true;
+		d->stop_started_ms = uv_now(d->loop);
+		sdnotify("STOPPING=1\nSTATUS=stopping: the working tree is "
+			 "gone");
+		server_stop(&d->server);
+	}
+	for (struct conn *c = d->server.conns; c; c = c->next)
+		conn_close(c);
+	uv_timer_start(&stop_timer, stop_timer_cb, 0, 100);
 }
 
 static void signal_cb(uv_signal_t *h, int signum)
@@ -746,16 +797,16 @@ static bool has_remote(const char *root)
  */
 static void register_merge_driver(struct daemon *d)
 {
-	char marker[PATH_MAX], vmem[PATH_MAX], err[300];
+	char vmem[PATH_MAX], err[300];
 	const char *argv[] = {vmem, "--repo", d->repo.root, "init", NULL};
 	struct child_result res;
 	char *line, *save = NULL;
+	struct stat st;
 	int fd;
 
 	if (!cfg.cur.num[CONFIG_REGISTER_MERGE_DRIVER] ||
-	    (size_t)snprintf(marker, sizeof(marker), "%s/merge-driver",
-			     d->repo.statedir) >= sizeof(marker) ||
-	    access(marker, F_OK) == 0 || !has_remote(d->repo.root))
+	    statedir_stat(&d->repo.state, MERGE_DRIVER_MARKER, &st) == 0 ||
+	    !has_remote(d->repo.root))
 		return;
 	if (find_vmem(vmem, sizeof(vmem)) < 0) {
 		log_warn("cannot register the layer-aware merge driver: no "
@@ -778,10 +829,14 @@ static void register_merge_driver(struct daemon *d)
 	log_notice("vmemd never commits .gitattributes: it is a file of "
 		   "yours (register_merge_driver = false turns this off)");
 	child_result_done(&res);
-	fd = open(marker, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		  0600);
+	fd = statedir_open(&d->repo.state, MERGE_DRIVER_MARKER,
+			   O_WRONLY | O_CREAT | O_EXCL, 0600, err, sizeof(err));
 	if (fd >= 0)
 		close(fd);
+	else if (fd != -EEXIST)
+		log_warn("%s: the merge driver will be registered again at "
+			 "the next start",
+			 err);
 }
 
 static void log_quarantine(const struct vmdir_load_report *rep)
@@ -797,14 +852,17 @@ int main(int argc, char **argv)
 	struct options o = {0};
 	struct daemon *d = &the_daemon;
 	struct unmerged_set unmerged = {0};
-	char errmsg[1024];
+	char errmsg[1024], note[1024];
 	char sock[SOCKPATH_MAX + 1];
-	char *log_path = NULL;
 	int rc;
 
 	keep_std_fds();
+	progress_init();
 	parse_args(argc, argv, &o);
 	cfg.cli = o.cli;
+	/* Before sdnotify_init unsets them. */
+	cfg.autostarted = !o.foreground && !getenv("LISTEN_FDS") &&
+			  !getenv("NOTIFY_SOCKET");
 	load_config(o.config);
 	signal(SIGPIPE, SIG_IGN);
 	git_libgit2_init();
@@ -829,15 +887,15 @@ int main(int argc, char **argv)
 	if (!o.foreground)
 		daemonize();
 	sdnotify_init();
-	rc = repo_lock(&d->repo, errmsg, sizeof(errmsg));
+	rc = repo_lock(&d->repo, note, sizeof(note), errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(rc == -EBUSY ? EXIT_RUNNING : 1, "%s", errmsg);
-	if (!o.foreground) {
-		if (asprintf(&log_path, "%s/vmemd.log", d->repo.statedir) < 0)
-			fail_startup(1, "out of memory");
-		redirect_stdio(log_path);
-		free(log_path);
-	}
+	if (!o.foreground)
+		redirect_stdio(&d->repo.state);
+	if (note[0])
+		log_notice("made private what others could read in the state "
+			   "directory: %s",
+			   note);
 
 	d->loop = uv_default_loop();
 	if (stats_init(&d->stats, method_count()) < 0)
@@ -845,8 +903,7 @@ int main(int argc, char **argv)
 	d->started_ms = uv_now(d->loop);
 	rc = conflicts_init(&d->conflicts, d->loop,
 			    (size_t)d->limits.max_x * VMEM_MAX_Y * VMEM_MAX_Z,
-			    d->limits.max_x, d->repo.root, d->repo.gitdir,
-			    d->repo.statedir);
+			    d->limits.max_x, &d->repo);
 	if (rc < 0)
 		fail_startup(1, "out of memory");
 	rc = unmerged_list(d->repo.root, d->repo.gitdir, d->limits.max_x,
@@ -880,8 +937,8 @@ int main(int argc, char **argv)
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
 	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
-		       d->limits.commit_delay_ms, d->limits.commit_max_batch,
-		       errmsg, sizeof(errmsg));
+		       &d->repo.state, d->limits.commit_delay_ms,
+		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
 			     errmsg);
@@ -900,6 +957,10 @@ int main(int argc, char **argv)
 	d->gitq.deferral_ctx = d;
 	d->gitq.defer = defer_cb;
 	d->gitq.defer_ctx = &d->conflicts;
+	rc = life_start(&d->life, d, d->limits.idle_exit_s);
+	if (rc < 0)
+		fail_startup(1, "cannot look at %s: %s", d->repo.root,
+			     strerror(-rc));
 	/* Signals are caught before the socket exists: a client that sees
 	 * the socket may stop us at once, and that must be a graceful stop
 	 * (the handlers run only once the loop does). */
@@ -921,11 +982,16 @@ int main(int argc, char **argv)
 	log_config(&cfg.cur);
 	log_info("serving %s on %s (%zu decisions)", d->repo.root,
 		 d->server.path, d->store.index.count);
+	if (d->limits.idle_exit_s)
+		log_info("exiting after %u s without a connection or anything "
+			 "to write or commit (idle_exit_s)",
+			 d->limits.idle_exit_s);
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	watch_stop(&d->watch);
 	conflicts_close(&d->conflicts);
+	life_stop(&d->life);
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
 	store_close(&d->store);

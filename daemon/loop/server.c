@@ -212,32 +212,38 @@ static int adopt(struct server *srv, int fd, const char *path, char *errmsg,
 /*
  * Record the socket's path in <gitdir>/vmem/socket for clients whose
  * environment gives another path (sockpath.h): a temporary file of ours
- * (O_EXCL, O_NOFOLLOW, 0600) renamed over it. A failure is logged, not
- * fatal: clients with the daemon's environment still find it.
+ * (O_EXCL, 0600) renamed over it, both through the checked state
+ * directory (statedir.h). A failure is logged, not fatal: clients with
+ * the daemon's environment still find it.
  */
 static void record_path(struct server *srv)
 {
-	const char *dir = srv->d->repo.statedir;
-	char tmp[PATH_MAX], dst[PATH_MAX], line[SOCKPATH_RECORD_MAX + 1];
+	const struct statedir *sd = &srv->d->repo.state;
+	char tmp[64], line[SOCKPATH_RECORD_MAX + 1], why[512] = "";
 	int n = snprintf(line, sizeof(line), "%s\n", srv->path);
-	int fd = -1;
+	int fd = -1, rc = 0;
 
-	if (!dir || n < 0 || (size_t)n >= sizeof(line) ||
-	    snprintf(tmp, sizeof(tmp), "%s/.%s-%d", dir, SOCKPATH_RECORD,
-		     (int)getpid()) >= (int)sizeof(tmp) ||
-	    snprintf(dst, sizeof(dst), "%s/%s", dir, SOCKPATH_RECORD) >=
-		    (int)sizeof(dst))
+	if (!sd->path || n < 0 || (size_t)n >= sizeof(line))
 		return;
-	unlink(tmp);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		  0600);
-	if (fd < 0 || write(fd, line, (size_t)n) != n || close(fd) < 0 ||
-	    rename(tmp, dst) < 0) {
-		log_warn("cannot record the socket path in %s: %s (clients "
+	snprintf(tmp, sizeof(tmp), ".%s-%d", SOCKPATH_RECORD, (int)getpid());
+	(void)statedir_unlink(sd, tmp);
+	fd = statedir_open(sd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600, why,
+			   sizeof(why));
+	if (fd < 0)
+		rc = fd;
+	else if ((errno = 0, write(fd, line, (size_t)n)) != n)
+		rc = -(errno ? errno : EIO);
+	if (fd >= 0 && close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = statedir_rename(sd, tmp, SOCKPATH_RECORD);
+	if (rc < 0) {
+		log_warn("cannot record the socket path in %s/%s: %s (clients "
 			 "with another environment will not find %s)",
-			 dst, strerror(errno), srv->path);
+			 sd->path, SOCKPATH_RECORD,
+			 why[0] ? why : strerror(-rc), srv->path);
 		if (fd >= 0)
-			unlink(tmp);
+			(void)statedir_unlink(sd, tmp);
 	}
 }
 
@@ -245,23 +251,23 @@ static void record_path(struct server *srv)
  * after us may have written its own). */
 static void unrecord_path(struct server *srv)
 {
-	char dst[PATH_MAX], line[SOCKPATH_RECORD_MAX + 2];
+	const struct statedir *sd;
+	char line[SOCKPATH_RECORD_MAX + 2];
 	size_t len = strlen(srv->path);
 	ssize_t n;
 	int fd;
 
-	if (!srv->d || !srv->d->repo.statedir ||
-	    snprintf(dst, sizeof(dst), "%s/%s", srv->d->repo.statedir,
-		     SOCKPATH_RECORD) >= (int)sizeof(dst))
+	if (!srv->d || !srv->d->repo.state.path)
 		return;
-	fd = open(dst, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	sd = &srv->d->repo.state;
+	fd = statedir_open(sd, SOCKPATH_RECORD, O_RDONLY, 0, NULL, 0);
 	if (fd < 0)
 		return;
 	n = read(fd, line, sizeof(line));
 	close(fd);
 	if (n == (ssize_t)len + 1 && memcmp(line, srv->path, len) == 0 &&
 	    line[len] == '\n')
-		unlink(dst);
+		(void)statedir_unlink(sd, SOCKPATH_RECORD);
 }
 
 int server_listen(struct server *srv, struct daemon *d, const char *path,

@@ -36,6 +36,7 @@ static const struct method methods[] = {
 	{"resources/subscribe", mcp_resources_subscribe},
 	{"resources/templates/list", mcp_resources_templates},
 	{"resources/unsubscribe", mcp_resources_unsubscribe},
+	{"server.flush", server_flush},
 	{"server.health", server_health},
 	{"server.hello", server_hello},
 	{"server.shutdown", server_shutdown},

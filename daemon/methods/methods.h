@@ -32,6 +32,7 @@ struct vmdir_load_report;
 json_t *quarantined_json(const struct vmdir_load_report *rep);
 int server_hello(struct call *call);
 int server_health(struct call *call);
+int server_flush(struct call *call);
 int server_shutdown(struct call *call);
 int server_stats(struct call *call);
 

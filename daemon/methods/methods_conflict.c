@@ -124,7 +124,7 @@ json_t *drops_json(const struct daemon *d)
 struct list_job {
 	uv_work_t req;
 	struct call *call;
-	char *statedir;
+	const struct statedir *state; /* the daemon's (read-only) */
 	int max_x;
 	size_t limit;
 	json_t *records; /* built by the worker */
@@ -151,7 +151,7 @@ static void list_work_cb(uv_work_t *req)
 	size_t i;
 	json_t *rec;
 
-	j->rc = records_list(j->statedir, j->max_x, j->limit, &j->records,
+	j->rc = records_list(j->state, j->max_x, j->limit, &j->records,
 			     &j->total, j->errmsg, sizeof(j->errmsg));
 	json_array_foreach(j->records, i, rec)
 		summarise_record(rec);
@@ -181,7 +181,6 @@ static void list_after_cb(uv_work_t *req, int status)
 				     (json_int_t)j->total, "dropped",
 				     drops_json(call->d)));
 	}
-	free(j->statedir);
 	free(j);
 	call_complete(call);
 }
@@ -196,20 +195,17 @@ int conflict_list(struct call *call)
 	    !param_int(call, "limit", 1, LIST_MAX, &limit))
 		return CALL_DONE;
 	j = calloc(1, sizeof(*j));
-	if (j)
-		j->statedir = strdup(call->d->repo.statedir);
-	if (!j || !j->statedir) {
-		free(j);
+	if (!j) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}
 	j->call = call;
+	j->state = &call->d->repo.state;
 	j->max_x = call->d->limits.max_x;
 	j->limit = (size_t)limit;
 	j->req.data = j;
 	if (uv_queue_work(call->d->loop, &j->req, list_work_cb,
 			  list_after_cb) < 0) {
-		free(j->statedir);
 		free(j);
 		call_error(call, RPC_INTERNAL_ERROR, NULL,
 			   "cannot start reading the conflict records");

@@ -143,8 +143,8 @@ static bool get_store_item(struct call *call, struct store_write *w,
 			   "content must be a string");
 		return false;
 	}
-	if (content_check(json_string_value(content),
-			  json_string_length(content), msg) != 0 ||
+	if (content_check_new(json_string_value(content),
+			      json_string_length(content), msg) != 0 ||
 	    (ctx && issue_context_check(ctx, msg) != 0)) {
 		call_error(call, RPC_INVALID_PARAMS, NULL, "%s", msg);
 		return false;

@@ -94,6 +94,7 @@ struct git_read {
 	uv_work_t req;
 	struct call *call;
 	char *root;
+	const struct statedir *state; /* the daemon's, read-only */
 	int max_x;
 	enum { READ_HISTORY, READ_ROLLBACK, READ_LOG } kind;
 	struct coord coord; /* history */
@@ -207,7 +208,7 @@ static void read_work_cb(uv_work_t *req)
 	char commit[41], subject[256];
 	int64_t at = 0;
 
-	r->rc = gitc_open(&g, r->root, r->errmsg, sizeof(r->errmsg));
+	r->rc = gitc_open(&g, r->root, r->state, r->errmsg, sizeof(r->errmsg));
 	if (r->rc < 0)
 		return;
 	if (r->kind == READ_HISTORY) {
@@ -264,6 +265,7 @@ static int read_start(struct git_read *r)
 
 	r->req.data = r;
 	r->root = strdup(call->d->repo.root);
+	r->state = &call->d->repo.state;
 	r->max_x = call->d->limits.max_x;
 	if (!r->root || uv_queue_work(call->d->loop, &r->req, read_work_cb,
 				      read_after_cb) < 0) {
@@ -381,7 +383,6 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 	struct call *call = arg;
 	struct daemon *d = call->d;
 
-	(void)s;
 	if (rc < 0) {
 		call_error(call, RPC_STORAGE,
 			   json_pack("{s:s}", "reason", errmsg),

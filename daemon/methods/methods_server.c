@@ -1,4 +1,4 @@
-/* server.* methods: hello, health, shutdown. */
+/* server.* methods: hello, health, flush, shutdown, stats. */
 #include "methods.h"
 
 #include <stdint.h>
@@ -142,6 +142,165 @@ int server_health(struct call *call)
 			  (json_int_t)((uv_now(d->loop) - d->started_ms) /
 				       1000)));
 	return CALL_DONE;
+}
+
+/* ---- server.flush ---- */
+
+#define FLUSH_TIMEOUT_DEFAULT_MS 30000
+#define FLUSH_TIMEOUT_MAX_MS	 600000
+
+/*
+ * A server.flush: a store_wait, then (until "committed") a git.sync-like
+ * wait on the commit queue, under one timer. Freed once both its timer is
+ * closed and its wait has ended; a timeout answers at once and leaves the
+ * commit wait (which cannot be cancelled) to end by itself.
+ */
+struct flush_call {
+	struct call *call; /* NULL once answered */
+	struct store_wait sw;
+	struct gitq_sync gs;
+	uv_timer_t timer;
+	bool commit;	 /* until "committed" */
+	bool waiting;	 /* the store wait or the commit wait is on */
+	bool in_store;	 /* ... and it is the store wait */
+	bool timer_open; /* not closed yet */
+};
+
+static void flush_free_if_done(struct flush_call *fc)
+{
+	if (!fc->waiting && !fc->timer_open)
+		free(fc);
+}
+
+static void flush_timer_closed_cb(uv_handle_t *h)
+{
+	struct flush_call *fc = h->data;
+
+	fc->timer_open = false;
+	flush_free_if_done(fc);
+}
+
+/* Answer (once) and stop the timer. */
+static void flush_answer(struct flush_call *fc, int code, const char *msg,
+			 json_t *result)
+{
+	struct call *call = fc->call;
+
+	if (!call) {
+		json_decref(result);
+		return;
+	}
+	fc->call = NULL;
+	if (code == RPC_STORAGE)
+		call_error(call, code, json_pack("{s:s}", "reason", msg), "%s",
+			   msg);
+	else if (code)
+		call_error(call, code, NULL, "%s", msg);
+	else
+		call_reply(call, result);
+	call_complete(call);
+	if (!uv_is_closing((uv_handle_t *)&fc->timer))
+		uv_close((uv_handle_t *)&fc->timer, flush_timer_closed_cb);
+}
+
+static void flush_synced(struct gitq_sync *w, int code, const char *msg,
+			 const struct gitq_batch *b)
+{
+	struct flush_call *fc = w->data;
+
+	fc->waiting = false;
+	if (code)
+		flush_answer(fc, code, msg, NULL);
+	else
+		flush_answer(fc, 0, NULL,
+			     json_pack("{s:b,s:b,s:o}", "written", 1,
+				       "committed", 1, "commit",
+				       b->commit[0] ? json_string(b->commit)
+						    : json_null()));
+	flush_free_if_done(fc);
+}
+
+static void flush_stored(struct store_wait *w, int rc)
+{
+	struct flush_call *fc = w->data;
+
+	fc->in_store = false;
+	if (rc < 0) {
+		fc->waiting = false;
+		flush_answer(fc, RPC_UNAVAILABLE, "the daemon is shutting down",
+			     NULL);
+		flush_free_if_done(fc);
+		return;
+	}
+	if (!fc->commit || !fc->call) {
+		fc->waiting = false;
+		flush_answer(fc, 0, NULL,
+			     json_pack("{s:b,s:b,s:n}", "written", 1,
+				       "committed", 0, "commit"));
+		flush_free_if_done(fc);
+		return;
+	}
+	fc->gs.done = flush_synced;
+	fc->gs.data = fc;
+	gitq_sync(&fc->call->d->gitq, &fc->gs, NULL);
+}
+
+static void flush_timeout_cb(uv_timer_t *t)
+{
+	struct flush_call *fc = t->data;
+	struct daemon *d = fc->call->d;
+	char msg[160];
+
+	snprintf(msg, sizeof(msg), "server.flush timed out after %llu ms: %s",
+		 (unsigned long long)uv_timer_get_repeat(t),
+		 fc->in_store ? "files still being written"
+			      : "the commit is not done yet");
+	if (fc->in_store) {
+		store_wait_cancel(&d->store, &fc->sw);
+		fc->waiting = false;
+		fc->in_store = false;
+	}
+	flush_answer(fc, RPC_CONCURRENCY, msg, NULL);
+}
+
+int server_flush(struct call *call)
+{
+	static const char *const allowed[] = {"until", "timeout_ms", NULL};
+	json_t *until = json_object_get(call->params, "until");
+	int64_t timeout = FLUSH_TIMEOUT_DEFAULT_MS;
+	struct flush_call *fc;
+	bool commit = true;
+
+	if (!param_only(call, allowed) ||
+	    !param_int(call, "timeout_ms", 1, FLUSH_TIMEOUT_MAX_MS, &timeout))
+		return CALL_DONE;
+	if (until && json_is_string(until) &&
+	    strcmp(json_string_value(until), "written") == 0) {
+		commit = false;
+	} else if (until && (!json_is_string(until) ||
+			     strcmp(json_string_value(until), "committed"))) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "until must be \"written\" or \"committed\"");
+		return CALL_DONE;
+	}
+	fc = calloc(1, sizeof(*fc));
+	if (!fc) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	fc->call = call;
+	fc->commit = commit;
+	fc->waiting = fc->in_store = fc->timer_open = true;
+	uv_timer_init(call->d->loop, &fc->timer);
+	fc->timer.data = fc;
+	/* The repeat value only remembers the timeout for the message. */
+	uv_timer_start(&fc->timer, flush_timeout_cb, (uint64_t)timeout,
+		       (uint64_t)timeout);
+	fc->sw.done = flush_stored;
+	fc->sw.data = fc;
+	fc->sw.idle = commit;
+	store_wait(&call->d->store, &fc->sw);
+	return CALL_ASYNC;
 }
 
 int server_shutdown(struct call *call)

@@ -37,6 +37,7 @@ static const struct keydef keys[CONFIG_NKEYS] = {
 	[CONFIG_COMMIT_DELAY_MS] = {"commit_delay_ms", K_NUM, 0, 3600000, 1000},
 	[CONFIG_COMMIT_MAX_BATCH] = {"commit_max_batch", K_NUM, 1, 1000000,
 				     512},
+	[CONFIG_IDLE_EXIT_S] = {"idle_exit_s", K_NUM, 0, 31536000, 900},
 	[CONFIG_LOG_LEVEL] = {"log_level", K_LEVEL, LOGL_ERR, LOGL_DEBUG,
 			      LOGL_INFO},
 	[CONFIG_COMMIT_NAME] = {"commit_name", K_STR, 1, CONFIG_STR_MAX, 0},
@@ -292,12 +293,23 @@ int config_load(struct config *c, const char *path, struct config_error *err)
 	char *text = NULL;
 	size_t got = 0;
 	ssize_t n;
-	int fd, rc;
+	int fd = -1, rc;
 
 	config_init(c);
 	err->line = 0;
 	err->msg[0] = '\0';
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/*
+	 * Only a regular file is read. A fifo, a device or a directory is
+	 * refused before it is opened (opening a fifo would wait for a
+	 * writer, a device may act on open); O_NONBLOCK covers a swap in
+	 * between. Symlinks are followed: dotfiles often are.
+	 */
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		rc = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		snprintf(err->msg, sizeof(err->msg), "not a regular file");
+		goto out;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(err->msg, sizeof(err->msg), "cannot open: %s",

@@ -17,6 +17,8 @@
  *   line_deadline_ms  100..3600000
  *   commit_delay_ms   0..3600000
  *   commit_max_batch  1..1000000
+ *   idle_exit_s       0..31536000 (0: never; see life.h and main.c for
+ *                     the default, which depends on how vmemd started)
  *   log_level         err | warning | notice | info | debug
  *   commit_name       1..200 bytes, no control characters, no '<' '>'
  *   commit_email      the same, and it contains '@'
@@ -46,6 +48,7 @@ enum config_key {
 	CONFIG_LINE_DEADLINE_MS,
 	CONFIG_COMMIT_DELAY_MS,
 	CONFIG_COMMIT_MAX_BATCH,
+	CONFIG_IDLE_EXIT_S,
 	CONFIG_LOG_LEVEL, /* the value is an enum log_level (log.h) */
 	CONFIG_COMMIT_NAME,
 	CONFIG_COMMIT_EMAIL,
@@ -96,9 +99,12 @@ int config_parse(struct config *c, const char *text, size_t len,
 		 struct config_error *err);
 
 /*
- * config_init then config_parse of the file at path. 0; -ENOENT when it
- * does not exist; another -errno when it cannot be read; -EINVAL when it
- * does not parse. err->msg says why in every case (without the path).
+ * config_init then config_parse of the file at path (a symlink to a
+ * regular file is followed). 0; -ENOENT when it does not exist; -EISDIR
+ * or -EINVAL ("not a regular file") for a directory, a fifo, a device or
+ * a socket, refused without blocking; another -errno when it cannot be
+ * read; -EINVAL when it does not parse. err->msg says why in every case
+ * (without the path).
  */
 int config_load(struct config *c, const char *path, struct config_error *err);
 

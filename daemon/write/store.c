@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "progress.h"
 #include "protocol/errors.h"
 
 /* Delay that lets bursts of writes coalesce before files are written. */
@@ -399,8 +400,8 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 			return;
 		if (delay_ms < s->writer_retry_ms)
 			delay_ms = s->writer_retry_ms;
-	} else if (s->idle_cb) {
-		delay_ms = 0; /* flushing for a stop: no coalescing delay */
+	} else if (s->idle_cb || s->waits) {
+		delay_ms = 0; /* someone waits: no coalescing delay */
 	}
 	if (uv_is_active((uv_handle_t *)&s->writer_timer) && delay_ms > 0)
 		return;
@@ -416,7 +417,7 @@ static void wal_work_cb(struct lane_job *job)
 	if (j->head)
 		j->rc = wal_append(&j->s->wal, j->iov, j->n);
 	else
-		j->rc = wal_cut_head(&j->s->wal, j->s->wal_path, j->cut);
+		j->rc = wal_cut_head(&j->s->wal, j->cut);
 }
 
 /* A group is over: unlock (as for a single write, see finish), then
@@ -698,11 +699,16 @@ static int validate(struct store *s, struct store_write *w, char *msg, size_t n)
 			return rc;
 	}
 	if (z == 1 && (cur || w->is_delete)) {
+		/* "Cannot modify decision" and "immutable": the seed's
+		 * words, which its users match on. */
 		snprintf(msg, n,
-			 w->is_delete ? "layer z=1 is write-once: (%d, %d, %d) "
-					"cannot be deleted"
-				      : "layer z=1 is write-once: (%d, %d, %d) "
-					"already holds a decision",
+			 w->is_delete
+				 ? "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once), it cannot be deleted"
+				 : "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once) and already holds a decision",
 			 x, y, z);
 		return RPC_IMMUTABLE_LAYER;
 	}
@@ -920,17 +926,70 @@ void store_submit_group(struct store *s, struct store_group *g)
 static void reload_step(struct store *s);
 static void probe_step(struct store *s);
 
+static bool idle(const struct store *s)
+{
+	return !(s->wal_busy || s->writer_busy || s->filling_n || s->n_dirty ||
+		 s->wal_end || s->ckpt || s->reloading || s->probing);
+}
+
+/* Answer the store_waits whose condition holds. */
+static void waits_step(struct store *s)
+{
+	struct store_wait **p = &s->waits, *w;
+
+	while ((w = *p)) {
+		if (w->idle ? !idle(s) : s->writer_done_seq < w->need_seq) {
+			p = &w->next;
+			continue;
+		}
+		*p = w->next;
+		w->next = NULL;
+		w->done(w, 0);
+		p = &s->waits; /* done may have cancelled another */
+	}
+}
+
 static void check_idle(struct store *s)
 {
 	store_idle_fn cb = s->idle_cb;
 
 	reload_step(s);
 	probe_step(s);
-	if (!cb || s->wal_busy || s->writer_busy || s->filling_n ||
-	    s->n_dirty || s->wal_end || s->ckpt || s->reloading || s->probing)
+	waits_step(s);
+	if (!cb || !idle(s))
 		return;
 	s->idle_cb = NULL;
 	cb(s, s->idle_arg);
+}
+
+void store_wait(struct store *s, struct store_wait *w)
+{
+	if (s->closed) {
+		w->done(w, -ESHUTDOWN);
+		return;
+	}
+	/* As for a checkpoint: the next pass covers what is dirty now, the
+	 * running one what it snapshotted. */
+	w->need_seq = s->n_dirty       ? s->writer_seq + 1
+		      : s->writer_busy ? s->writer_seq
+				       : 0;
+	w->next = s->waits;
+	s->waits = w;
+	writer_kick(s, 0);
+	if (w->idle)
+		checkpoint_start(s);
+	check_idle(s);
+}
+
+void store_wait_cancel(struct store *s, struct store_wait *w)
+{
+	for (struct store_wait **p = &s->waits; *p; p = &(*p)->next) {
+		if (*p == w) {
+			*p = w->next;
+			w->next = NULL;
+			return;
+		}
+	}
 }
 
 void store_flush(struct store *s, store_idle_fn cb, void *arg)
@@ -1000,6 +1059,44 @@ static int replay_cb(void *ctx, const char *payload, size_t len)
 	index_put(&s->index, r);
 	mark_dirty(s, index_slot(&s->index, &r->coord));
 	return 0;
+}
+
+/* ---- start-up progress (progress.h) ---- */
+
+static void replay_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			       uint64_t records)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("replaying the write-ahead log: %.1f of %.1f MiB, "
+			     "%llu records",
+			     (double)done / (1 << 20),
+			     (double)total / (1 << 20),
+			     (unsigned long long)records);
+}
+
+static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			      uint64_t files)
+{
+	(void)ctx;
+	(void)files;
+	if (progress_due())
+		progress_say("writing the replayed decisions to their files: "
+			     "%llu of %llu",
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			     uint64_t files)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("loading the decision files: %llu loaded, %llu of "
+			     "%llu entries of " VMDIR_DIRNAME,
+			     (unsigned long long)files,
+			     (unsigned long long)done,
+			     (unsigned long long)total);
 }
 
 /* Start-up load: each decision into the index, with its file's stamp. */
@@ -1142,6 +1239,8 @@ static void reload_job_free(struct reload_job *j)
 	free(j);
 }
 
+static void reload_join(struct store *s, struct store_reload_wait *list);
+
 static bool record_same(const struct record *a, const struct record *b)
 {
 	if (!a || !b)
@@ -1179,11 +1278,11 @@ static void reload_apply(struct store *s, size_t slot, struct record *rec,
 static void reload_finish(struct store *s, int rc, const char *errmsg,
 			  const struct vmdir_load_report *rep)
 {
-	store_reload_fn cb = s->reload_cb;
+	struct store_reload_wait *waiter = s->reload_waiters, *next;
 	struct store_write *held = s->filling_head;
 
 	s->reloading = false;
-	s->reload_cb = NULL;
+	s->reload_waiters = NULL;
 	/* Writes held during the reload were validated against the old
 	 * state: validate them again against what the files say now. */
 	s->filling_head = s->filling_tail = NULL;
@@ -1204,7 +1303,19 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 		start(s, w);
 	}
 	wal_kick(s);
-	cb(s, s->reload_arg, rc, errmsg, rep);
+	s->reloads_done++;
+	for (; waiter; waiter = next) {
+		next = waiter->next;
+		waiter->cb(s, waiter->arg, rc, errmsg, rep);
+		free(waiter);
+	}
+	/* Callers that came while this reload was reading the files get a
+	 * reload of their own, started now. */
+	if (s->reload_next) {
+		waiter = s->reload_next;
+		s->reload_next = NULL;
+		reload_join(s, waiter);
+	}
 }
 
 static void probe_done(struct store *s, struct reload_job *j, int rc);
@@ -1479,36 +1590,66 @@ static void reload_step(struct store *s)
 	s->reload_running = true;
 }
 
-void store_reload(struct store *s, store_reload_fn cb, void *arg)
+/* Callers (a list) join the reload to come, which starts unless one is
+ * already on its way. */
+static void reload_join(struct store *s, struct store_reload_wait *list)
 {
-	char why[CONFLICTS_YIELD_LEN + 100];
+	struct store_reload_wait **tail = &s->reload_waiters;
 
-	if (s->conflicts && s->conflicts->yield[0] && !s->closed) {
-		snprintf(why, sizeof(why),
-			 "git has the working tree (%s): the files are read "
-			 "again when it is done",
-			 s->conflicts->yield);
-		cb(s, arg, -EAGAIN, why, NULL);
+	if (s->closed) {
+		while (list) {
+			struct store_reload_wait *next = list->next;
+
+			list->cb(s, list->arg, -ESHUTDOWN,
+				 "the daemon is shutting down", NULL);
+			free(list);
+			list = next;
+		}
 		return;
 	}
-	if (s->reloading || s->closed) {
-		cb(s, arg, s->closed ? -ESHUTDOWN : -EBUSY,
-		   s->closed ? "the daemon is shutting down"
-			     : "a reload is already running",
-		   NULL);
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = list;
+	if (s->reloading)
 		return;
-	}
 	s->reloading = true;
-	s->reload_cb = cb;
-	s->reload_arg = arg;
 	writer_kick(s, 0);
 	reload_step(s);
+}
+
+void store_reload(struct store *s, store_reload_fn cb, void *arg)
+{
+	struct store_reload_wait *w, **tail;
+
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		cb(s, arg, -ENOMEM, "out of memory", NULL);
+		return;
+	}
+	w->cb = cb;
+	w->arg = arg;
+	if (!s->reload_running) {
+		/* A reload not reading the files yet will see every change
+		 * made before this call: join it (or start one). */
+		reload_join(s, w);
+		return;
+	}
+	/* The running one may have read a file before it changed: wait for
+	 * the next reload, which starts when this one ends. */
+	for (tail = &s->reload_next; *tail; tail = &(*tail)->next)
+		;
+	*tail = w;
 }
 
 int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	       int max_x, struct conflicts *cf, const struct unmerged_set *u,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
+	const struct wal_replay replay = {
+		.record = replay_cb,
+		.progress = replay_progress_cb,
+		.ctx = s,
+	};
 	struct wal_report wrep = {0};
 	struct writer_item *items = NULL;
 	size_t n = 0;
@@ -1523,7 +1664,9 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	if (rc == 0)
 		rc = locks_init(&s->locks, loop, s->index.n_slots);
 	if (rc == 0)
-		rc = vmdir_init(&s->dir, r->root, r->quarantine, max_x);
+		rc = vmdir_init(&s->dir, r->root, &r->state, max_x);
+	s->dir.file_mode = r->file_mode;
+	s->dir.dir_mode = r->dir_mode;
 	if (rc == 0 && cf) {
 		s->dir.interrupt = writer_interrupt;
 		s->dir.interrupt_ctx = cf;
@@ -1532,11 +1675,6 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	s->stamps = calloc(s->index.n_slots, sizeof(*s->stamps));
 	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
 	if (rc < 0 || !s->dirty || !s->dirty_list || !s->stamps) {
-		snprintf(errmsg, errn, "out of memory");
-		return -ENOMEM;
-	}
-	s->wal_path = strdup(r->wal_path);
-	if (!s->wal_path) {
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
@@ -1554,7 +1692,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 	/* The log first: its writes are newer than any file, and a file it
 	 * covers may be incomplete after a crash (vmdir.h), so they are
 	 * materialised before the files are loaded and judged. */
-	rc = wal_open(&s->wal, r->wal_path, replay_cb, s, &wrep, errmsg, errn);
+	rc = wal_open(&s->wal, &r->state, "wal", &replay, &wrep, errmsg, errn);
 	if (rc < 0)
 		return rc;
 	if (wrep.torn_bytes)
@@ -1584,9 +1722,12 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		 * is held instead (conflicts_start serves it). */
 		for (size_t i = 0; rc == 0 && i < n; i++)
 			items[i].held = cf && unmerged_find(u, &items[i].coord);
+		s->dir.progress = apply_progress_cb;
+		s->dir.progress_ctx = s;
 		if (rc == 0)
 			rc = writer_run(&s->dir, cf, items, n, true, false,
 					errmsg, errn);
+		s->dir.progress = NULL;
 		/* Git took the tree meanwhile: what it did not write waits,
 		 * in the log, for the writer. */
 		for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -1612,7 +1753,10 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		}
 	}
 load:
-	return vmdir_scan(&s->dir, NULL, load_cb, s, u, rep, errmsg, errn);
+	s->dir.progress = load_progress_cb;
+	rc = vmdir_scan(&s->dir, NULL, load_cb, s, u, rep, errmsg, errn);
+	s->dir.progress = NULL;
+	return rc;
 }
 
 void store_resume(struct store *s)
@@ -1627,15 +1771,29 @@ void store_resume(struct store *s)
 
 void store_close(struct store *s)
 {
+	struct store_reload_wait *waiting;
+
 	if (s->closed)
 		return;
 	s->closed = true;
+	while (s->waits) {
+		struct store_wait *w = s->waits;
+
+		s->waits = w->next;
+		w->next = NULL;
+		w->done(w, -ESHUTDOWN);
+	}
+	/* Reload callers still waiting (a stop that did not wait for
+	 * them): told, not forgotten. */
+	reload_join(s, s->reload_next);
+	s->reload_next = NULL;
+	waiting = s->reload_waiters;
+	s->reload_waiters = NULL;
+	reload_join(s, waiting);
 	locks_done(&s->locks);
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
-	free(s->wal_path);
-	s->wal_path = NULL;
 	free(s->replayed);
 	s->replayed = NULL;
 	wal_close(&s->wal);

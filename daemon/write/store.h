@@ -112,6 +112,26 @@ typedef void (*store_reload_fn)(struct store *s, void *arg, int rc,
 
 struct wal_batch;
 
+/*
+ * A wait for the files (store_wait): done runs once, with 0 when its
+ * condition holds, or -ESHUTDOWN when the store closes first.
+ */
+struct store_wait {
+	void (*done)(struct store_wait *w, int rc);
+	void *data;
+	bool idle; /* wait until the store is idle, not only the files */
+	/* private */
+	uint64_t need_seq;
+	struct store_wait *next;
+};
+
+/* A caller of store_reload waiting for its reload (private). */
+struct store_reload_wait {
+	store_reload_fn cb;
+	void *arg;
+	struct store_reload_wait *next;
+};
+
 struct store {
 	uv_loop_t *loop;
 	int max_x;
@@ -126,7 +146,6 @@ struct store {
 	size_t filling_n;
 	bool wal_busy;
 	bool wal_failing; /* the last append failed */
-	char *wal_path;	  /* (owned) */
 	uint64_t wal_end; /* log bytes, as of the last finished log job */
 	size_t in_flight; /* writes inside the running log job */
 
@@ -167,8 +186,9 @@ struct store {
 	bool probing;
 	bool reloading;
 	bool reload_running; /* its load job is in flight */
-	store_reload_fn reload_cb;
-	void *reload_arg;
+	struct store_reload_wait *reload_waiters; /* of the reload to come */
+	struct store_reload_wait *reload_next;	  /* came while it read */
+	uint64_t reloads_done;			  /* reloads finished */
 
 	/* A reload is about to put rec (NULL: none) where old was, for a
 	 * change under us that is no conflict's end (old is still in the
@@ -187,9 +207,10 @@ struct store {
 	 * has the tree the writer writes nothing there and reloads wait. */
 	struct conflicts *conflicts;
 
-	/* A pending store_flush. */
+	/* A pending store_flush, and store_waits. */
 	store_idle_fn idle_cb;
 	void *idle_arg;
+	struct store_wait *waits;
 	bool closed;
 };
 
@@ -243,9 +264,13 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg);
  * then the files are loaded afresh on the thread pool and swapped in;
  * coordinates that changed are reported through on_applied, and the
  * writes held meanwhile are validated again against the new state. cb
- * runs once. -EBUSY (through cb) while another reload runs; -EAGAIN while
- * git has the working tree (a merge, a rebase... in progress; the files
- * are looked at again when it ends).
+ * runs once. Calls coalesce: a call made before a reload starts reading
+ * the files shares that reload's result; a call made while it reads waits
+ * for the next reload, which starts as soon as that one ends. Every cb of
+ * one reload gets the same rep; reloads_done counts reloads, so a caller
+ * can tell whether it saw this rep already.
+ * -EAGAIN (through cb) while git has the working tree (a merge, a
+ * rebase... in progress; the files are looked at again when it ends).
  */
 void store_reload(struct store *s, store_reload_fn cb, void *arg);
 
@@ -255,6 +280,20 @@ void store_reload(struct store *s, store_reload_fn cb, void *arg);
  * differs from what we last saw or wrote. Cheap when nothing changed.
  */
 void store_check_files(struct store *s);
+
+/*
+ * w->done(w, 0) once every write applied before this call is in its file
+ * (a writer pass that started after the call has succeeded), or, with
+ * w->idle, once the store is idle as for a stop (nothing in flight, every
+ * file written and synced, the log empty). The files are written now
+ * rather than after the coalescing delay, and with idle a checkpoint
+ * starts now. done may run before this returns. Waits still pending when
+ * the store closes get -ESHUTDOWN.
+ */
+void store_wait(struct store *s, struct store_wait *w);
+
+/* Forget a wait whose done has not run (its caller gave up). */
+void store_wait_cancel(struct store *s, struct store_wait *w);
 
 /* True when every applied write is in its file (synced or not). */
 bool store_files_written(const struct store *s);

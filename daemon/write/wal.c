@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "errmsg.h"
 
 #define WAL_MAGIC 0x32574d56u /* "VMW2" */
@@ -32,32 +32,6 @@
 #define WAL_GROW (1u << 20)
 /* In the length field: the last record of its batch. */
 #define WAL_LAST 0x80000000u
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-	uint32_t i, j, c;
-
-	for (i = 0; i < 256; i++) {
-		c = i;
-		for (j = 0; j < 8; j++)
-			c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-		crc_table[i] = c;
-	}
-}
-
-static uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	const unsigned char *p = buf;
-
-	pthread_once(&crc_once, crc_init);
-	crc = ~crc;
-	while (len--)
-		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-	return ~crc;
-}
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -214,31 +188,6 @@ out:
 	return ret;
 }
 
-/* fsync the directory holding path, so a newly created file stays. */
-static int sync_parent(const char *path)
-{
-	char *dir = NULL, *slash;
-	int fd = -1, ret = 0;
-
-	dir = strdup(path);
-	if (!dir)
-		return -ENOMEM;
-	slash = strrchr(dir, '/');
-	if (!slash)
-		strcpy(dir, ".");
-	else if (slash == dir)
-		dir[1] = '\0';
-	else
-		*slash = '\0';
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) < 0)
-		ret = -errno;
-	if (fd >= 0)
-		close(fd);
-	free(dir);
-	return ret;
-}
-
 void wal_init(struct wal *w)
 {
 	memset(w, 0, sizeof(*w));
@@ -246,16 +195,10 @@ void wal_init(struct wal *w)
 	w->next_batch = 1;
 }
 
-/* A <path>.tmp left by a wal_cut_head cut short: the log itself is
- * intact (the rename had not happened), so the copy goes. */
-static void remove_cut_leftover(const char *path)
+/* The name of the log's cut copy, <name>.tmp. */
+static void tmp_name(const struct wal *w, char *buf, size_t n)
 {
-	char *tmp;
-
-	if (asprintf(&tmp, "%s.tmp", path) < 0)
-		return;
-	unlink(tmp);
-	free(tmp);
+	snprintf(buf, n, "%s.tmp", w->name);
 }
 
 static bool all_zero(const unsigned char *p, size_t n)
@@ -268,8 +211,9 @@ static bool all_zero(const unsigned char *p, size_t n)
 
 /* Replay the records of one complete batch, buf[from..to). */
 static int replay_batch(const unsigned char *buf, size_t from, size_t to,
-			wal_replay_fn cb, void *ctx, struct wal_report *rep)
+			const struct wal_replay *replay, struct wal_report *rep)
 {
+	wal_replay_fn cb = replay ? replay->record : NULL;
 	size_t rl;
 	uint64_t b;
 	bool end;
@@ -277,43 +221,56 @@ static int replay_batch(const unsigned char *buf, size_t from, size_t to,
 	while (from < to) {
 		rec_valid(buf, to, from, &rl, &b, &end);
 		if (cb) {
-			int ret = cb(ctx, (const char *)buf + from + WAL_HDR,
+			int ret = cb(replay->ctx,
+				     (const char *)buf + from + WAL_HDR,
 				     rl - WAL_HDR);
 
 			if (ret < 0)
 				return ret;
 		}
-		if (rep)
-			rep->records++;
+		rep->records++;
 		from += rl;
 	}
 	return 0;
 }
 
-int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
-	     struct wal_report *rep, char *errmsg, size_t errn)
+int wal_open(struct wal *w, const struct statedir *dir, const char *name,
+	     const struct wal_replay *replay, struct wal_report *rep,
+	     char *errmsg, size_t errn)
 {
+	wal_progress_fn progress = replay ? replay->progress : NULL;
+	struct wal_report local;
 	unsigned char *buf = NULL;
-	size_t size = 0, off = 0, rl, batch_start = 0;
+	size_t size = 0, off = 0, rl, batch_start = 0, reported = 0;
 	uint64_t b, last = 0;
 	bool have_last = false, created = false, end, cut = false;
+	char tmp[WAL_NAME_MAX + 8];
 	int fd = -1, ret;
 
 	wal_init(w);
-	if (rep)
-		memset(rep, 0, sizeof(*rep));
-	remove_cut_leftover(path);
-	fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT) {
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (!rep)
+		rep = &local;
+	memset(rep, 0, sizeof(*rep));
+	if (strlen(name) >= sizeof(w->name)) {
+		errmsg_set(errmsg, errn, "%s: log name too long", name);
+		return -ENAMETOOLONG;
+	}
+	w->dir = dir;
+	snprintf(w->name, sizeof(w->name), "%s", name);
+	tmp_name(w, tmp, sizeof(tmp));
+	/* The log itself is intact when a cut stopped before its rename. */
+	(void)statedir_unlink(dir, tmp);
+	fd = statedir_open(dir, name, O_RDWR, 0, errmsg, errn);
+	if (fd == -ENOENT) {
+		fd = statedir_open(dir, name, O_RDWR | O_CREAT | O_EXCL, 0600,
+				   errmsg, errn);
 		created = fd >= 0;
-		if (fd < 0 && errno == EEXIST)
-			fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd == -EEXIST)
+			fd = statedir_open(dir, name, O_RDWR, 0, errmsg, errn);
 	}
 	if (fd < 0) {
-		ret = -errno;
-		errmsg_set(errmsg, errn, "cannot open %s: %s", path,
-			   strerror(-ret));
+		ret = fd;
+		fd = -1;
 		goto out;
 	}
 	if (fd == 0) {
@@ -323,26 +280,27 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		fd = ret;
 		if (fd < 0) {
 			ret = -errno;
-			errmsg_set(errmsg, errn, "cannot dup %s: %s", path,
-				   strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot dup %s/%s: %s",
+				   dir->path, name, strerror(-ret));
 			goto out;
 		}
 	}
 	if (created) {
-		ret = sync_parent(path);
+		ret = statedir_sync(dir);
 		if (ret < 0) {
-			errmsg_set(errmsg, errn,
-				   "cannot sync directory of %s: %s", path,
-				   strerror(-ret));
+			errmsg_set(errmsg, errn, "cannot sync %s: %s",
+				   dir->path, strerror(-ret));
 			goto out;
 		}
 	}
 	ret = read_all(fd, &buf, &size);
 	if (ret < 0) {
-		errmsg_set(errmsg, errn, "cannot read %s: %s", path,
-			   strerror(-ret));
+		errmsg_set(errmsg, errn, "cannot read %s/%s: %s", dir->path,
+			   name, strerror(-ret));
 		goto out;
 	}
+	if (progress && size)
+		progress(replay->ctx, 0, size, 0);
 	/* A batch is replayed once its last record is seen, so a batch cut
 	 * short by a crash (never acknowledged) is dropped whole. */
 	while (off < size) {
@@ -353,17 +311,21 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 		off += rl;
 		if (!end)
 			continue;
-		ret = replay_batch(buf, batch_start, off, cb, ctx, rep);
+		ret = replay_batch(buf, batch_start, off, replay, rep);
 		if (ret < 0) {
 			errmsg_set(errmsg, errn,
-				   "%s: replay stopped in the batch at offset "
-				   "%zu (%d)",
-				   path, batch_start, ret);
+				   "%s/%s: replay stopped in the batch at "
+				   "offset %zu (%d)",
+				   dir->path, name, batch_start, ret);
 			goto out;
 		}
 		batch_start = off;
 		last = b;
 		have_last = true;
+		if (progress && off - reported >= WAL_PROGRESS_BYTES) {
+			progress(replay->ctx, off, size, rep->records);
+			reported = off;
+		}
 	}
 	/*
 	 * Past the last complete batch: the zeros the log grows into, a
@@ -384,21 +346,20 @@ int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
 			ret = -EBADMSG;
 			errmsg_set(
 				errmsg, errn,
-				"%s: corrupt record at offset %zu followed by "
-				"a later complete batch",
-				path, off);
+				"%s/%s: corrupt record at offset %zu followed "
+				"by a later complete batch",
+				dir->path, name, off);
 			goto out;
 		}
 		if (ftruncate(fd, (off_t)batch_start) < 0 ||
 		    fdatasync(fd) < 0) {
 			ret = -errno;
 			errmsg_set(errmsg, errn,
-				   "cannot cut torn tail of %s: %s", path,
-				   strerror(-ret));
+				   "cannot cut torn tail of %s/%s: %s",
+				   dir->path, name, strerror(-ret));
 			goto out;
 		}
-		if (rep)
-			rep->torn_bytes = size - batch_start;
+		rep->torn_bytes = size - batch_start;
 		cut = true;
 	}
 	w->fd = fd;
@@ -502,12 +463,12 @@ out:
 	return ret;
 }
 
-int wal_cut_head(struct wal *w, const char *path, uint64_t head)
+int wal_cut_head(struct wal *w, uint64_t head)
 {
 	unsigned char *tail = NULL;
 	size_t len, got = 0;
-	char *tmp = NULL, *dir = NULL, *slash;
-	int fd = -1, dfd = -1, ret;
+	char tmp[WAL_NAME_MAX + 8];
+	int fd = -1, ret;
 
 	if (w->fd < 0)
 		return -EBADF;
@@ -519,9 +480,7 @@ int wal_cut_head(struct wal *w, const char *path, uint64_t head)
 		return wal_truncate(w);
 	len = (size_t)(w->end - head);
 	tail = malloc(len);
-	if (!tail || asprintf(&tmp, "%s.tmp", path) < 0 ||
-	    !(dir = strdup(path))) {
-		tmp = NULL;
+	if (!tail) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -537,41 +496,33 @@ int wal_cut_head(struct wal *w, const char *path, uint64_t head)
 		}
 		got += (size_t)n;
 	}
-	fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-		  0600);
+	tmp_name(w, tmp, sizeof(tmp));
+	fd = statedir_open(w->dir, tmp, O_RDWR | O_CREAT | O_TRUNC, 0600, NULL,
+			   0);
 	if (fd < 0) {
-		ret = -errno;
+		ret = fd;
+		fd = -1;
 		goto out;
 	}
 	ret = write_all_at(fd, tail, len, 0);
 	if (ret == 0 && fdatasync(fd) < 0)
 		ret = -errno;
-	if (ret == 0 && rename(tmp, path) < 0)
-		ret = -errno;
+	if (ret == 0)
+		ret = statedir_rename(w->dir, tmp, w->name);
 	if (ret < 0) {
-		unlink(tmp);
+		(void)statedir_unlink(w->dir, tmp);
 		goto out;
 	}
-	slash = strrchr(dir, '/');
-	if (slash)
-		*slash = '\0';
-	dfd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0 || fsync(dfd) < 0) {
-		/* The new log is in place but maybe not its name: keep it. */
-		ret = -errno;
-	}
+	/* The new log is in place but maybe not its name: keep it. */
+	ret = statedir_sync(w->dir);
 	close(w->fd);
 	w->fd = fd;
 	fd = -1;
 	w->end = w->size = len;
 out:
-	if (dfd >= 0)
-		close(dfd);
 	if (fd >= 0)
 		close(fd);
 	free(tail);
-	free(tmp);
-	free(dir);
 	return ret;
 }
 

@@ -13,6 +13,9 @@
  * otherwise the log is corrupt in the middle and opening fails (never
  * silently skipped).
  *
+ * The log is a file of the state directory (statedir.h): opened, cut and
+ * renamed only relative to its checked descriptor, never by path.
+ *
  * Blocking: called at start-up and from the thread pool, one call at a
  * time per log.
  */
@@ -23,11 +26,17 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "statedir.h"
+
+#define WAL_NAME_MAX 32
+
 struct wal {
 	int fd;
-	uint64_t end;	     /* bytes of valid records */
-	uint64_t size;	     /* of the file: the records, then zeros */
-	uint64_t next_batch; /* sequence number of the next batch */
+	const struct statedir *dir; /* where it lives (borrowed) */
+	char name[WAL_NAME_MAX];    /* its name there; the cut copy: .tmp */
+	uint64_t end;		    /* bytes of valid records */
+	uint64_t size;		    /* of the file: the records, then zeros */
+	uint64_t next_batch;	    /* sequence number of the next batch */
 };
 
 struct wal_report {
@@ -38,19 +47,38 @@ struct wal_report {
 /* Called for each valid record in log order; a negative return aborts. */
 typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len);
 
+/* Called before the replay of a non-empty log and then after every
+ * WAL_PROGRESS_BYTES or so of it: bytes replayed so far out of the file's
+ * size, and the records replayed so far. */
+typedef void (*wal_progress_fn)(void *ctx, uint64_t done, uint64_t total,
+				uint64_t records);
+
+#define WAL_PROGRESS_BYTES (1u << 20)
+
+/* What wal_open does with the records it finds; any member may be NULL. */
+struct wal_replay {
+	wal_replay_fn record;
+	wal_progress_fn progress;
+	void *ctx;
+};
+
 /* Mark a wal closed (fd -1, next_batch 1); wal_close is then a no-op. */
 void wal_init(struct wal *w);
 
 /*
- * Open or create the log at path (mode 0600), replay it through cb, cut a
- * torn tail (and fdatasync that). Returns 0, -EBADMSG for corruption in
- * the middle, the callback's negative value, or another negative errno.
- * A human reason goes into errmsg (errn bytes) on failure. *w need not
- * be initialised; after a failure it is closed (fd -1). cb may be NULL;
- * its payload pointer is only valid during the call.
+ * Open or create the log name in dir (mode 0600; dir must outlive w, name
+ * is copied), replay it through replay (may be NULL), cut a torn tail
+ * (and fdatasync that). A <name>.tmp left by a cut cut short is removed.
+ * Returns 0, -EBADMSG for corruption in the middle, the callback's
+ * negative value, or another negative errno (a symbolic link or a file
+ * that is not ours is refused: statedir_open). A human reason goes into
+ * errmsg (errn bytes) on failure. *w need not be initialised; after a
+ * failure it is closed (fd -1). The record callback's payload pointer is
+ * only valid during the call.
  */
-int wal_open(struct wal *w, const char *path, wal_replay_fn cb, void *ctx,
-	     struct wal_report *rep, char *errmsg, size_t errn);
+int wal_open(struct wal *w, const struct statedir *dir, const char *name,
+	     const struct wal_replay *replay, struct wal_report *rep,
+	     char *errmsg, size_t errn);
 
 /*
  * Append n payloads as one batch, then fdatasync. Returns 0 once durable.
@@ -68,12 +96,12 @@ int wal_append(struct wal *w, const struct iovec *payloads, size_t n);
 
 /*
  * Drop the first head bytes of the log (whole records, head <= end)
- * durably: the records after them are copied to <path>.tmp, synced, and
- * renamed over the log at path, then the directory is synced. Records
- * appended later go to the new file. 0 or -errno (the old log stays in
- * use on failure).
+ * durably: the records after them are copied to <name>.tmp, synced, and
+ * renamed over the log, then the directory is synced. Records appended
+ * later go to the new file. 0 or -errno (the old log stays in use on
+ * failure).
  */
-int wal_cut_head(struct wal *w, const char *path, uint64_t head);
+int wal_cut_head(struct wal *w, uint64_t head);
 
 /* Empty the log durably (ftruncate to 0, fdatasync). 0 or -errno. */
 int wal_truncate(struct wal *w);

@@ -378,7 +378,7 @@ int main(int argc, char **argv)
 	       "(target <= 1)\n\n",
 	       (double)search_memory(ix.search) / 1e6,
 	       (double)search_memory(ix.search) / (double)content_bytes);
-	vmdir_init(&dir, workdir, "/nonexistent", N_X);
+	vmdir_init(&dir, workdir, NULL, N_X); /* writes only */
 	if (vmdir_apply(&dir, ops, ix.n_slots, true, errmsg, sizeof(errmsg)) <
 	    0) {
 		fprintf(stderr, "vmem-query-bench: %s\n", errmsg);

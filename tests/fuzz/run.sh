@@ -16,7 +16,7 @@ seed=${FUZZ_SEED:-1}
 runs=${FUZZ_RUNS:-}
 build=${FUZZ_BUILD:-$root/build-fuzz}
 out=${FUZZ_OUT:-$build/fuzz-out}
-read -r -a harnesses <<<"${FUZZ_HARNESSES:-framer jsonrpc decision search_terms idscan}"
+read -r -a harnesses <<<"${FUZZ_HARNESSES:-framer jsonrpc decision search_terms idscan traceparent jsonfilter segment}"
 
 bail() {
 	echo "1..1"
@@ -31,9 +31,11 @@ printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)\n{ return (in
 
 if [ ! -f "$build/build.ninja" ]; then
 	log=$(mktemp)
-	CC=clang meson setup "$build" "$root" -Dbuildtype=debugoptimized \
+	CC=clang CXX=clang++ meson setup "$build" "$root" \
+		-Dbuildtype=debugoptimized \
 		-Db_sanitize=address,undefined -Db_lundef=false \
-		-Dc_args=-fsanitize=fuzzer-no-link >"$log" 2>&1 ||
+		-Dc_args=-fsanitize=fuzzer-no-link \
+		-Dcpp_args=-fsanitize=fuzzer-no-link >"$log" 2>&1 ||
 		{ cat "$log"; rm -f "$log"; bail "meson setup $build failed"; }
 	rm -f "$log"
 fi
@@ -64,7 +66,7 @@ for h in "${harnesses[@]}"; do
 		args+=(-max_total_time="$seconds")
 	fi
 	case $h in
-	jsonrpc | decision) args+=(-dict="$root/tests/fuzz/json.dict") ;;
+	jsonrpc | decision | jsonfilter) args+=(-dict="$root/tests/fuzz/json.dict") ;;
 	esac
 	start=$(date +%s.%N)
 	# New inputs go to the first directory (scratch), never the seeds.

@@ -175,7 +175,7 @@ class Shared:
         cls.daemon = cls.repo = None
 
 
-def stable_fd_count(pid, settle=0.3, timeout=5.0):
+def stable_fd_count(pid, settle=0.3, timeout=vt.scaled(5.0)):
     """The descriptor count once it has not changed for settle seconds."""
     deadline = time.monotonic() + timeout
     last = fd_count(pid)
@@ -214,7 +214,7 @@ class SharedCase(vt.VmemTestCase):
     def fresh(self, agent_id=None):
         """A connection the daemon serves (retrying while it has not yet
         noticed earlier closes and refuses us as one too many)."""
-        deadline = time.monotonic() + 5.0
+        deadline = time.monotonic() + vt.scaled(5.0)
         while True:
             c = None
             try:
@@ -370,11 +370,11 @@ class RssSampler(threading.Thread):
                 self.peak = max(self.peak, vt.rss_kib(self.pid))
             except (OSError, AssertionError):
                 return
-            self.done.wait(0.02)
+            self.done.wait(vt.scaled(0.02))
 
     def stop(self):
         self.done.set()
-        self.join(5)
+        self.join(vt.scaled(5))
         return self.peak
 
 
@@ -659,7 +659,7 @@ def vanish_rounds(sock, rng, rounds, y):
     return singles, batches
 
 
-def settled(conn, coords, timeout=10.0):
+def settled(conn, coords, timeout=vt.scaled(10.0)):
     """{coordinate: record or None} once two reads 0.2 s apart agree (the
     writes of vanished clients may still be in flight)."""
     deadline = time.monotonic() + timeout
@@ -929,7 +929,7 @@ class ZAfterAll(SharedCase):
         if Shared.sanitizer is None:
             self.assertLess(rss - Shared.base_rss, RSS_SLACK_KIB)
         c.close()
-        d.stop(timeout=30)
+        d.stop(timeout=vt.scaled(30))
         report = sanitizer_report(d.stderr())
         self.assertIsNone(report, report)
         Shared.cleanup()

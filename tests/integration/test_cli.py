@@ -26,7 +26,7 @@ def cli_env(**extra):
 
 
 class CliTestCase(vt.VmemTestCase):
-    def vmem(self, *args, sock=None, stdin=None, env=None, timeout=30):
+    def vmem(self, *args, sock=None, stdin=None, env=None, timeout=vt.scaled(30)):
         """Run `vmem --socket S --repo R ARGS`: CompletedProcess (text)."""
         sock = sock or self.daemon.sock
         argv = [vt.VMEM, "--socket", sock, "--repo", self.repo.root]
@@ -99,11 +99,105 @@ class Commands(CliTestCase):
                    type_name="ImmutableLayerError")
         self.fails(1, "rm", "1", "1", "1", type_name="ImmutableLayerError")
 
-    def test_invalid_coordinate_is_a_domain_error(self):
-        self.fails(1, "get", "1001", "1", "1",
-                   type_name="CoordinateValidationError")
-        self.fails(1, "store", "1", "6", "2", "x",
-                   type_name="CoordinateValidationError")
+    def test_out_of_range_coordinates_are_usage_errors(self):
+        # Checked here; x up to any max_x is the daemon's to judge, and
+        # its refusal is a usage error too.
+        p = self.fails(2, "get", "1001", "1", "1")
+        self.assertIn("coordinate.x must be an integer in 1..1000",
+                      p.stderr)
+        self.assertIn("see 'vmem help get'", p.stderr)
+        for args in (("store", "1", "6", "2", "x"), ("get", "0", "1", "1"),
+                     ("rm", "1", "1", "5"), ("exists", "1000001", "1", "1"),
+                     ("history", "-3", "1", "1")):
+            with self.subTest(args=args):
+                p = self.fails(2, *args)
+                self.assertRegex(p.stderr, r"[XYZ] must be in 1\.\.")
+        self.assertEqual(self.connect().call("server.health")["decisions"], 0)
+
+    def test_usage_error_is_short_and_points_at_help(self):
+        p = self.fails(2, "store", "1", "2")
+        self.assertEqual(p.stderr, "vmem: expected a coordinate X Y Z\n"
+                                   "see 'vmem help store'\n")
+        p = self.fails(2, "frobnicate")
+        self.assertEqual(p.stderr.splitlines()[-1], "see 'vmem help'")
+        p = self.ok("help", "store")
+        self.assertIn("  store X Y Z [TEXT|-]", p.stdout)
+        self.assertNotIn("  get X Y Z", p.stdout)
+        self.assertIn("  history X Y Z", self.ok("help", "history").stdout)
+        self.fails(2, "help", "nothing")
+        self.assertIn("  sync [-m MESSAGE]", self.ok("help").stdout)
+
+    def test_occupied_names_the_flags(self):
+        self.ok("store", "9", "4", "3", "v1")
+        p = self.fails(1, "store", "9", "4", "3", "v2",
+                       type_name="CoordinateOccupiedError")
+        self.assertIn("--overwrite", p.stderr)
+        self.assertIn("--if-version N", p.stderr)
+        self.assertNotIn("pass overwrite or if_version", p.stderr)
+
+    def test_blank_content_refused(self):
+        self.fails(2, "store", "1", "2", "2", " \t ")
+        self.fails(2, "store", "1", "2", "2", "-", stdin="\n  \n")
+        # Unicode whitespace: the daemon refuses it.
+        self.fails(1, "store", "1", "2", "2", "\u3000", type_name="ValueError")
+        self.assertIsNone(self.connect().get(1, 2, 2))
+
+    def test_empty_results_say_so(self):
+        for args in (("ls",), ("before", "5", "2"), ("search", "nothing"),
+                     ("ls", "--x", "3-4")):
+            with self.subTest(args=args):
+                self.assertEqual(self.ok(*args).stdout, "no decisions\n")
+                self.assertEqual(self.json_of(*args), [])
+        self.assertEqual(self.ok("history", "3", "3", "3").stdout,
+                         "no versions of (3, 3, 3)\n")
+        self.assertEqual(self.ok("log").stdout, "no commits of the memory\n")
+
+    def test_status_shows_the_last_commit_readably(self):
+        self.assertIn("last commit: none yet", self.ok("status").stdout)
+        self.ok("store", "4", "4", "4", "x")
+        commit = json.loads(self.ok("--json", "sync").stdout)["commit"]
+        out = self.ok("status").stdout
+        line = [ln for ln in out.splitlines()
+                if ln.startswith("last commit:")][0]
+        self.assertRegex(line, r"^last commit: %s at \d{4}-\d\d-\d\dT"
+                         % commit[:12])
+        self.assertNotIn("{", out)
+
+    def test_repo_that_is_not_a_repository(self):
+        for repo in (self.repo.path("nowhere"), self.repo.tmp):
+            with self.subTest(repo=repo):
+                p = subprocess.run([vt.VMEM, "--repo", repo, "status"],
+                                   capture_output=True, text=True,
+                                   env=cli_env(), timeout=vt.scaled(30))
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("Not a Git repository", p.stderr)
+                self.assertNotIn("use --repo", p.stderr)
+        p = subprocess.run([vt.VMEM, "status"], capture_output=True,
+                           text=True, env=cli_env(), timeout=vt.scaled(30),
+                           cwd=self.repo.tmp)
+        self.assertIn("use --repo", p.stderr)
+
+    def test_store_on_a_terminal_says_it_reads_stdin(self):
+        import pty
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.Popen(
+                [vt.VMEM, "--socket", self.daemon.sock, "--repo",
+                 self.repo.root, "store", "2", "3", "4"],
+                stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=cli_env(), text=True)
+            os.write(master, b"typed text\n\x04")
+            out, err = proc.communicate(timeout=vt.DEFAULT_TIMEOUT)
+        finally:
+            os.close(master)
+            os.close(slave)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("reading the decision from standard input", err)
+        self.assertEqual(self.connect().get(2, 3, 4)["content"],
+                         "typed text\n")
+        # Not on a pipe.
+        self.assertEqual(self.ok("store", "2", "3", "3", stdin="x").stderr,
+                         "")
 
     def test_exists_and_rm(self):
         self.assertEqual(self.vmem("exists", "2", "2", "4").returncode, 1)
@@ -189,10 +283,17 @@ class AutoStart(CliTestCase):
     def test_no_autostart(self):
         p = self.vmem("--no-autostart", "status", sock=self.sock())
         self.assertEqual(p.returncode, 2)
+        self.assertIn("vmemd is not running", p.stderr)
         p = self.vmem("status", sock=self.sock(),
                       env=cli_env(VMEM_NO_AUTOSTART="1"))
         self.assertEqual(p.returncode, 2)
         self.assertFalse(vt.accepts(self.sock()))
+
+    def test_bad_coordinate_starts_no_daemon(self):
+        self.fails(2, "store", "1", "6", "2", "x", sock=self.sock())
+        self.fails(2, "get", "x", "1", "1", sock=self.sock())
+        self.assertFalse(vt.accepts(self.sock()))
+        self.assertEqual(self.repo.processes(), [])
 
     def test_daemon_start_and_stop(self):
         self.ok("daemon", "start", sock=self.sock())
@@ -242,17 +343,17 @@ class Watch(CliTestCase):
     def wait_subscribed(self, conn, x, y, z):
         """Store probes at (x, y, z), inside the watched ranges, until
         vmem watch prints one (it has subscribed by then)."""
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + vt.scaled(10)
         while time.monotonic() < deadline:
             self.assertIsNone(self.proc.poll(), "".join(self.stderr_text))
             conn.store(x, y, z, self.PROBE, overwrite=True)
             try:
-                line = self.lines.get(timeout=0.3)
+                line = self.lines.get(timeout=vt.scaled(0.3))
             except queue.Empty:
                 continue
             if line is None:
-                self.proc.wait(5)
-                self.err_thread.join(5)
+                self.proc.wait(vt.scaled(5))
+                self.err_thread.join(vt.scaled(5))
                 self.fail("vmem watch closed its output (exit %s): %s"
                           % (self.proc.returncode,
                              "".join(self.stderr_text)))
@@ -299,10 +400,10 @@ class Watch(CliTestCase):
     def stop_with(self, sig):
         self.proc.send_signal(sig)
         try:
-            rc = self.proc.wait(5)
+            rc = self.proc.wait(vt.scaled(5))
         except subprocess.TimeoutExpired:
             self.fail("vmem watch ignores signal %d" % sig)
-        self.err_thread.join(5)
+        self.err_thread.join(vt.scaled(5))
         return rc
 
     def test_json_lines_in_range(self):
@@ -378,10 +479,10 @@ class Watch(CliTestCase):
         conn.close()
         self.daemon.stop()
         try:
-            rc = self.proc.wait(5)
+            rc = self.proc.wait(vt.scaled(5))
         except subprocess.TimeoutExpired:
             self.fail("vmem watch still running after the daemon stopped")
-        self.err_thread.join(5)
+        self.err_thread.join(vt.scaled(5))
         self.assertEqual(rc, 1, "".join(self.stderr_text))
         self.assertTrue("".join(self.stderr_text).strip(),
                         "no message on stderr")
@@ -389,9 +490,9 @@ class Watch(CliTestCase):
     def test_bad_ranges(self):
         for args in (["--x", "a-b"], ["--x"], ["--z", "1-x"], ["--bogus"]):
             with self.subTest(args=args):
-                self.fails(2, "watch", *args, timeout=10)
+                self.fails(2, "watch", *args, timeout=vt.scaled(10))
         self.fails(1, "watch", "--x", "7-3", type_name="QueryError",
-                   timeout=10)
+                   timeout=vt.scaled(10))
 
 
 if __name__ == "__main__":

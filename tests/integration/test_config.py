@@ -51,7 +51,7 @@ class ConfigCase(GitCase):
         if foreground:
             argv.append("--foreground")
         p = subprocess.run(argv + list(args), capture_output=True,
-                           text=True, env=env or self.env(), timeout=20)
+                           text=True, env=env or self.env(), timeout=vt.scaled(20))
         self.assertFalse(vt.accepts(self.repo.path("never.sock")))
         return p.returncode, p.stderr
 
@@ -238,6 +238,29 @@ class BadFiles(ConfigCase):
         self.assertEqual(rc, 2, err)
         self.assertIn("not a regular file", err)
 
+    def test_not_regular_files_refused_without_blocking(self):
+        fifo = self.repo.path("fifo.conf")
+        os.mkfifo(fifo)
+        for path in (fifo, "/dev/null", self.repo.tmp):
+            for fg in (True, False):
+                with self.subTest(path=path, foreground=fg):
+                    # run_vmemd's own timeout catches a daemon that waits
+                    # on the fifo for a writer
+                    rc, err = self.run_vmemd("--config", path,
+                                             foreground=fg)
+                    self.assertEqual(rc, 2, err)
+                    self.assertEqual(err, "vmemd: %s: not a regular file\n"
+                                     % path)
+        self.assertFalse(self.repo.lock_held())
+
+    def test_symlinked_config_file_followed(self):
+        real = self.repo.path("dotfiles", "vmem.conf")
+        write(real, "max_batch = 7\n")
+        link = self.repo.path("linked.conf")
+        os.symlink(real, link)
+        self.start("--config", link)
+        self.assertEqual(self.limits()["max_batch"], 7)
+
     def test_bad_option_values(self):
         rc, err = self.run_vmemd("--log-level", "loud")
         self.assertEqual(rc, 2)
@@ -254,7 +277,7 @@ class BadFiles(ConfigCase):
         p = subprocess.run([vt.VMEM, "--socket", self.repo.path("cli.sock"),
                             "--repo", self.repo.root, "daemon", "start"],
                            capture_output=True, text=True, env=env,
-                           timeout=30)
+                           timeout=vt.scaled(30))
         self.assertNotEqual(p.returncode, 0, p.stderr)
         self.assertIn("%s:1: max_batch must be" % self.xdg_path(), p.stderr)
 
@@ -328,6 +351,28 @@ class Reload(ConfigCase):
         log = self.hup(r"error: .*\n")
         self.assertIn("%s: cannot open" % path, log)
         self.assertEqual(self.limits()["max_batch"], 5)
+
+    def test_sighup_config_replaced_by_a_fifo(self):
+        path = self.cfg_path()
+        write(path, "max_batch = 5\n")
+        self.start("--config", path)
+        conn = self.connect(agent_id="a")
+        for kind in ("fifo", "directory"):
+            with self.subTest(kind=kind):
+                os.unlink(path)  # the file, then the fifo
+                if kind == "fifo":
+                    os.mkfifo(path)
+                else:
+                    os.mkdir(path)
+                log = self.hup(r"error: .*\n")
+                self.assertIn("error: %s: not a regular file; keeping the "
+                              "current configuration" % path, log)
+                # the loop did not block: this connection and a new one
+                # are answered, with the configuration of before
+                self.assertEqual(conn.store(1, 1, 2 + (kind == "fifo"),
+                                            kind)["content"], kind)
+                self.assertEqual(self.limits()["max_batch"], 5)
+                self.assertTrue(self.daemon.running())
 
     def test_sighup_max_x_warns_and_stays(self):
         path = self.cfg_path()

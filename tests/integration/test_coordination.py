@@ -129,7 +129,7 @@ class CoordCase(vt.VmemTestCase):
         """Call; it must fail with expected: (error, seconds taken)."""
         started = time.monotonic()
         err = self.assertRpcError(expected, conn.call, method, params,
-                                  timeout=30)
+                                  timeout=vt.scaled(30))
         return err, time.monotonic() - started
 
     def timed(self, fn, *args, **kw):
@@ -189,7 +189,7 @@ class Leases(CoordCase):
 
         def run(n):
             try:
-                barrier.wait(10)
+                barrier.wait(vt.scaled(10))
                 for r in range(rounds):
                     res = self.acquire(conns[n], orders[n], timeout_ms=20000)
                     tokens[n].append(res["token"])
@@ -207,7 +207,7 @@ class Leases(CoordCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
+            t.join(vt.scaled(60))
         self.assertEqual(failures, [])
         self.assertEqual([len(t) for t in tokens], [rounds, rounds])
         self.assertEqual(len(set(tokens[0] + tokens[1])), 2 * rounds)
@@ -1085,8 +1085,8 @@ class SlowSubscriber(CoordCase):
         # the slow one finds its connection closed once it reads
         received = 0
         closed = False
-        deadline = time.monotonic() + 10
-        slow.sock.settimeout(2)
+        deadline = time.monotonic() + vt.scaled(10)
+        slow.sock.settimeout(vt.scaled(2))
         while time.monotonic() < deadline:
             try:
                 chunk = slow.sock.recv(1 << 16)

@@ -24,7 +24,7 @@ def mode_of(path):
 class SingleInstance(vt.VmemTestCase):
     def assertRefusedAsRunning(self, second):
         second.spawn()
-        rc = second.wait(10)
+        rc = second.wait(vt.scaled(10))
         self.assertEqual(rc, 3, second.stderr())
         self.assertIn("already running", second.stderr())
 
@@ -131,7 +131,7 @@ class SocketSafety(vt.VmemTestCase):
                  "    print('error', e)\n")
         p = subprocess.run([python, "-c", probe, d.sock],
                            user=65534, group=65534, capture_output=True,
-                           text=True, timeout=20)
+                           text=True, timeout=vt.scaled(20))
         self.assertEqual(p.returncode, 0, p.stderr)
         vt.diag("another user got: %r" % p.stdout.strip())
         self.assertNotIn('"result"', p.stdout)
@@ -356,6 +356,252 @@ class Logs(vt.VmemTestCase):
             f.write("{not json")
         d = self.start_vmemd()
         self.assertRegex(d.stderr(), r"warning: quarantined .*x-002")
+        d.stop()
+
+
+
+# --------------------------------------------------------------------------
+# Daemons that go away by themselves
+
+
+class TreeRemoved(vt.VmemTestCase):
+    """A daemon whose working tree or git directory goes away exits 0,
+    saying why, without trying to write into what is gone."""
+    daemon_args = ("--commit-delay-ms", "5000")
+
+    def assertLeaves(self, d, words):
+        rc = d.wait()  # a bounded wait (scaled), then a failure
+        err = d.stderr()
+        self.assertEqual(rc, 0, err)
+        self.assertRegex(err, r"notice: .*%s.*: exiting" % words)
+        self.assertNotIn("stopping with decision files not written", err)
+        vt.diag([l for l in err.splitlines() if ": exiting" in l][-1])
+
+    def test_working_tree_removed(self):
+        conn = self.connect(agent_id="gone")
+        self.assertFileMatches(conn.store(1, 2, 2, "soon gone"))
+        shutil.rmtree(self.repo.root)
+        self.assertLeaves(self.daemon, "the working tree .* was removed")
+        self.assertTrue(conn.at_eof())
+
+    def test_git_directory_removed(self):
+        self.connect(agent_id="gone").store(1, 2, 2, "soon gone")
+        shutil.rmtree(self.repo.gitdir)
+        self.assertLeaves(self.daemon,
+                          "the (git|state) directory .* was removed")
+
+    def test_state_directory_removed(self):
+        shutil.rmtree(os.path.join(self.repo.gitdir, "vmem"))
+        self.assertLeaves(self.daemon, "the state directory .* was removed")
+
+    def test_tree_replaced_at_the_same_path(self):
+        os.rename(self.repo.root, self.repo.path("old-tree"))
+        os.mkdir(self.repo.root)
+        subprocess.run(["git", "init", "-q", self.repo.root], check=True)
+        self.assertLeaves(self.daemon, "replaced by another directory")
+
+    def test_sigterm_after_removal_exits_0_at_once(self):
+        # The stop used to try to write the files into the removed tree
+        # until it gave up after 10 s, and exit 1.
+        conn = self.connect(agent_id="gone")
+        recs = [conn.store(x, 1, 2, "pending %d" % x) for x in range(1, 30)]
+        # written (so the removal is not raced by the writer), not yet
+        # committed nor cut from the log
+        self.assertFileMatches(recs[-1])
+        shutil.rmtree(self.repo.root)
+        self.daemon.proc.send_signal(signal.SIGTERM)
+        self.assertLeaves(self.daemon, "was removed")
+
+    def test_moved_tree_keeps_every_acknowledged_write(self):
+        conn = self.connect(agent_id="moved")
+        recs = [conn.store(x, 2, 3, "before the move %d" % x)
+                for x in range(1, 40)]
+        moved = self.repo.path("moved")
+        os.rename(self.repo.root, moved)
+        self.assertLeaves(self.daemon, "the working tree .* was removed")
+        d = self.new_daemon(root=moved, name="moved").start()
+        conn = d.connect()
+        for rec in recs:
+            self.assertEqual(conn.get(*rec["coordinate"].values()), rec)
+        d.stop()
+
+    def test_linked_worktree_removed(self):
+        subprocess.run(["git", "-C", self.repo.root, "-c", "user.name=U",
+                        "-c", "user.email=u@example.com", "commit", "-q",
+                        "--allow-empty", "-m", "base"], check=True)
+        wt = self.repo.path("wt")
+        subprocess.run(["git", "-C", self.repo.root, "worktree", "add", "-q",
+                        wt], check=True)
+        d = self.new_daemon(root=wt, sock=self.repo.path("wt.sock"),
+                            name="wt").start()
+        self.connect(daemon=d, agent_id="wt").store(3, 1, 2, "in a worktree")
+        subprocess.run(["git", "-C", self.repo.root, "worktree", "remove",
+                        "--force", wt], check=True)
+        self.assertLeaves(d, "was removed")
+        self.assertTrue(self.daemon.running())  # the main tree's stays
+
+
+class IdleExit(vt.VmemTestCase):
+    """A daemon a client started in the background exits after
+    idle_exit_s without connections, writes or commits; one run with
+    --foreground (or by systemd) stays unless the option is given."""
+    start_daemon = False
+
+    def cli_env(self, config):
+        xdg = self.repo.path("xdg")
+        os.makedirs(os.path.join(xdg, "vmem"), exist_ok=True)
+        with open(os.path.join(xdg, "vmem", "config"), "w") as f:
+            f.write(config)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("VMEM_", "NOTIFY_SOCKET", "LISTEN_",
+                                    "JOURNAL_STREAM"))}
+        env.update(VMEMD=vt.VMEMD, XDG_CONFIG_HOME=xdg,
+                   VMEM_AGENT_ID="idle-tester")
+        return env
+
+    def vmem(self, env, *args):
+        p = subprocess.run([vt.VMEM, "--socket", self.repo.path("cli.sock"),
+                            "--repo", self.repo.root] + list(args),
+                           capture_output=True, text=True, env=env,
+                           timeout=vt.scaled(60))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def daemon_log(self):
+        try:
+            with open(os.path.join(self.repo.gitdir, "vmem",
+                                   "vmemd.log")) as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def test_auto_started_daemon_exits_when_idle(self):
+        env = self.cli_env("idle_exit_s = 1\ncommit_delay_ms = 100\n")
+        self.vmem(env, "store", "4", "2", "2", "then nothing")
+        self.assertTrue(self.repo.lock_held(), "no daemon was started")
+        gone = vt.wait_until(lambda: not self.repo.lock_held(),
+                             vt.DEFAULT_TIMEOUT, 0.1)
+        log = self.daemon_log()
+        self.assertTrue(gone, "the daemon stays:\n%s" % log)
+        self.assertIn("exiting (idle_exit_s)", log)
+        self.assertFalse(vt.accepts(self.repo.path("cli.sock")))
+        # it went the graceful way: file written and committed
+        self.assertIn("then nothing", self.repo.read_decision(4, 2, 2)
+                      ["content"])
+        self.assertIn("all decisions written and committed", log)
+        # and a client starts a new one when needed
+        self.assertIn("then nothing", self.vmem(env, "get", "4", "2", "2"))
+        self.assertTrue(vt.wait_until(lambda: not self.repo.lock_held(),
+                                      vt.DEFAULT_TIMEOUT, 0.1))
+
+    def test_default_depends_on_how_it_started(self):
+        # in the background, started by a client: 900 s
+        env = self.cli_env("log_level = debug\n")
+        self.vmem(env, "status")
+        self.assertTrue(vt.wait_until(
+            lambda: "config: idle_exit_s = 900 (default)" in
+            self.daemon_log()), self.daemon_log())
+        self.assertIn("exiting after 900 s without a connection",
+                      self.daemon_log())
+        self.vmem(env, "daemon", "stop")
+        # with --foreground (or under systemd): never, unless told (the
+        # configuration is logged right after the socket listens)
+        d = self.start_vmemd("--log-level", "debug", env=env)
+        self.assertTrue(vt.wait_until(lambda: "serving " in d.stderr()),
+                        d.stderr())
+        self.assertIn("config: idle_exit_s = 0 (default)", d.stderr())
+        self.assertNotIn("exiting after", d.stderr())
+        d.stop()
+        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.addCleanup(notify.close)
+        notify.bind(self.repo.path("notify.sock"))
+        d = self.start_vmemd("--idle-exit-s", "5", "--log-level", "debug",
+                             name="told",
+                             env=dict(env,
+                                      NOTIFY_SOCKET=self.repo.path(
+                                          "notify.sock")))
+        self.assertTrue(vt.wait_until(
+            lambda: "exiting after 5 s without a connection" in d.stderr()),
+            d.stderr())
+        self.assertIn("config: idle_exit_s = 5\n", d.stderr())
+        d.stop()
+
+    def test_waits_for_connections_and_commits(self):
+        d = self.start_vmemd("--idle-exit-s", "1", "--commit-delay-ms",
+                             "2500")
+        conn = self.connect(daemon=d, agent_id="busy")
+        conn.store(6, 2, 2, "to commit")
+        # a connection keeps it, idle or not
+        time.sleep(2.5)
+        self.assertTrue(d.running(), d.stderr())
+        conn.close()
+        self.assertEqual(d.wait(), 0, d.stderr())
+        err = d.stderr()
+        # the pending commit was made before the idle time started
+        self.assertRegex(err, r"committed [0-9a-f]+ .*\n(.*\n)*.*idle for "
+                         r"1 s .*exiting \(idle_exit_s\)")
+        out = subprocess.run(["git", "-C", self.repo.root, "log",
+                              "--format=%s"], capture_output=True,
+                             text=True).stdout
+        self.assertIn("vector-memory: 1 decisions", out)
+
+
+# --------------------------------------------------------------------------
+# A long start says what it is doing
+
+
+class StartProgress(vt.VmemTestCase):
+    """A start that replays a large log and writes and loads many files
+    logs its progress (VMEMD_PROGRESS_MS=0: every report)."""
+    start_daemon = False
+
+    def test_big_log_replay_reports_progress(self):
+        n, per_batch = 2100, 100
+        # 2100 distinct coordinates: 10 in each of x-001..x-210
+        payloads = [vt.wal_record_payload(1 + i // 10, 1 + i % 5,
+                                          2 + (i // 5) % 2,
+                                          "x" * 1000 + " %d" % i)
+                    for i in range(n)]
+        batches = [payloads[i:i + per_batch] for i in range(0, n, per_batch)]
+        os.makedirs(os.path.join(self.repo.gitdir, "vmem"), mode=0o700)
+        with open(os.path.join(self.repo.gitdir, "vmem", "wal"), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(vt.wal_bytes(batches))
+        env = dict(os.environ, VMEMD_PROGRESS_MS="0")
+        d = self.start_vmemd(env=env, name="progress")
+        lines = [l.split("start-up: ", 1)[1] for l in d.stderr().splitlines()
+                 if "info: start-up: " in l]
+        vt.diag(*lines[:8])
+        replay = [l for l in lines if l.startswith("replaying")]
+        self.assertGreaterEqual(len(replay), 3, lines)
+        self.assertRegex(replay[0], r"^replaying the write-ahead log: 0\.0 "
+                         r"of 2\.\d MiB, 0 records$")
+        counts = [int(re.search(r"(\d+) records", l).group(1))
+                  for l in replay]
+        self.assertEqual(counts, sorted(counts))
+        self.assertGreater(counts[-1], 1500)
+        self.assertLessEqual(counts[-1], n)
+        writing = [l for l in lines if l.startswith("writing")]
+        self.assertIn("writing the replayed decisions to their files: 1024 "
+                      "of 2100", writing)
+        self.assertIn("writing the replayed decisions to their files: 2048 "
+                      "of 2100", writing)
+        loading = [l for l in lines if l.startswith("loading")]
+        self.assertTrue(loading, lines)
+        # x-001..x-210 and metadata.json
+        self.assertRegex(loading[-1], r"^loading the decision files: 2100 "
+                         r"loaded, 211 of 211 entries of \.vector-memory$")
+        files = [int(l.split()[4]) for l in loading]
+        self.assertEqual(files, sorted(files))
+        self.assertLess(files[0], 100)
+        conn = self.connect(daemon=d)
+        self.assertEqual(conn.call("server.health")["decisions"], n)
+        self.assertIn(" 2099", conn.get(210, 5, 3)["content"])
+        d.stop()
+
+    def test_short_start_says_nothing(self):
+        d = self.start_vmemd()
+        self.assertNotIn("start-up:", d.stderr())
         d.stop()
 
 

@@ -303,7 +303,7 @@ class Races(vt.VmemTestCase):
         outcomes = [None] * self.CLIENTS
 
         def run(n):
-            barrier.wait(10)
+            barrier.wait(vt.scaled(10))
             try:
                 outcomes[n] = conns[n].store(x, y, z, "winner is %d" % n,
                                              **kw)
@@ -317,7 +317,7 @@ class Races(vt.VmemTestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(30)
+            t.join(vt.scaled(30))
         return conns[0], outcomes
 
     def assertOneWinner(self, conn, outcomes, loser_error, x, y, z):

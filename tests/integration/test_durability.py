@@ -175,7 +175,7 @@ class KillNine(vt.VmemTestCase):
         time.sleep(rng.uniform(0.05, 0.4))
         self.daemon.kill()
         for w in writers:
-            w.join(30)
+            w.join(vt.scaled(30))
             self.assertIsNone(w.error, "%s: writer %d: %s"
                               % (where, w.n, w.error))
         self.daemon.start()
@@ -288,7 +288,9 @@ class Checkpoint(vt.VmemTestCase):
         # No quiet second has passed: only the size trigger can have cut.
         self.assertLess(self.wal_size(), logged * 0.7)
         self.daemon.kill()
-        self.daemon.start()
+        # Up to 40 MB of log to replay and files to load: on a loaded
+        # machine under a sanitizer that takes a while.
+        self.daemon.start(timeout=vt.START_TIMEOUT * 3)
         conn = self.connect()
         for rec in recs:
             self.assertEqual(conn.get(*rec["coordinate"].values()), rec)

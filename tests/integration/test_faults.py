@@ -121,7 +121,7 @@ class Injector:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
         try:
-            self.proc.wait(10)
+            self.proc.wait(vt.scaled(10))
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
@@ -474,7 +474,7 @@ class WriterFaults(FaultCase):
         conn.close()
         self.daemon.proc.send_signal(signal.SIGTERM)
         try:
-            rc = self.daemon.proc.wait(15)
+            rc = self.daemon.proc.wait(vt.scaled(15))
         except subprocess.TimeoutExpired:
             rc = None
         inj.stop()

@@ -347,7 +347,7 @@ class Deferral(GitCase):
         lock = os.path.join(self.repo.gitdir, "index.lock")
         with open(lock, "w"):
             pass
-        held_until = time.monotonic() + 2.0
+        held_until = time.monotonic() + vt.scaled(2.0)
         recs = [conn.store(6, 1, 1, "while locked")]
         self.assertDeferred(conn, "index.lock")
         recs.append(conn.store(6, 2, 2, "still accepted"))
@@ -560,7 +560,7 @@ class Restart(GitCase):
         wal = os.path.join(self.repo.gitdir, "vmem", "wal")
         self.assertTrue(vt.wait_until(
             lambda: self.health(conn)["pending"] == 1 and
-            os.path.getsize(wal) == 0 or self.wal_empty(wal), timeout=5))
+            os.path.getsize(wal) == 0 or self.wal_empty(wal), timeout=vt.scaled(5)))
         self.daemon.kill()
         self.assertEqual(self.commits(), [base])
         self.daemon.args = ["--commit-delay-ms", "200"]
@@ -735,6 +735,157 @@ class Reload(GitCase):
             self.assertFileMatches(rec)
 
 
+    def test_concurrent_reloads_coalesce(self):
+        """Reloads asked for together all succeed (no "already running"),
+        each caller sees what the files held when it asked, and what one
+        reload quarantined is listed once in health."""
+        conn = self.connect(agent_id="r")
+        items = [{"coordinate": vt.coord(x, y, 2), "content": "c%d-%d"
+                  % (x, y)} for x in range(1, 301) for y in range(1, 6)]
+        for at in range(0, len(items), 500):
+            conn.call("decision.store_many", {"items": items[at:at + 500]},
+                      timeout=vt.scaled(60))
+        self.sync(conn, timeout=60)
+        with open(self.repo.decision_path(7, 7 % 5 + 1, 3), "w") as f:
+            f.write("{broken")
+        others = [self.connect() for _ in range(6)]
+        for rounds in range(3):
+            # Every file looks changed, so each reload reads them all.
+            now = time.time() + rounds + 1
+            for dirpath, _, names in os.walk(self.repo.vmdir):
+                for name in names:
+                    os.utime(os.path.join(dirpath, name), (now, now))
+            for i, other in enumerate(others):
+                other.send({"jsonrpc": "2.0", "id": i, "method":
+                            "git.reload"})
+                if i == 2:
+                    # Made after the first callers asked, before the
+                    # last ones did: those must see it.
+                    rec = conn.get(1, 1, 2)
+                    rec["content"] = "edited %d" % rounds
+                    # Renamed into place: a reload may be reading.
+                    tmp = self.repo.path("edit.json")
+                    with open(tmp, "wb") as f:
+                        f.write(vt.decision_file_bytes(rec))
+                    os.rename(tmp, self.repo.decision_path(1, 1, 2))
+            for i, other in enumerate(others):
+                resp = other.read_json(timeout=vt.DEFAULT_TIMEOUT * 3)
+                self.assertEqual(resp.get("id"), i, resp)
+                self.assertIn("result", resp, resp)
+                self.assertEqual(resp["result"]["count"], 1500)
+                if i > 2:
+                    self.assertEqual(other.get(1, 1, 2)["content"],
+                                     "edited %d" % rounds)
+        health = self.health(conn)
+        self.assertEqual([q["path"] for q in health["quarantined"]],
+                         [".vector-memory/x-007/y-3-z-3.json"])
+
+    def test_python_threads_load_from_git(self):
+        """The seed's load_from_git() from several threads at once."""
+        import threading
+        sys_path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "client", "python")
+        import sys
+        sys.path.insert(0, os.path.normpath(sys_path))
+        import vmem
+        conn = self.connect(agent_id="r")
+        conn.store(3, 3, 3, "one")
+        with vmem.VectorMemoryManager(self.repo.root, "threads",
+                                      socket_path=self.daemon.sock,
+                                      autostart=False) as m:
+            counts, errors = [], []
+
+            def load():
+                try:
+                    counts.append(m.load_from_git())
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(e)
+            threads = [threading.Thread(target=load) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        self.assertEqual((errors, counts), ([], [1] * 8))
+
+
+class Flush(GitCase):
+    """server.flush: files written, log emptied and the batch committed
+    now rather than after the commit delay."""
+
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def flush(self, conn, **params):
+        return conn.call("server.flush", params, timeout=30)
+
+    def wal_size(self):
+        return os.path.getsize(os.path.join(self.repo.gitdir, "vmem", "wal"))
+
+    def test_until_written(self):
+        conn = self.connect(agent_id="f")
+        for i in range(1, 30):
+            rec = conn.store(i, 2, 3, "text %d" % i)
+            self.assertEqual(self.flush(conn, until="written"),
+                             {"written": True, "committed": False,
+                              "commit": None})
+            # No polling: the file is there when flush answers.
+            self.assertEqual(self.repo.read_decision_bytes(i, 2, 3),
+                             vt.decision_file_bytes(rec))
+        self.assertEqual(self.commits(), [])
+
+    def test_until_committed(self):
+        conn = self.connect(agent_id="f")
+        recs = [conn.store(x, 1, 2, "c%d" % x) for x in range(1, 6)]
+        self.assertGreater(self.wal_size(), 0)
+        res = self.flush(conn)
+        self.assertRegex(res["commit"], HEX40)
+        self.assertEqual(res, {"written": True, "committed": True,
+                               "commit": self.head()})
+        self.assertCommitted("HEAD", recs)
+        self.assertEqual(self.wal_size(), 0)
+        self.assertEqual(self.health(conn)["pending"], 0)
+        self.assertEqual(self.status(), [])
+        # Nothing left: answered at once, no new commit.
+        self.assertEqual(self.flush(conn, timeout_ms=1000),
+                         {"written": True, "committed": True,
+                          "commit": None})
+        self.assertEqual(len(self.commits()), 1)
+
+    def test_params(self):
+        conn = self.connect()
+        for params in ({"until": "soon"}, {"until": 1}, {"timeout_ms": 0},
+                       {"timeout_ms": 600001}, {"other": 1}):
+            with self.subTest(params=params):
+                self.assertRpcError(vt.E_VALUE, self.flush, conn, **params)
+
+    def test_deferred_commit_is_a_storage_error(self):
+        conn = self.connect(agent_id="f")
+        conn.store(2, 2, 2, "base")
+        self.flush(conn)
+        self.git("checkout", "-q", "--detach")
+        conn.store(2, 2, 3, "while detached")
+        err = self.assertRpcError(E_STORAGE, self.flush, conn)
+        self.assertIn("detached", err.message)
+        self.git("checkout", "-q", "-")
+
+    def test_timeout_while_files_cannot_be_written(self):
+        conn = self.connect(agent_id="f")
+        conn.store(4, 1, 2, "first")
+        self.flush(conn, until="written")
+        # A file where x-005 belongs: the writer fails and retries.
+        xdir = os.path.dirname(self.repo.decision_path(5, 1, 3))
+        with open(xdir, "w") as f:
+            f.write("in the way")
+        conn.store(5, 1, 3, "second")
+        err = self.assertRpcError(vt.E_CONCURRENCY, self.flush, conn,
+                                  until="written", timeout_ms=300)
+        self.assertIn("timed out after 300 ms", err.message)
+        os.unlink(xdir)
+        res = self.flush(conn, timeout_ms=int(vt.scaled(30000)))
+        self.assertTrue(res["committed"])
+        self.assertEqual(self.repo.read_decision(5, 1, 3)["content"],
+                         "second")
+
+
 class Watch(GitCase):
     """Changes made under the daemon are picked up without git.reload."""
 
@@ -791,7 +942,7 @@ class Log(GitCase):
         self.assertRpcError(vt.E_VALUE, conn.call, "git.log", {"limit": 0})
         p = subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
                             "--repo", self.repo.root, "log", "--limit", "2"],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=vt.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual([ln.split()[0] for ln in p.stdout.splitlines()],
                          [c[:12] for c in made[::-1][:2]])
@@ -807,7 +958,7 @@ class Cli(GitCase):
         return subprocess.run([vt.VMEM, "--socket", self.daemon.sock,
                                "--repo", self.repo.root] + list(args),
                               capture_output=True, text=True, env=env,
-                              timeout=30)
+                              timeout=vt.scaled(30))
 
     def test_vmem_sync(self):
         conn = self.connect(agent_id="c")

@@ -49,7 +49,7 @@ def build_root():
 
 def run(argv, **kw):
     return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, timeout=60, **kw)
+                          universal_newlines=True, timeout=vt.scaled(60), **kw)
 
 
 # --------------------------------------------------------------------------

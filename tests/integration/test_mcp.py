@@ -1199,7 +1199,7 @@ class Logging(McpMixin, vt.VmemTestCase):
         self.assertEqual(msg["logger"], "vmemd")
         self.assertIn("bisect", msg["data"]["reason"])
         os.unlink(bisect)
-        msg = notes_of(c, held, "notifications/message", timeout=30)
+        msg = notes_of(c, held, "notifications/message", timeout=vt.scaled(30))
         self.assertEqual(msg["level"], "notice")
         self.assertIn("go on again", msg["data"]["message"])
         # A native connection is sent nothing of the kind.

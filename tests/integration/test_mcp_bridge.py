@@ -260,7 +260,7 @@ class Relay(BridgeCase):
             b.send(rpc(x, "decision.store", {
                 "coordinate": vt.coord(x, 1, 3), "content": big + str(x)}))
         b.send(rpc(11, "decision.query_range", {"z_range": [3, 3]}))
-        status, lines, err = b.finish(timeout=30)
+        status, lines, err = b.finish(timeout=vt.scaled(30))
         self.assertEqual(status, 0, err)
         msgs = self.assertAnswers(lines, list(range(1, 12)))
         self.assertTrue(all("result" in m for m in msgs),
@@ -300,7 +300,7 @@ class Relay(BridgeCase):
         self.assertEqual(refused["error"]["code"], vt.INVALID_REQUEST)
         self.assertEqual(b.read_json(), {"jsonrpc": "2.0", "id": 8,
                                          "result": {}})
-        writer.join(10)
+        writer.join(vt.scaled(10))
         b.send(tool_call(9, "get_decision", x=1, y=1, z=2))
         self.assertFalse(b.read_json()["result"]["structuredContent"]
                          ["found"])
@@ -405,7 +405,7 @@ class Lifecycle(BridgeCase):
                 "content": "burst %d" % i}))
             for i in range(300))
         b.write(burst)
-        status, lines, err = b.finish(timeout=30)
+        status, lines, err = b.finish(timeout=vt.scaled(30))
         self.assertEqual(status, 0, err)
         msgs = self.assertAnswers(lines, list(range(300)))
         self.assertTrue(all("result" in m for m in msgs), msgs[:3])
@@ -424,7 +424,7 @@ class Lifecycle(BridgeCase):
         writer.start()
         time.sleep(1.0)
         got = [b.read_json(timeout=30) for _ in range(n)]
-        writer.join(10)
+        writer.join(vt.scaled(10))
         self.assertEqual([m["id"] for m in got], list(range(n)))
         self.assertTrue(all(len(m["result"]["content"]) == 60000
                             for m in got))
@@ -539,7 +539,7 @@ class Lifecycle(BridgeCase):
             with self.subTest(args=extra):
                 p = subprocess.run([vt.VMEM, "--socket", self.daemon.sock]
                                    + extra, capture_output=True,
-                                   env=bridge_env(), timeout=10)
+                                   env=bridge_env(), timeout=vt.scaled(10))
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertEqual(p.stdout, b"")
 

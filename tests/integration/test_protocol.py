@@ -402,7 +402,7 @@ class LineDeadline(vt.VmemTestCase):
         self.assertIsNone(resp["id"])
         self.assertIn("not completed within 600 ms", resp["error"]["message"])
         self.assertGreaterEqual(waited, 0.55)
-        self.assertTrue(conn.at_eof(timeout=3))
+        self.assertTrue(conn.at_eof(timeout=vt.scaled(3)))
         self.assertIn("unfinished", self.daemon.stderr())
 
     def test_slow_but_timely_line_answered(self):
@@ -439,7 +439,7 @@ class ConcurrentConnections(vt.VmemTestCase):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(60)
+            t.join(vt.scaled(60))
         self.assertEqual(errors, [])
         health = self.connect().call("server.health")
         self.assertEqual(health["decisions"], 100)

@@ -121,22 +121,30 @@ class TestCoordinate(NoDaemonCase):
         self.assertEqual(VC.of([3, 2, 1]), VC(3, 2, 1))
 
     def test_paths(self):
-        self.assertEqual(VC(5, 2, 1).to_path(), Path("x-005/y-2-z-1.json"))
+        # The seed's form: relative to the working-tree root.
+        self.assertEqual(VC(5, 2, 1).to_path(),
+                         Path(".vector-memory/x-005/y-2-z-1.json"))
         self.assertEqual(VC(1000, 5, 4).to_path(),
-                         Path("x-1000/y-5-z-4.json"))
+                         Path(".vector-memory/x-1000/y-5-z-4.json"))
         self.assertFalse(VC(5, 2, 1).to_path().is_absolute())
         for c in (VC(1, 1, 1), VC(42, 3, 2), VC(1000, 5, 4)):
+            rel = c.to_path().relative_to(".vector-memory")
             self.assertEqual(VC.from_path(c.to_path()), c)
             self.assertEqual(VC.from_path(str(c.to_path())), c)
-            self.assertEqual(
-                VC.from_path(Path(".vector-memory") / c.to_path()), c)
-            self.assertEqual(VC.from_path(
-                Path(self.repo.vmdir) / c.to_path()), c)
+            self.assertEqual(VC.from_path(rel), c)
+            self.assertEqual(VC.from_path(Path(self.repo.root) /
+                                          c.to_path()), c)
+            # Windows separators, as the seed accepts them.
+            self.assertEqual(VC.from_path(str(c.to_path()).replace(
+                "/", "\\")), c)
+        self.assertEqual(VC.from_path(".vector-memory\\x-010\\y-3-z-2.json"),
+                         VC(10, 3, 2))
         for bad in ("x-5/y-2-z-1.json", "x-0005/y-2-z-1.json",
                     "x-005/y-2-z-1.txt", "metadata.json", "x-005",
-                    "ax-005/y-2-z-1.json"):
+                    "ax-005/y-2-z-1.json", "x-005\\y-2-z-1.txt"):
             with self.subTest(path=bad):
-                with self.assertRaises(ValueError):
+                with self.assertRaisesRegex(ValueError,
+                                            "^Invalid coordinate path"):
                     VC.from_path(bad)
         with self.assertRaises(CoordinateValidationError):
             VC.from_path("x-005/y-9-z-1.json")
@@ -331,7 +339,7 @@ class TestSocketPath(NoDaemonCase):
         self.addCleanup(shutdown_any, expected)
         # vmemd computing the path itself.
         p = subprocess.run([vmemtest.VMEMD, "--repo", sub], env=env,
-                           capture_output=True, timeout=30)
+                           capture_output=True, timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertTrue(accepts(expected))
         m = VectorMemoryManager(sub, "agent-p", autostart=False,
@@ -341,7 +349,7 @@ class TestSocketPath(NoDaemonCase):
         self.assertTrue(wait_until(lambda: not self.repo.lock_held(), 5.0))
         # The CLI (libvmem) starting it.
         p = subprocess.run([vmemtest.VMEM, "daemon", "start"], cwd=sub,
-                           env=env, capture_output=True, timeout=30)
+                           env=env, capture_output=True, timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.decode().strip(), expected)
         with mock.patch.dict(os.environ, {"XDG_RUNTIME_DIR": xdg}):
@@ -363,7 +371,7 @@ class TestSocketPath(NoDaemonCase):
                if not k.startswith("VMEM_")}
         env.update(XDG_RUNTIME_DIR=xdg)
         p = subprocess.run([vmemtest.VMEMD, "--repo", self.repo.root],
-                           env=env, capture_output=True, timeout=30)
+                           env=env, capture_output=True, timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         sock = vmem.socket_path(self.repo.root, env)
         self.addCleanup(shutdown_any, sock)
@@ -678,8 +686,7 @@ class TestPatterns(ClientCase):
         committed = git_out(self.repo.root, "ls-tree", "-r", "--name-only",
                             "HEAD")
         for d in stored:
-            self.assertIn(".vector-memory/" + d.coordinate.to_path()
-                          .as_posix(), committed)
+            self.assertIn(d.coordinate.to_path().as_posix(), committed)
 
         # Restart: the same manager reconnects by itself...
         self.daemon.restart()
@@ -703,8 +710,9 @@ class TestPatterns(ClientCase):
         self.assertEqual(m2.last_reload["quarantined"], [])
 
     def test_immutability(self):
-        """Pattern 4 and testing contract 2, with the design's explicit
-        overwrite for z=2..4."""
+        """Pattern 4 and testing contract 2: z=1 is write-once, z=2..4
+        replaced by a plain store (the seed's rule), refused with
+        overwrite=False (the wire's default)."""
         m = self.manager()
         coord = VC(5, 2, 1)
         original = m.store(coord, "Original decision")
@@ -721,9 +729,10 @@ class TestPatterns(ClientCase):
 
         coord2 = VC(5, 2, 3)
         v1 = m.store(coord2, "Implementation v1")
-        with self.assertRaises(CoordinateOccupiedError):
-            m.store(coord2, "Implementation v2")
-        v2 = m.store(coord2, "Implementation v2", overwrite=True)
+        with self.assertRaises(CoordinateOccupiedError) as cm:
+            m.store(coord2, "Implementation v2", overwrite=False)
+        self.assertIn("overwrite", cm.exception.message)
+        v2 = m.store(coord2, "Implementation v2")  # OK, z=3 is mutable
         self.assertEqual((v1.version, v2.version), (1, 2))
         self.assertGreater(v2.timestamp, v1.timestamp)
         with self.assertRaises(ConcurrencyError):
@@ -778,6 +787,8 @@ class TestErrors(ClientCase):
         c = VC(1, 1, 2)
         cases = [
             ("empty content", lambda: m.store(c, "")),
+            ("blank content", lambda: m.store(c, " \n\t\u3000")),
+            ("content over 100 KiB", lambda: m.store(c, "x" * 102401)),
             ("content not str", lambda: m.store(c, b"bytes")),
             ("content with NUL", lambda: m.store(c, "a\x00b")),
             ("lone surrogate", lambda: m.store(c, "a\ud800b")),
@@ -790,11 +801,18 @@ class TestErrors(ClientCase):
                 with self.assertRaises(ValueError):
                     fn()
         # Refused by the daemon, mapped.
+        with self.assertRaisesRegex(ValueError, "too large"):
+            m.store(c, "\u00e9" * 51201)  # counted in UTF-8 bytes
         daemon_cases = [
-            ("content over 100 KiB", lambda: m.store(c, "x" * 102401)),
             ("context value not str", lambda: m.store(c, "a", {"k": 1})),
             ("if_version 0", lambda: m.store(c, "a", if_version=0)),
             ("range of 3", lambda: m.query_range(x_range=(1, 2, 3))),
+            ("raw blank content", lambda: m.call(
+                "decision.store", {"coordinate": c.to_json(),
+                                   "content": " \t\n"})),
+            ("raw content over 100 KiB", lambda: m.call(
+                "decision.store", {"coordinate": c.to_json(),
+                                   "content": "x" * 102401})),
         ]
         for name, fn in daemon_cases:
             with self.subTest(case=name):
@@ -827,7 +845,7 @@ class TestErrors(ClientCase):
             (QueryError, -32005, lambda: m.search_content([])),
             (QueryError, -32005, lambda: m.search_content(["--"])),
             (CoordinateOccupiedError, -32006,
-             lambda: m.store(VC(2, 1, 2), "b")),
+             lambda: m.store(VC(2, 1, 2), "b", overwrite=False)),
             (ProtocolError, -32601, lambda: m.call("no.such.method")),
         ]
         for cls, code, fn in cases:
@@ -861,7 +879,7 @@ class TestErrors(ClientCase):
         finally:
             os.unlink(lock)
         self.assertTrue(wait_until(
-            lambda: m.health()["pending"] == 0, 10.0 * TIMEOUT_SCALE))
+            lambda: m.health()["pending"] == 0, 10.0))
 
 
 class TestUnavailable(ClientCase):
@@ -963,6 +981,105 @@ class TestConnections(ClientCase):
         self.run_threads(6, work)
         self.assertEqual(m.get(c).version, 61)
 
+    def test_ten_threads_replace_one_coordinate(self):
+        """The seed's rule: plain stores at z=2..4 replace; concurrent
+        ones all succeed, serialised, the last one wins."""
+        m = self.manager()
+        c = VC(301, 2, 3)
+        self.run_threads(10, lambda i: m.store(c, "thread %d" % i))
+        got = m.get(c)
+        self.assertEqual(got.version, 10)
+        self.assertRegex(got.content, r"^thread \d$")
+
+    def test_store_returns_with_its_file_written(self):
+        m = self.manager()
+        for i in range(1, 16):
+            d = m.store(VC(i, 4, 2), "file %d" % i)
+            # No polling: the file is in the tree when store returns.
+            self.assertEqual(self.repo.read_decision_bytes(i, 4, 2),
+                             d.to_file_text().encode())
+        self.assertTrue(m.delete(VC(3, 4, 2)))
+        self.assertIsNone(self.repo.read_decision_bytes(3, 4, 2))
+
+    def test_store_whose_file_cannot_be_written(self):
+        """The write is durable but its file cannot be written (a file
+        where its x-NNN directory belongs): StorageError says so."""
+        m = self.manager(timeout=vmemtest.scaled(2.0))
+        os.makedirs(self.repo.vmdir, exist_ok=True)
+        obstacle = os.path.join(self.repo.vmdir, "x-009")
+        with open(obstacle, "w") as f:
+            f.write("in the way")
+        with self.assertRaises(StorageError) as cm:
+            m.store(VC(9, 1, 2), "durable anyway")
+        self.assertIn("the write is durable", cm.exception.message)
+        self.assertIn("timed out", cm.exception.reason)
+        self.assertEqual(m.get(VC(9, 1, 2)).content, "durable anyway")
+        os.unlink(obstacle)
+        # The writer retries with a back-off (up to 5 s): wait longer.
+        self.manager(timeout=vmemtest.scaled(15.0)).store(
+            VC(9, 1, 3), "and the next one is written")
+        self.assertIsNotNone(self.repo.read_decision_bytes(9, 1, 2))
+
+    def test_dropped_manager_closes_without_warning(self):
+        import gc
+        import warnings
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            m = VectorMemoryManager(self.repo.root, "dropped",
+                                    socket_path=self.daemon.sock,
+                                    autostart=False)
+            m.store(VC(5, 5, 4), "then dropped")
+            pool = m._pool
+            del m
+            gc.collect()
+        self.assertEqual([str(w.message) for w in seen], [])
+        self.assertTrue(pool.closed)
+        self.assertEqual(pool.idle, [])
+        # The finalizer waited for the commit of the write.
+        health = self.connect().call("server.health")
+        self.assertEqual(health["pending"], 0)
+        self.assertIsNotNone(health["last_commit"])
+
+    def test_close_waits_for_the_commit(self):
+        with self.manager() as m:
+            m.store(VC(6, 1, 2), "committed by close")
+        self.assertTrue(m.closed)
+        self.assertIsNone(m.flush_error)
+        out = git_out(self.repo.root, "log", "--format=%s")
+        self.assertIn("vector-memory: 1 decisions (x 6, y 1, z 2)", out)
+        wal = os.path.join(self.repo.gitdir, "vmem", "wal")
+        self.assertEqual(os.path.getsize(wal), 0)
+        m.close()  # again: nothing happens
+        # A manager that wrote nothing closes without asking the daemon.
+        calls = self.connect().call("server.stats")["methods"]
+        flushes = calls.get("server.flush", {}).get("count", 0)
+        self.manager().close()
+        calls = self.connect().call("server.stats")["methods"]
+        self.assertEqual(calls.get("server.flush", {}).get("count", 0),
+                         flushes)
+
+    def test_close_with_commits_deferred_does_not_raise(self):
+        m = self.manager()
+        m.store(VC(7, 1, 2), "while detached")
+        subprocess.run(["git", "-C", self.repo.root, "commit", "-q",
+                        "--allow-empty", "-m", "base"], check=True,
+                       env=dict(os.environ, GIT_AUTHOR_NAME="a",
+                                GIT_AUTHOR_EMAIL="a@b", GIT_COMMITTER_NAME="a",
+                                GIT_COMMITTER_EMAIL="a@b"))
+        subprocess.run(["git", "-C", self.repo.root, "checkout", "-q",
+                        "--detach"], check=True)
+        m.store(VC(7, 1, 3), "still detached")
+        m.close()
+        self.assertIsInstance(m.flush_error, StorageError)
+        self.assertIn("detached", str(m.flush_error))
+        self.assertEqual(self.connect().get(7, 1, 3)["content"],
+                         "still detached")
+
+    def test_vector_memory_made_by_the_constructor(self):
+        self.assertFalse(os.path.exists(self.repo.vmdir))
+        self.manager()
+        self.assertTrue(os.path.isdir(self.repo.vmdir))
+
     def test_notifications_are_skipped(self):
         m = self.manager()
         sub = m.call("watch.subscribe", {})
@@ -1012,8 +1129,9 @@ class TestConnections(ClientCase):
         self.assertEqual(m.connections_opened, 1)
 
     def test_latency(self):
-        """Testing contract 7, loosely: the seed's p99 < 50 ms targets are
-        printed; the assertion only catches pathologies (1 s)."""
+        """Testing contract 7: the seed's p99 < 50 ms targets are printed
+        next to the figures (never asserted: a test does not judge
+        time); what is asserted is that every read saw its write."""
         m = self.manager()
         lat = {"store": [], "get": []}
         for i in range(200):
@@ -1022,15 +1140,15 @@ class TestConnections(ClientCase):
             m.store(c, "latency probe %d" % i)
             lat["store"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            m.get(c)
+            got = m.get(c)
             lat["get"].append(time.perf_counter() - t)
+            self.assertEqual(got.content, "latency probe %d" % i)
         for name, values in lat.items():
             values.sort()
             p50 = values[len(values) // 2] * 1000
             p99 = values[int(len(values) * 0.99)] * 1000
             diag("%s: p50 %.3f ms, p99 %.3f ms (seed target p99 < 50 ms)"
                  % (name, p50, p99))
-            self.assertLess(p99, 1000.0 * TIMEOUT_SCALE)
 
 
 # --------------------------------------------------------------------------
@@ -1088,7 +1206,7 @@ class TestPackaging(NoDaemonCase):
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         p = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                             "--no-index", "--target", target, CLIENT],
-                           capture_output=True, env=env, timeout=120)
+                           capture_output=True, env=env, timeout=vmemtest.scaled(120))
         self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
         env["PYTHONPATH"] = target
         p = subprocess.run([sys.executable, "-c",
@@ -1096,11 +1214,11 @@ class TestPackaging(NoDaemonCase):
                             "print(vmem.VectorCoordinate(5, 2, 1)"
                             ".to_path())"],
                            capture_output=True, env=env, cwd=self.repo.tmp,
-                           timeout=30)
+                           timeout=vmemtest.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         lines = p.stdout.decode().splitlines()
         self.assertTrue(lines[0].startswith(target), lines)
-        self.assertEqual(lines[1], "x-005/y-2-z-1.json")
+        self.assertEqual(lines[1], ".vector-memory/x-005/y-2-z-1.json")
 
 
 if __name__ == "__main__":

@@ -928,7 +928,7 @@ class ReadsDuringWrites(QueryCase):
         def write_loop():
             try:
                 i = 0
-                deadline = time.monotonic() + 1.5
+                deadline = time.monotonic() + vt.scaled(1.5)
                 while not stop.is_set() and time.monotonic() < deadline \
                         and i < 3000:
                     i += 1
@@ -1024,7 +1024,7 @@ class Cli(QueryCase):
         argv = [vt.VMEM, "--socket", self.daemon.sock, "--repo",
                 self.repo.root, "--no-autostart"] + list(args)
         return subprocess.run(argv, capture_output=True, text=True,
-                              env=cli_env(), timeout=30)
+                              env=cli_env(), timeout=vt.scaled(30))
 
     def ok(self, *args):
         p = self.vmem(*args)

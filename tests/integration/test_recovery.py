@@ -307,7 +307,7 @@ class StaleIndexLock(vt.GitCase):
         for rec in recs:
             self.assertEqual(conn.get(*rec["coordinate"].values()), rec)
         os.unlink(lock)
-        self.assertCommitResumes(conn, [], recs, timeout=10.0)
+        self.assertCommitResumes(conn, [], recs, timeout=vt.scaled(10.0))
 
 
 if __name__ == "__main__":

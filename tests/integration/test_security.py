@@ -2,7 +2,9 @@
 """Security and limits of vmemd (issue 6): the socket directory and the
 socket's mode, the peer uid check, connection, line, deadline, backlog and
 nesting limits, symlinks under .vector-memory, a repository of another
-owner, closed standard descriptors, and no network sockets.
+owner, closed standard descriptors, and no network sockets; the state
+directory <gitdir>/vmem attacked by a second user of a group-shared
+repository, and the modes of the files in .vector-memory (issue 12).
 
 Several cases act as another user: they need root (as in CI) and use
 setpriv(1) to drop to uid 65534 (nobody), keeping CAP_DAC_OVERRIDE where a
@@ -110,7 +112,7 @@ class NeedsRoot:
         """Run PROBE as uid; its report (a dict)."""
         p = subprocess.run(setpriv_argv(uid, dac_override) +
                            [PYTHON, "-c", PROBE, sock],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=vt.scaled(30))
         self.assertEqual(p.returncode, 0, p.stderr)
         return json.loads(p.stdout)
 
@@ -258,7 +260,7 @@ class StracedCase(NeedsRoot, vt.VmemTestCase):
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err,
                                 stderr=err, env=env)
         self.addCleanup(self._kill_traced, proc)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + vt.scaled(30)
         while not vt.accepts(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.fail("traced vmemd not listening (rc %r):\n%s"
@@ -294,7 +296,7 @@ class StracedCase(NeedsRoot, vt.VmemTestCase):
 
     def finish(self, proc):
         try:
-            rc = proc.wait(60)
+            rc = proc.wait(vt.scaled(60))
         except subprocess.TimeoutExpired:
             self.fail("traced vmemd did not stop")
         self.assertEqual(rc, 0, self.traced_stderr())
@@ -568,7 +570,7 @@ class StopsReading(vt.VmemTestCase):
             sent, how = flood(slow, req * 64)
         finally:
             stop.set()
-            t.join(30)
+            t.join(vt.scaled(30))
         growth = self.daemon.rss_kib() - rss_before
         vt.diag("slow client: sent %d bytes (%d requests) then %s; "
                 "RSS grew %d KiB; other client served %d times"
@@ -924,7 +926,7 @@ class ClosedStdio(vt.VmemTestCase):
                             "not held")
         recs = self.store_some(sock)
         proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(20)
+        rc = proc.wait(vt.scaled(20))
         with self.subTest("clean stop"):
             self.assertEqual(rc, 0, "exit status on SIGTERM")
         with self.subTest("stores survive"):
@@ -933,7 +935,7 @@ class ClosedStdio(vt.VmemTestCase):
     def test_background_with_stdio_closed(self):
         sock = self.repo.path("bg.sock")
         argv = [vt.VMEMD, "--repo", self.repo.root, "--socket", sock]
-        parent = subprocess.run(argv, preexec_fn=close_stdio, timeout=30)
+        parent = subprocess.run(argv, preexec_fn=close_stdio, timeout=vt.scaled(30))
         listening = vt.wait_until(lambda: vt.accepts(sock), 10)
         pids = self.repo.processes()
         for pid in pids:
@@ -1055,6 +1057,268 @@ class NoNetwork(StracedCase):
                                          "AF_NETLINK"}, set(), domains)
         self.assertEqual(set(families) - {"AF_UNIX", "AF_LOCAL",
                                           "AF_NETLINK"}, set(), families)
+
+
+
+# --------------------------------------------------------------------------
+# 13. The state directory <gitdir>/vmem is ours (issue 12, item 7)
+
+USERADD = shutil.which("useradd", path="/usr/sbin:/sbin:/usr/bin:/bin")
+
+
+def _retry(argv):
+    """Run an account tool, retrying while another one holds the lock
+    of /etc/passwd (other test runs on this machine)."""
+    for attempt in range(20):
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=vt.scaled(30))
+        if p.returncode == 0:
+            return
+        if "lock" not in p.stderr or attempt == 19:
+            raise AssertionError("%s: %s" % (" ".join(argv), p.stderr))
+        time.sleep(0.2)
+
+
+class SharedRepository(vt.VmemTestCase):
+    """A `git init --shared=group` repository that root (the daemon's
+    user here, as in CI) and a throw-away user of the same group can both
+    write. The second user plants things in .git/vmem before the daemon
+    starts; the daemon must refuse them (with the path, the owner and the
+    mode), leave their targets untouched and move nothing anywhere."""
+
+    start_daemon = False
+
+    def setUp(self):
+        super().setUp()
+        if os.geteuid() != 0:
+            self.skipTest("needs root to create a second user (CI runs "
+                          "as root)")
+        if not (USERADD and SETPRIV):
+            self.skipTest("needs useradd and setpriv")
+        tag = "vmt%s" % os.urandom(4).hex()
+        _retry(["groupadd", tag + "g"])
+        self.addCleanup(_retry, ["groupdel", tag + "g"])
+        _retry(["useradd", "-M", "-N", "-g", tag + "g", "-s",
+                "/usr/sbin/nologin", tag])
+        self.addCleanup(_retry, ["userdel", tag])
+        self.other = tag
+        self.uid = int(subprocess.run(["id", "-u", tag], capture_output=True,
+                                      text=True, check=True).stdout)
+        self.gid = int(subprocess.run(["id", "-g", tag], capture_output=True,
+                                      text=True, check=True).stdout)
+        # the repository: the group's, setgid, shared with git's own means
+        os.chmod(self.repo.tmp, 0o755)
+        shutil.rmtree(self.repo.root)
+        os.mkdir(self.repo.root)
+        os.chown(self.repo.root, 0, self.gid)
+        os.chmod(self.repo.root, 0o2775)
+        subprocess.run(["git", "init", "-q", "--shared=group",
+                        self.repo.root], check=True)
+        self.vmem = os.path.join(self.repo.gitdir, "vmem")
+        # something of the daemon's user the other one would like to hit
+        self.victim = self.repo.path("victim.txt")
+        with open(self.victim, "w") as f:
+            f.write("precious\n")
+        self.victim_dir = self.repo.path("victim-dir")
+        os.mkdir(self.victim_dir, 0o700)
+        with open(os.path.join(self.victim_dir, "keep"), "w") as f:
+            f.write("keep\n")
+
+    def new_daemon(self, *args, sock=None, name="vmemd", root=None,
+                   env=None):
+        # the temporary directory is open to the other user: the socket
+        # goes into a directory of its own (made 0700 by the daemon)
+        return super().new_daemon(*args, name=name, root=root, env=env,
+                                   sock=sock or self.repo.path("run",
+                                                               name + ".s"))
+
+    def as_other(self, *argv):
+        """Run argv as the second user (its group: the repository's)."""
+        p = subprocess.run([SETPRIV, "--reuid=%d" % self.uid,
+                            "--regid=%d" % self.gid, "--clear-groups"] +
+                           list(argv), capture_output=True, text=True,
+                           timeout=vt.scaled(30))
+        self.assertEqual(p.returncode, 0, "%s: %s" % (argv, p.stderr))
+
+    def snapshot(self):
+        """What the attack could have changed, to compare after."""
+        st = os.stat(self.victim)
+        with open(self.victim) as f:
+            text = f.read()
+        return (text, st.st_size, st.st_mtime_ns, st.st_uid,
+                sorted(os.listdir(self.victim_dir)))
+
+    def refused(self, path, why, owner=None, mode=None):
+        """vmemd (as root) refuses to start, naming path, owner, mode."""
+        d = self.new_daemon().spawn()
+        rc = d.wait()
+        err = d.stderr()
+        vt.diag("exit %d: %s" % (rc, err.strip().splitlines()[-1]))
+        self.assertEqual(rc, 1, err)
+        self.assertIn("vmemd: %s: owner " % path, err)
+        if owner is not None:
+            self.assertRegex(err, r"owner %s \(uid %d\)"
+                             % (re.escape(owner[0]), owner[1]))
+        if mode is not None:
+            self.assertIn("mode %04o" % mode, err)
+        self.assertIn(why, err)
+        self.assertFalse(vt.accepts(d.sock))
+        self.assertFalse(self.repo.lock_held())
+        return err
+
+    def test_planted_wal_symlink(self):
+        before = self.snapshot()
+        self.as_other("mkdir", self.vmem)
+        self.as_other("ln", "-s", self.victim, os.path.join(self.vmem,
+                                                            "wal"))
+        self.refused(self.vmem, "owned by another user",
+                     owner=(self.other, self.uid))
+        self.assertEqual(self.snapshot(), before)
+        # nothing of ours was made in the other user's directory
+        self.assertEqual(os.listdir(self.vmem), ["wal"])
+        # vmem, which starts the daemon, shows the same message
+        p = subprocess.run([vt.VMEM, "--repo", self.repo.root, "--socket",
+                            self.repo.path("cli.sock"), "status"],
+                           capture_output=True, text=True, timeout=vt.scaled(60),
+                           env=dict(os.environ, VMEMD=vt.VMEMD))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("%s: owner %s (uid %d)" % (self.vmem, self.other,
+                                                 self.uid), p.stderr)
+        self.assertEqual(self.snapshot(), before)
+
+    def test_planted_quarantine_symlink(self):
+        before = self.snapshot()
+        # a file the daemon would quarantine, with the attacker's content
+        bad = self.repo.decision_path(1, 1, 1)
+        self.as_other("mkdir", "-p", os.path.dirname(bad))
+        self.as_other("sh", "-c", "echo 'ssh-ed25519 AAAA attacker' > '%s'"
+                      % bad)
+        self.as_other("mkdir", self.vmem)
+        self.as_other("ln", "-s", self.victim_dir,
+                      os.path.join(self.vmem, "quarantine"))
+        self.refused(self.vmem, "owned by another user",
+                     owner=(self.other, self.uid))
+        self.assertEqual(self.snapshot(), before)
+        self.assertEqual(os.listdir(self.victim_dir), ["keep"])
+        self.assertTrue(os.path.exists(bad))
+
+    def test_state_directory_is_a_symlink(self):
+        before = self.snapshot()
+        self.as_other("ln", "-s", self.victim_dir, self.vmem)
+        self.refused(self.vmem, "a symbolic link",
+                     owner=(self.other, self.uid), mode=0o777)
+        self.assertEqual(self.snapshot(), before)
+        self.assertTrue(os.path.islink(self.vmem))
+
+    def test_our_directory_open_to_everyone(self):
+        # ours, but 0777: the other user planted a log in it
+        os.mkdir(self.vmem)
+        os.chmod(self.vmem, 0o777)
+        before = self.snapshot()
+        self.as_other("ln", "-s", self.victim, os.path.join(self.vmem,
+                                                            "wal"))
+        self.refused(self.vmem, "writable by group or other",
+                     owner=("root", 0), mode=0o777)
+        self.assertEqual(self.snapshot(), before)
+
+    def test_group_writable_file_in_a_0750_directory(self):
+        os.mkdir(self.vmem)
+        os.chmod(self.vmem, 0o750)
+        log = os.path.join(self.vmem, "vmemd.log")
+        with open(log, "w") as f:
+            f.write("old lines\n")
+        os.chown(log, 0, self.gid)
+        os.chmod(log, 0o660)
+        self.refused(log, "writable by group or other", owner=("root", 0),
+                     mode=0o660)
+        with open(log) as f:
+            self.assertEqual(f.read(), "old lines\n")
+        # only readable by the group: made private, and the start goes on
+        os.chmod(log, 0o640)
+        d = self.start_vmemd()
+        self.assertEqual(mode_of(self.vmem), 0o700)
+        self.assertEqual(mode_of(log), 0o600)
+        self.assertIn("made private what others could read", d.stderr())
+        d.stop()
+
+    def test_created_private_in_the_shared_repository(self):
+        old = os.umask(0)
+        try:
+            d = self.start_vmemd()
+        finally:
+            os.umask(old)
+        conn = self.connect(daemon=d, agent_id="shared")
+        self.assertFileMatches(conn.store(2, 1, 2, "in a shared tree"))
+        d.stop()
+        st = os.lstat(self.vmem)
+        self.assertEqual((st.st_uid, stat.S_IMODE(st.st_mode)), (0, 0o700))
+        for name in os.listdir(self.vmem):
+            st = os.lstat(os.path.join(self.vmem, name))
+            want = 0o700 if stat.S_ISDIR(st.st_mode) else 0o600
+            self.assertEqual(stat.S_IMODE(st.st_mode), want, name)
+        # the other user cannot look inside
+        p = subprocess.run([SETPRIV, "--reuid=%d" % self.uid,
+                            "--regid=%d" % self.gid, "--clear-groups",
+                            "ls", self.vmem], capture_output=True, text=True)
+        self.assertNotEqual(p.returncode, 0)
+        # the decisions are the group's, as the shared repository says
+        path = self.repo.decision_path(2, 1, 2)
+        self.assertEqual(mode_of(path), 0o666)  # umask 0: 0666 already
+        self.assertEqual(os.stat(path).st_gid, self.gid)
+        self.assertEqual(mode_of(os.path.dirname(path)), 0o2777)
+
+
+class TreeFileModes(vt.VmemTestCase):
+    """The files the daemon creates under .vector-memory get the modes git
+    gives the files of a repository with the same core.sharedRepository,
+    under the daemon's umask."""
+
+    start_daemon = False
+
+    CASES = [
+        # (core.sharedRepository, umask, file mode, directory mode)
+        (None, 0o022, 0o644, 0o755),
+        (None, 0o077, 0o600, 0o700),
+        ("group", 0o022, 0o664, 0o2775),
+        ("true", 0o077, 0o660, 0o2770),
+        ("all", 0o077, 0o664, 0o2775),
+        ("everybody", 0o022, 0o664, 0o2775),
+        ("0640", 0o000, 0o640, 0o2750),
+        ("umask", 0o027, 0o640, 0o750),
+    ]
+
+    def test_modes_follow_the_repository_and_the_umask(self):
+        for shared, umask, fmode, dmode in self.CASES:
+            with self.subTest(shared=shared, umask=oct(umask)):
+                shutil.rmtree(self.repo.vmdir, ignore_errors=True)
+                subprocess.run(["git", "-C", self.repo.root, "config",
+                                "--unset-all", "core.sharedRepository"])
+                if shared is not None:
+                    subprocess.run(["git", "-C", self.repo.root, "config",
+                                    "core.sharedRepository", shared],
+                                   check=True)
+                old = os.umask(umask)
+                try:
+                    d = self.start_vmemd(name="modes")
+                finally:
+                    os.umask(old)
+                conn = d.connect(agent_id="modes")
+                self.assertFileMatches(conn.store(3, 2, 2, "mode?"))
+                d.stop()
+                path = self.repo.decision_path(3, 2, 2)
+                self.assertEqual(oct(mode_of(path)), oct(fmode))
+                self.assertEqual(oct(mode_of(os.path.join(
+                    self.repo.vmdir, "metadata.json"))), oct(fmode))
+                self.assertEqual(oct(mode_of(os.path.dirname(path))),
+                                 oct(dmode))
+                self.assertEqual(oct(mode_of(self.repo.vmdir)), oct(dmode))
+
+    def test_value_git_refuses_stops_the_start(self):
+        subprocess.run(["git", "-C", self.repo.root, "config",
+                        "core.sharedRepository", "0440"], check=True)
+        d = self.new_daemon().spawn()
+        self.assertEqual(d.wait(), 1, d.stderr())
+        self.assertIn("core.sharedRepository = 0440", d.stderr())
+        self.assertIn("the owner must be able to read and write", d.stderr())
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ class SyscallKill(vt.GitCase):
         listened (a kill during start-up)."""
         self.daemon.trace = trace
         self.daemon.spawn()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + vt.scaled(60)
         while not vt.accepts(self.daemon.sock):
             if self.daemon.proc.poll() is not None:
                 return False
@@ -190,7 +190,7 @@ class SyscallKill(vt.GitCase):
         strace = None
         if recovery:
             self.daemon.trace = None
-            self.daemon.start(timeout=60)
+            self.daemon.start(timeout=vt.scaled(60))
             conn = vt.Conn(self.daemon.sock, agent_id="syskill", timeout=30)
             self.workload(conn, 12)
             conn.close()
@@ -198,7 +198,7 @@ class SyscallKill(vt.GitCase):
             self.model.reaped()
         if attach:
             self.daemon.trace = None
-            self.daemon.start(timeout=60)
+            self.daemon.start(timeout=vt.scaled(60))
             pid = self.daemon.pid
             for p in paths(pid):
                 trace += ["-P", p]
@@ -210,7 +210,7 @@ class SyscallKill(vt.GitCase):
         if listening:
             try:
                 conn = vt.Conn(self.daemon.sock, agent_id="syskill",
-                               timeout=30)
+                               timeout=vt.scaled(30))
             except tt.LOST:
                 conn = None
             if conn is not None:
@@ -221,9 +221,9 @@ class SyscallKill(vt.GitCase):
             c = vt.Conn(self.daemon.sock, timeout=30)
             c.call("server.shutdown")
             c.close()
-        rc = self.daemon.wait(60)
+        rc = self.daemon.wait(vt.scaled(60))
         if strace is not None:
-            strace.wait(60)
+            strace.wait(vt.scaled(60))
         self.model.reaped()
         log = ""
         if os.path.exists(self.trace_log):
@@ -243,7 +243,7 @@ class SyscallKill(vt.GitCase):
                 self.startup_kills += 1
         problems = tt.git_fsck(self.repo, self.env)
         self.daemon.trace = None
-        self.daemon.start(timeout=60)
+        self.daemon.start(timeout=vt.scaled(60))
         conn = vt.Conn(self.daemon.sock, timeout=30)
         try:
             found, _ = tt.check_files(self.model, self.repo, conn,

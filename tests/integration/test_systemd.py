@@ -19,6 +19,9 @@ UNITS = os.path.join(HERE, "..", "..", "systemd")
 
 FAKE_SYSTEMCTL = """#!/bin/sh
 printf '%s\\n' "$*" >> "$SYSTEMCTL_LOG"
+if [ "$*" = "--user show-environment" ]; then
+    exit "${SYSTEMCTL_BUS_EXIT:-0}"
+fi
 exit "${SYSTEMCTL_EXIT:-0}"
 """
 
@@ -35,11 +38,11 @@ class Notify(vt.VmemTestCase):
         self.nsock.bind(self.npath)
         self.addCleanup(self.nsock.close)
 
-    def recv(self, timeout=5.0):
+    def recv(self, timeout=vt.scaled(5.0)):
         self.nsock.settimeout(timeout)
         return self.nsock.recv(4096).decode()
 
-    def messages_until(self, predicate, timeout=10.0):
+    def messages_until(self, predicate, timeout=vt.scaled(10.0)):
         got = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -72,6 +75,33 @@ class Notify(vt.VmemTestCase):
         got = self.messages_until(lambda m: "STOPPING=1" in m.split("\n"))
         self.assertIn("STATUS=stopping", got[-1])
         self.assertEqual(d.wait(), 0)
+
+    def test_long_start_extends_the_timeout(self):
+        # a log to replay; every progress report sent (VMEMD_PROGRESS_MS=0)
+        os.makedirs(os.path.join(self.repo.gitdir, "vmem"), mode=0o700)
+        batches = [[vt.wal_record_payload(x, 1, 2, "replayed %d" % x)
+                    for x in range(1, 21)]]
+        with open(os.path.join(self.repo.gitdir, "vmem", "wal"), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(vt.wal_bytes(batches))
+        d = self.start_notified(VMEMD_PROGRESS_MS="0")
+        got = self.messages_until(lambda m: "READY=1" in m.split("\n"))
+        progress = [m for m in got if "EXTEND_TIMEOUT_USEC=" in m]
+        vt.diag(*progress[:3])
+        self.assertTrue(progress, got)
+        for m in progress:
+            fields = dict(f.split("=", 1) for f in m.split("\n"))
+            self.assertEqual(fields["EXTEND_TIMEOUT_USEC"], "60000000")
+            self.assertTrue(fields["STATUS"].startswith("starting: "), m)
+        self.assertRegex(progress[0], r"STATUS=starting: replaying the "
+                         r"write-ahead log: 0\.0 of \d+\.\d MiB, 0 records")
+        self.assertTrue(any("loading the decision files" in m
+                            for m in progress), progress)
+        # none after READY=1: the start is over
+        self.assertNotIn("EXTEND_TIMEOUT_USEC", got[-1])
+        self.assertEqual(self.connect(daemon=d).get(20, 1, 2)["content"],
+                         "replayed 20")
+        d.stop()
 
     def test_watchdog_pings_from_the_loop(self):
         d = self.start_notified(WATCHDOG_USEC="400000")
@@ -131,7 +161,7 @@ class SocketActivation(vt.VmemTestCase):
         self.addCleanup(lambda: p.poll() is None and p.kill())
         # The socket file appears at bind, a moment before listen().
         self.assertTrue(vt.wait_until(lambda: vt.accepts(self.sock),
-                                      timeout=5))
+                                      timeout=vt.scaled(5)))
         return p
 
     def stderr(self):
@@ -148,7 +178,7 @@ class SocketActivation(vt.VmemTestCase):
         self.assertIn("serving", self.stderr())
         self.assertIn("activated.sock", self.stderr())
         p.send_signal(signal.SIGTERM)
-        self.assertEqual(p.wait(timeout=10), 0)
+        self.assertEqual(p.wait(timeout=vt.scaled(10)), 0)
         # The socket is systemd's: vmemd leaves it.
         self.assertTrue(os.path.exists(self.sock))
         self.assertEqual(self.repo.read_decision(2, 1, 2)["content"],
@@ -157,10 +187,10 @@ class SocketActivation(vt.VmemTestCase):
     def test_warns_when_clients_would_look_elsewhere(self):
         p = self.activate()
         self.assertTrue(vt.wait_until(lambda: "clients of this tree look for"
-                                      in self.stderr(), timeout=5),
+                                      in self.stderr(), timeout=vt.scaled(5)),
                         self.stderr())
         p.send_signal(signal.SIGTERM)
-        p.wait(timeout=10)
+        p.wait(timeout=vt.scaled(10))
 
     def test_several_sockets_refused(self):
         other = os.path.join(self.sdir, "second.sock")
@@ -174,8 +204,8 @@ class SocketActivation(vt.VmemTestCase):
         # The activator execs vmemd on the first connection (the socket
         # file appears at bind, a moment before listen()).
         self.assertTrue(vt.wait_until(lambda: vt.accepts(self.sock),
-                                      timeout=5))
-        self.assertNotEqual(p.wait(timeout=10), 0)
+                                      timeout=vt.scaled(5)))
+        self.assertNotEqual(p.wait(timeout=vt.scaled(10)), 0)
         self.assertIn("several sockets", self.stderr())
 
 
@@ -202,7 +232,7 @@ class UnitFiles(vt.VmemTestCase):
             ["systemd-analyze", "--user", "verify", "--man=no",
              os.path.join(tmp, "vmemd@%s.socket" % key),
              os.path.join(tmp, "vmemd@%s.service" % key)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True, text=True, timeout=vt.scaled(60),
             env=dict(os.environ, XDG_CONFIG_HOME=self.repo.path("cfg"),
                      XDG_RUNTIME_DIR=run))
         return p.returncode, (p.stdout + p.stderr).strip()
@@ -246,7 +276,7 @@ class Service(vt.VmemTestCase):
     def vmem(self, *args, **extra):
         return subprocess.run([vt.VMEM, "--repo", self.repo.root] +
                               list(args), capture_output=True, text=True,
-                              env=self.env(**extra), timeout=60)
+                              env=self.env(**extra), timeout=vt.scaled(60))
 
     def calls(self):
         if not os.path.exists(self.log):
@@ -268,6 +298,7 @@ class Service(vt.VmemTestCase):
         p = self.vmem("service", "install")
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertEqual(self.calls(), [
+            "--user show-environment",
             "--user daemon-reload",
             "--user enable --now vmemd@%s.socket" % key])
         units = os.path.join(self.cfg, "systemd", "user")
@@ -298,6 +329,20 @@ class Service(vt.VmemTestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("stopping the vmemd", p.stdout)
         self.assertFalse(self.repo.lock_held())
+
+    def test_install_without_a_user_bus_changes_nothing(self):
+        """No user manager: install says so before stopping the running
+        daemon or writing anything."""
+        self.assertEqual(self.vmem("daemon", "start").returncode, 0)
+        self.addCleanup(self.vmem, "daemon", "stop")
+        p = self.vmem("service", "install", SYSTEMCTL_BUS_EXIT="1")
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        self.assertIn("no user manager", p.stderr)
+        self.assertIn("nothing was changed", p.stderr)
+        self.assertNotIn("stopping", p.stdout)
+        self.assertTrue(self.repo.lock_held(), "the daemon was stopped")
+        self.assertEqual(self.calls(), ["--user show-environment"])
+        self.assertFalse(os.path.exists(os.path.join(self.cfg, "systemd")))
 
     def test_uninstall_removes_what_install_wrote(self):
         key = self.key()

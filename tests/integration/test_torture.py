@@ -144,7 +144,7 @@ def client_main(n, seed, sock, run, stop, gen, queue):
             if idle != gen.value:
                 idle = gen.value
                 queue.put(("idle", (n, idle)))
-            run.wait(0.05)
+            run.wait(vt.scaled(0.05))
             continue
         if conn is None:
             try:
@@ -373,7 +373,7 @@ def git_fsck(repo, env):
     """Problems reported by git fsck --strict (empty when clean)."""
     p = subprocess.run(["git", "-C", repo.root, "fsck", "--strict",
                         "--no-progress"], capture_output=True, env=env,
-                       timeout=120)
+                       timeout=vt.scaled(120))
     out = (p.stdout + p.stderr).decode(errors="replace")
     bad = [ln for ln in out.splitlines()
            if ln.startswith(("error", "fatal", "warning"))]
@@ -466,7 +466,7 @@ class Torture(vt.GitCase):
                 if kills < KILLS:
                     run.set()
             else:
-                self.daemon.start(timeout=60)
+                self.daemon.start(timeout=vt.scaled(60))
         problems = self.final_stop(model)
         duration = time.monotonic() - started
         vt.diag("torture: %d kills survived, %d acknowledged writes checked, "
@@ -482,7 +482,7 @@ class Torture(vt.GitCase):
         stop.set()
         run.set()
         for p in procs:
-            p.join(10)
+            p.join(vt.scaled(10))
             if p.is_alive():
                 p.kill()
                 p.join()
@@ -490,7 +490,7 @@ class Torture(vt.GitCase):
     def drain(self, queue, model, clients):
         """Read the clients' reports until each one says it is idle."""
         idle = set()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + vt.scaled(120)
         while len(idle) < clients:
             left = deadline - time.monotonic()
             self.assertGreater(left, 0, "clients did not pause: %r" % idle)
@@ -508,8 +508,8 @@ class Torture(vt.GitCase):
         """With the daemon dead and clients paused: fsck, restart, check
         the files against the model."""
         problems = git_fsck(self.repo, self.env)
-        self.daemon.start(timeout=60)
-        conn = self.daemon.connect(timeout=30)
+        self.daemon.start(timeout=vt.scaled(60))
+        conn = self.daemon.connect(timeout=vt.scaled(30))
         try:
             found, n = check_files(model, self.repo, conn, self.daemon.pid,
                                    where)
@@ -523,7 +523,7 @@ class Torture(vt.GitCase):
         """After the last check: graceful stop, nothing of ours left, the
         files are still what the model allows and git holds them. Returns
         the problems."""
-        self.daemon.stop(timeout=60)
+        self.daemon.stop(timeout=vt.scaled(60))
         problems = []
         files, other = read_tree(self.repo)
         problems += ["stray entry after a graceful stop: %s" % p
@@ -546,7 +546,7 @@ class Torture(vt.GitCase):
         st = subprocess.run(["git", "-C", self.repo.root, "status",
                              "--porcelain", "--untracked-files=all", "--",
                              ".vector-memory"], capture_output=True,
-                            env=self.env, timeout=60)
+                            env=self.env, timeout=vt.scaled(60))
         if st.stdout.strip():
             problems.append("not committed after a graceful stop:\n%s"
                             % st.stdout.decode(errors="replace")[:2000])

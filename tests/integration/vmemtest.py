@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -164,15 +165,71 @@ def decision_file_bytes(record):
     return (json.dumps(ordered, indent=2, ensure_ascii=False) + "\n").encode()
 
 
+def scaled(seconds):
+    """A wait of seconds on an unloaded machine, stretched for this stage
+    (VMEM_TIMEOUT_SCALE): every positive wait of the suites goes through
+    here."""
+    return seconds * TIMEOUT_SCALE
+
+
 def wait_until(predicate, timeout=2.0, interval=0.01):
-    """Poll predicate() until it returns a true value; return the last
-    value."""
-    deadline = time.monotonic() + timeout
+    """Poll predicate() until it returns a true value, for at most
+    scaled(timeout) seconds; return the last value."""
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         value = predicate()
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+# --------------------------------------------------------------------------
+# The write-ahead log, written by hand (docs/architecture.md section 4)
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli) of data, continuing from crc."""
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def wal_bytes(batches, first=1):
+    """A log holding batches (lists of payloads, bytes), numbered from
+    first, each complete (its last record marked)."""
+    out = bytearray()
+    for number, payloads in enumerate(batches, first):
+        for i, payload in enumerate(payloads):
+            lenf = len(payload) | (0x80000000 if i == len(payloads) - 1
+                                   else 0)
+            head = struct.pack("<QI", number, lenf)
+            crc = crc32c(payload, crc32c(head))
+            out += struct.pack("<I", 0x32574D56) + head + \
+                struct.pack("<I", crc) + payload
+    return bytes(out)
+
+
+def wal_record_payload(x, y, z, content, agent_id="wal-writer", version=1):
+    """The compact form of a decision record, as the log holds it."""
+    return json.dumps({
+        "coordinate": coord(x, y, z), "content": content,
+        "timestamp": "2025-01-06T15:30:00.123456Z", "agent_id": agent_id,
+        "issue_context": None, "version": version,
+    }, separators=(",", ":")).encode()
 
 
 # --------------------------------------------------------------------------
@@ -227,8 +284,13 @@ class Conn:
 
     def read_line(self, timeout=None):
         """The next line (bytes, without LF), None at EOF; raises
-        TimeoutError when nothing complete arrives in time."""
-        deadline = time.monotonic() + (timeout or self.timeout)
+        TimeoutError when nothing complete arrives in scaled(timeout)
+        (default: the connection's timeout, scaled already)."""
+        return self._read_line_until(
+            time.monotonic() + (scaled(timeout) if timeout
+                                else self.timeout))
+
+    def _read_line_until(self, deadline):
         scanned = 0
         while True:
             nl = self.buf.find(b"\n", scanned)
@@ -262,6 +324,15 @@ class Conn:
         if self.unread:
             return self.unread.popleft()
         return self._read_message(timeout)
+
+    def _next(self, deadline):
+        """read_json until an absolute deadline (already scaled)."""
+        if self.unread:
+            return self.unread.popleft()
+        line = self._read_line_until(deadline)
+        if line is None:
+            raise EOFError("connection closed by the daemon")
+        return json.loads(line)
 
     def silent_for(self, seconds=0.3):
         """True when neither a line nor EOF arrives within seconds."""
@@ -300,9 +371,10 @@ class Conn:
         """Read the response to rid: its result, or raise RpcError.
         watch.changed notifications arriving first are queued (see
         next_notification)."""
-        deadline = time.monotonic() + (timeout or self.timeout)
+        deadline = time.monotonic() + (scaled(timeout) if timeout
+                                       else self.timeout)
         while True:
-            resp = self.read_json(max(deadline - time.monotonic(), 0.001))
+            resp = self._next(deadline)
             if not is_watch_notification(resp):
                 break
             self.notes.append(resp)
@@ -341,10 +413,13 @@ class Conn:
         read now); responses met meanwhile are kept for response().
         Raises TimeoutError when none arrives in time, EOFError at EOF."""
         if not self.notes:
-            deadline = time.monotonic() + (timeout or self.timeout)
+            deadline = time.monotonic() + (scaled(timeout) if timeout
+                                           else self.timeout)
             while True:
-                msg = self._read_message(
-                    max(deadline - time.monotonic(), 0.001))
+                line = self._read_line_until(deadline)
+                if line is None:
+                    raise EOFError("connection closed by the daemon")
+                msg = json.loads(line)
                 if is_watch_notification(msg):
                     self.notes.append(msg)
                     break
@@ -359,11 +434,11 @@ class Conn:
         """The params of every watch.changed notification queued or
         arriving within timeout seconds, in order."""
         found = []
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             try:
-                found.append(self.next_notification(
-                    max(deadline - time.monotonic(), 0.001)))
+                left = max(deadline - time.monotonic(), 0.001)
+                found.append(self.next_notification(left / TIMEOUT_SCALE))
             except TimeoutError:
                 return found
 
@@ -451,19 +526,35 @@ class Daemon:
         return self
 
     def start(self, timeout=START_TIMEOUT):
-        """Start and wait until the socket accepts connections."""
+        """Start and wait until the socket accepts connections: timeout
+        seconds, and longer (up to 4 times) while the daemon keeps saying
+        what it does (its log grows: a long replay or load)."""
         self.spawn()
-        deadline = time.monotonic() + timeout
+        began = time.monotonic()
+        deadline = began + timeout
+        logged = self._stderr_size()
         while not accepts(self.sock):
             rc = self.proc.poll()
             if rc is not None:
                 raise AssertionError("vmemd exited with %d before listening:"
                                      "\n%s" % (rc, self.stderr()))
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            size = self._stderr_size()
+            if size != logged:
+                logged = size
+                deadline = min(max(deadline, now + timeout / 2),
+                               began + 4 * timeout)
+            if now > deadline:
                 raise AssertionError("vmemd not listening after %.0f s:\n%s"
-                                     % (timeout, self.stderr()))
+                                     % (now - began, self.stderr()))
             time.sleep(0.01)
         return self
+
+    def _stderr_size(self):
+        try:
+            return os.path.getsize(self.stderr_path)
+        except OSError:
+            return 0
 
     @property
     def pid(self):
@@ -518,7 +609,7 @@ class Daemon:
 def shutdown_any(sock):
     """Best effort: ask whatever daemon listens at sock to stop."""
     try:
-        c = Conn(sock, timeout=2.0)
+        c = Conn(sock, timeout=scaled(2.0))
     except OSError:
         return False
     try:
@@ -592,7 +683,7 @@ class VmemTestCase(unittest.TestCase):
     def served_connection(self):
         """A connection the daemon serves (retrying while it has not yet
         noticed the close of the start-up probe)."""
-        deadline = time.monotonic() + 3.0
+        deadline = time.monotonic() + scaled(3.0)
         while True:
             c = Conn(self.daemon.sock)
             try:
@@ -724,7 +815,7 @@ class GitCase(VmemTestCase):
     def git_run(self, *args, **extra):
         return subprocess.run(["git", "-C", self.repo.root] + list(args),
                               capture_output=True, env=self.git_env(**extra),
-                              timeout=30)
+                              timeout=scaled(30))
 
     def git(self, *args, **extra):
         """stdout of a git command that must succeed (text)."""

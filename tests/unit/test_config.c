@@ -47,6 +47,7 @@ START_TEST(defaults)
 	ck_assert_uint_eq(c.num[CONFIG_LINE_DEADLINE_MS], 30000);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_DELAY_MS], 1000);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_MAX_BATCH], 512);
+	ck_assert_uint_eq(c.num[CONFIG_IDLE_EXIT_S], 900);
 	ck_assert_uint_eq(c.num[CONFIG_LOG_LEVEL], LOGL_INFO);
 	ck_assert_str_eq(c.commit_name, "");
 	ck_assert_str_eq(c.commit_email, "");
@@ -63,6 +64,7 @@ START_TEST(every_key)
 				   "line_deadline_ms = 150\n"
 				   "commit_delay_ms = 0\n"
 				   "commit_max_batch = 3\n"
+				   "idle_exit_s = 0\n"
 				   "log_level = debug\n"
 				   "commit_name = Ada Lovelace\n"
 				   "commit_email = ada@example.com\n"
@@ -81,6 +83,7 @@ START_TEST(every_key)
 	ck_assert_uint_eq(c.num[CONFIG_LINE_DEADLINE_MS], 150);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_DELAY_MS], 0);
 	ck_assert_uint_eq(c.num[CONFIG_COMMIT_MAX_BATCH], 3);
+	ck_assert_uint_eq(c.num[CONFIG_IDLE_EXIT_S], 0);
 	ck_assert_uint_eq(c.num[CONFIG_LOG_LEVEL], LOGL_DEBUG);
 	ck_assert_str_eq(c.commit_name, "Ada Lovelace");
 	ck_assert_str_eq(c.commit_email, "ada@example.com");
@@ -102,6 +105,7 @@ START_TEST(numeric_ranges)
 		{"line_deadline_ms", "100", "3600000", "99", "3600001"},
 		{"commit_delay_ms", "0", "3600000", NULL, "3600001"},
 		{"commit_max_batch", "1", "1000000", "0", "1000001"},
+		{"idle_exit_s", "0", "31536000", NULL, "31536001"},
 	};
 	char text[256], range[64];
 	struct config c;
@@ -534,6 +538,40 @@ START_TEST(load_files)
 }
 END_TEST
 
+/* What is not a regular file is refused at once: a fifo nobody writes
+ * (opening it for reading would wait for a writer), a device, a socket;
+ * a symlink to a regular file is followed, one to a fifo refused. */
+START_TEST(load_not_regular)
+{
+	char fifo[128], link[128], link2[128], path[128];
+	struct config c;
+	struct config_error e;
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", tmpdir);
+	ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+	ck_assert_int_eq(config_load(&c, fifo, &e), -EINVAL);
+	ck_assert_str_eq(e.msg, "not a regular file");
+	ck_assert_int_eq(config_load(&c, "/dev/null", &e), -EINVAL);
+	ck_assert_str_eq(e.msg, "not a regular file");
+	ck_assert_int_eq(config_load(&c, tmpdir, &e), -EISDIR);
+
+	snprintf(path, sizeof(path), "%s/real", tmpdir);
+	write_file(path, "max_x = 9\n", 10);
+	snprintf(link, sizeof(link), "%s/dotfile", tmpdir);
+	ck_assert_int_eq(symlink(path, link), 0);
+	ck_assert_int_eq(config_load(&c, link, &e), 0);
+	ck_assert_uint_eq(c.num[CONFIG_MAX_X], 9);
+	snprintf(link2, sizeof(link2), "%s/to-fifo", tmpdir);
+	ck_assert_int_eq(symlink(fifo, link2), 0);
+	ck_assert_int_eq(config_load(&c, link2, &e), -EINVAL);
+	ck_assert_str_eq(e.msg, "not a regular file");
+	unlink(link2);
+	unlink(link);
+	unlink(path);
+	unlink(fifo);
+}
+END_TEST
+
 START_TEST(load_too_large)
 {
 	char path[128];
@@ -579,6 +617,7 @@ static Suite *config_suite(void)
 	tcase_add_checked_fixture(tl, tmp_setup, tmp_teardown);
 	tcase_add_test(tl, load_files);
 	tcase_add_test(tl, load_too_large);
+	tcase_add_test(tl, load_not_regular);
 	suite_add_tcase(s, tl);
 	return s;
 }

@@ -325,37 +325,42 @@ static int count_held(void *ctx, const char *name)
 START_TEST(records_on_disk)
 {
 	char errmsg[320], dir[128], *text = NULL;
+	struct statedir sd;
 	json_t *list = NULL;
 	size_t total = 0, len = 0;
 	int held = 0;
 
 	make_tmp();
+	/* tmpl plays the git directory: the state directory is tmpl/vmem */
+	ck_assert_int_eq(statedir_init(&sd, tmpl, NULL, 0, errmsg,
+				       sizeof(errmsg)),
+			 0);
 	/* no directory yet: nothing, and reads say so */
-	ck_assert_int_eq(records_list(tmpl, 1000, 10, &list, &total, errmsg,
+	ck_assert_int_eq(records_list(&sd, 1000, 10, &list, &total, errmsg,
 				      sizeof(errmsg)),
 			 0);
 	ck_assert_uint_eq(json_array_size(list), 0);
 	json_decref(list);
-	ck_assert_int_eq(records_read(tmpl, "held-x-001-y-1-z-1.json", &text,
+	ck_assert_int_eq(records_read(&sd, "held-x-001-y-1-z-1.json", &text,
 				      &len, errmsg, sizeof(errmsg)),
 			 -ENOENT);
-	ck_assert_int_eq(records_write(tmpl, "held-x-007-y-2-z-1.json", "{}\n",
+	ck_assert_int_eq(records_write(&sd, "held-x-007-y-2-z-1.json", "{}\n",
 				       3, errmsg, sizeof(errmsg)),
 			 0);
-	ck_assert_int_eq(records_write(tmpl, "0001-resolution-x.json", "{}\n",
+	ck_assert_int_eq(records_write(&sd, "0001-resolution-x.json", "{}\n",
 				       3, errmsg, sizeof(errmsg)),
 			 0);
-	ck_assert_int_eq(records_read(tmpl, "held-x-007-y-2-z-1.json", &text,
+	ck_assert_int_eq(records_read(&sd, "held-x-007-y-2-z-1.json", &text,
 				      &len, errmsg, sizeof(errmsg)),
 			 0);
 	ck_assert_str_eq(text, "{}\n");
 	free(text);
-	ck_assert_int_eq(records_scan(tmpl, "held-", count_held, &held, errmsg,
+	ck_assert_int_eq(records_scan(&sd, "held-", count_held, &held, errmsg,
 				      sizeof(errmsg)),
 			 0);
 	ck_assert_int_eq(held, 1);
 	/* listed newest first, a file that is no record said so */
-	ck_assert_int_eq(records_list(tmpl, 1000, 10, &list, &total, errmsg,
+	ck_assert_int_eq(records_list(&sd, 1000, 10, &list, &total, errmsg,
 				      sizeof(errmsg)),
 			 0);
 	ck_assert_uint_eq(total, 2);
@@ -364,19 +369,20 @@ START_TEST(records_on_disk)
 			 "held-x-007-y-2-z-1.json");
 	ck_assert_ptr_nonnull(json_object_get(json_array_get(list, 0), "error"));
 	json_decref(list);
-	ck_assert_int_eq(records_remove(tmpl, "held-x-007-y-2-z-1.json", errmsg,
+	ck_assert_int_eq(records_remove(&sd, "held-x-007-y-2-z-1.json", errmsg,
 					sizeof(errmsg)),
 			 0);
-	ck_assert_int_eq(records_remove(tmpl, "held-x-007-y-2-z-1.json", errmsg,
+	ck_assert_int_eq(records_remove(&sd, "held-x-007-y-2-z-1.json", errmsg,
 					sizeof(errmsg)),
 			 0);
 	/* a directory writable by others is refused */
-	snprintf(dir, sizeof(dir), "%s/conflicts", tmpl);
+	snprintf(dir, sizeof(dir), "%s/vmem/conflicts", tmpl);
 	ck_assert_int_eq(chmod(dir, 0777), 0);
-	ck_assert_int_eq(records_write(tmpl, "x.json", "{}", 2, errmsg,
+	ck_assert_int_eq(records_write(&sd, "x.json", "{}", 2, errmsg,
 				       sizeof(errmsg)),
 			 -EPERM);
-	ck_assert_ptr_nonnull(strstr(errmsg, "not a directory of ours"));
+	ck_assert_ptr_nonnull(strstr(errmsg, "writable by group or other"));
+	statedir_done(&sd);
 	rm_tmp();
 }
 END_TEST

@@ -191,7 +191,46 @@ START_TEST(test_content)
 	ck_assert_int_eq(content_check(big, VMEM_CONTENT_MAX, msg),
 			 RPC_INVALID_PARAMS);
 	ck_assert_int_eq(content_check(big, VMEM_CONTENT_MAX - 1, msg), 0);
+	ck_assert_int_eq(content_check(big, VMEM_CONTENT_MAX + 1, msg),
+			 RPC_INVALID_PARAMS);
+	ck_assert_ptr_nonnull(strstr(msg, "too large"));
 	free(big);
+}
+END_TEST
+
+/* New writes refuse content made only of whitespace (ASCII or Unicode,
+ * as Python's str.strip() sees it); stored records are not judged so. */
+START_TEST(test_content_blank)
+{
+	static const char *const blank[] = {
+		" ",
+		"\t\n\r\v\f  ",
+		"\xc2\xa0",
+		"\xe3\x80\x80 \n",
+		"\xe2\x80\x80\xe2\x80\x8a\xe2\x80\xa8\xe2\x80\xa9",
+		"\x1c\x1f\xc2\x85\xe1\x9a\x80\xe2\x80\xaf\xe2\x81\x9f",
+	};
+	static const char *const filled[] = {
+		" a ", "\n.\n", "\xe2\x80\x8b", "\xc3\xa9", "\t_",
+	};
+	char msg[VMEM_ERRMSG_LEN];
+	size_t i;
+
+	for (i = 0; i < sizeof(blank) / sizeof(blank[0]); i++) {
+		ck_assert_int_eq(content_check(blank[i], strlen(blank[i]), msg),
+				 0);
+		msg[0] = '\0';
+		ck_assert_msg(content_check_new(blank[i], strlen(blank[i]),
+						msg) == RPC_INVALID_PARAMS,
+			      "blank %zu accepted", i);
+		ck_assert_str_eq(
+			msg, "content must not be empty or only whitespace");
+	}
+	for (i = 0; i < sizeof(filled) / sizeof(filled[0]); i++)
+		ck_assert_msg(content_check_new(filled[i], strlen(filled[i]),
+						msg) == 0,
+			      "filled %zu refused: %s", i, msg);
+	ck_assert_int_eq(content_check_new("", 0, msg), RPC_INVALID_PARAMS);
 }
 END_TEST
 
@@ -428,6 +467,121 @@ START_TEST(test_timestamps)
 }
 END_TEST
 
+/* Every form the seed library writes (Python isoformat(), RFC 3339) reads
+ * as the instant it names. */
+START_TEST(test_timestamps_any)
+{
+	static const struct {
+		const char *text;
+		const char *ours;
+	} cases[] = {
+		{"2025-01-06T15:30:00.123456Z", "2025-01-06T15:30:00.123456Z"},
+		{"2025-01-06T15:30:00Z", "2025-01-06T15:30:00.000000Z"},
+		{"2025-01-06T15:30:00z", "2025-01-06T15:30:00.000000Z"},
+		{"2025-01-06T15:30:00.123456+00:00",
+		 "2025-01-06T15:30:00.123456Z"},
+		{"2025-01-06T15:30:00+00:00", "2025-01-06T15:30:00.000000Z"},
+		{"2025-01-06T15:30:00.123456", "2025-01-06T15:30:00.123456Z"},
+		{"2025-01-06T15:30:00", "2025-01-06T15:30:00.000000Z"},
+		{"2025-01-06 15:30:00.5", "2025-01-06T15:30:00.500000Z"},
+		{"2025-01-06t15:30:00.123Z", "2025-01-06T15:30:00.123000Z"},
+		{"2025-01-06T15:30:00.123456789Z",
+		 "2025-01-06T15:30:00.123456Z"},
+		{"2025-01-06T17:00:00.000001+01:30",
+		 "2025-01-06T15:30:00.000001Z"},
+		{"2025-01-05T23:30:00-16:00", "2025-01-06T15:30:00.000000Z"},
+		{"2024-12-31T23:59:59.999999-00:01",
+		 "2025-01-01T00:00:59.999999Z"},
+	};
+	static const char *const bad[] = {
+		"2025-01-06",
+		"2025-01-06T15:30",
+		"2025-01-06T15:30:00.",
+		"2025-01-06T15:30:00.1234567890Z",
+		"2025-01-06T15:30:00+00",
+		"2025-01-06T15:30:00+0000",
+		"2025-01-06T15:30:00+24:00",
+		"2025-01-06T15:30:00+01:60",
+		"2025-01-06T15:30:00ZZ",
+		"2025-01-06T15:30:00 Z",
+		"2025-01-06X15:30:00Z",
+		"2025-02-30T15:30:00Z",
+		"0001-01-01T00:00:00+00:01",
+		"9999-12-31T23:59:59-00:01",
+		"",
+	};
+	char out[VMEM_TIMESTAMP_LEN + 1];
+	int64_t usec;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_msg(timestamp_parse_any(cases[i].text,
+						  strlen(cases[i].text),
+						  &usec) == 0,
+			      "%s", cases[i].text);
+		timestamp_format(usec, out);
+		ck_assert_str_eq(out, cases[i].ours);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(timestamp_parse_any(bad[i], strlen(bad[i]),
+						  &usec) == -1,
+			      "%s", bad[i]);
+}
+END_TEST
+
+/* A file as the seed library writes it: its to_json() through
+ * json.dump(indent=2) (ASCII escapes, no version, a timestamp from
+ * isoformat(), no final newline) is a version 1 decision. */
+START_TEST(test_parse_seed_file)
+{
+	static const char seed[] =
+		"{\n"
+		"  \"coordinate\": {\n"
+		"    \"x\": 5,\n"
+		"    \"y\": 2,\n"
+		"    \"z\": 1\n"
+		"  },\n"
+		"  \"content\": \"Use PostgreSQL \\u00e9\\ud83d\\ude00\",\n"
+		"  \"timestamp\": \"2025-01-06T15:30:00.123456+00:00\",\n"
+		"  \"agent_id\": \"claude-code-01\",\n"
+		"  \"issue_context\": {\n"
+		"    \"issue_id\": \"codeframe-aco-t49\",\n"
+		"    \"cycle_stage_name\": \"architect\"\n"
+		"  }\n"
+		"}";
+	static const char no_context[] =
+		"{\"coordinate\": {\"x\": 1, \"y\": 1, \"z\": 2}, "
+		"\"content\": \"c\", \"timestamp\": \"2025-01-06T15:30:00\", "
+		"\"agent_id\": \"a\"}";
+	char msg[VMEM_ERRMSG_LEN];
+	struct decision d;
+	char *compact;
+
+	ck_assert_int_eq(decision_parse(seed, strlen(seed), 0, &d, msg), 0);
+	ck_assert(d.version == 1);
+	ck_assert_str_eq(d.timestamp, "2025-01-06T15:30:00.123456Z");
+	ck_assert_str_eq(d.content, "Use PostgreSQL \xc3\xa9\xf0\x9f\x98\x80");
+	compact = decision_dump_compact(&d, NULL);
+	ck_assert_ptr_nonnull(compact);
+	ck_assert_str_eq(
+		compact,
+		"{\"coordinate\":{\"x\":5,\"y\":2,\"z\":1},\"content\":\"Use "
+		"PostgreSQL \xc3\xa9\xf0\x9f\x98\x80\",\"timestamp\":\"2025-01-"
+		"06T15:30:00.123456Z\",\"agent_id\":\"claude-code-01\",\"issue_"
+		"context\":{\"issue_id\":\"codeframe-aco-t49\",\"cycle_stage_"
+		"name\":\"architect\"},\"version\":1}");
+	free(compact);
+	decision_done(&d);
+
+	ck_assert_int_eq(
+		decision_parse(no_context, strlen(no_context), 0, &d, msg), 0);
+	ck_assert_ptr_null(d.issue_context);
+	ck_assert(d.version == 1);
+	ck_assert_str_eq(d.timestamp, "2025-01-06T15:30:00.000000Z");
+	decision_done(&d);
+}
+END_TEST
+
 START_TEST(test_dump_file_example)
 {
 	struct decision d;
@@ -539,9 +693,14 @@ START_TEST(test_parse_rejects)
 				      "\"version\": 1, \"extra\": true", msg),
 			 RPC_INVALID_PARAMS);
 	ck_assert_str_eq(msg, "decision has unknown member extra");
-	ck_assert_int_eq(parse_edited(",\n  \"version\": 1", "", msg),
+	/* Only version and issue_context may be missing (seed files). */
+	ck_assert_int_eq(parse_edited(",\n  \"version\": 1", "", msg), 0);
+	ck_assert_int_eq(
+		parse_edited("\"agent_id\": \"claude-code-01\",\n", "", msg),
+		RPC_INVALID_PARAMS);
+	ck_assert_str_eq(msg, "decision is missing member agent_id");
+	ck_assert_int_eq(parse_edited("\"timestamp\"", "\"time\"", msg),
 			 RPC_INVALID_PARAMS);
-	ck_assert_str_eq(msg, "decision is missing member version");
 	ck_assert_int_eq(parse_edited("\"version\": 1", "\"version\": 0", msg),
 			 RPC_INVALID_PARAMS);
 	ck_assert_int_eq(parse_edited("\"version\": 1", "\"version\": -3", msg),
@@ -552,7 +711,8 @@ START_TEST(test_parse_rejects)
 	ck_assert_int_eq(
 		parse_edited("\"version\": 1", "\"version\": \"1\"", msg),
 		RPC_INVALID_PARAMS);
-	ck_assert_int_eq(parse_edited("15:30:00.123456Z", "15:30:00Z", msg),
+	ck_assert_int_eq(parse_edited("15:30:00.123456Z", "15:30:00Z", msg), 0);
+	ck_assert_int_eq(parse_edited("15:30:00.123456Z", "15:30Z", msg),
 			 RPC_INVALID_PARAMS);
 	ck_assert_int_eq(
 		parse_edited("15:30:00.123456Z", "25:30:00.123456Z", msg),
@@ -647,12 +807,15 @@ static Suite *decision_suite(void)
 	tcase_add_test(tc, test_coord_max_x);
 	tcase_add_test(tc, test_coord_cmp_json);
 	tcase_add_test(tc, test_content);
+	tcase_add_test(tc, test_content_blank);
 	tcase_add_test(tc, test_utf8);
 	tcase_add_test(tc, test_agent_id);
 	tcase_add_test(tc, test_issue_context);
 	suite_add_tcase(s, tc);
 	tcase_add_test(tc2, test_paths);
 	tcase_add_test(tc2, test_timestamps);
+	tcase_add_test(tc2, test_timestamps_any);
+	tcase_add_test(tc2, test_parse_seed_file);
 	tcase_add_test(tc2, test_dump_file_example);
 	tcase_add_test(tc2, test_file_round_trip);
 	tcase_add_test(tc2, test_parse_rejects);

@@ -29,6 +29,7 @@
 static char home[64];
 static char tmpdir[64];
 static struct gitc *g;
+static struct statedir sd; /* tmpdir/.git/vmem: the commit marker's */
 static char errmsg[256];
 
 static int rm_cb(const char *path, const struct stat *st, int flag,
@@ -96,6 +97,8 @@ static void write_file(const char *rel, const char *text)
 
 static void init_repo(bool identity)
 {
+	char gitdir[96];
+
 	strcpy(tmpdir, "/tmp/vmem-test-gitc-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 	ck_assert_int_eq(sh("git init -q -b main ."), 0);
@@ -103,7 +106,9 @@ static void init_repo(bool identity)
 		ck_assert_int_eq(sh("git config user.name 'Test User' && "
 				    "git config user.email test@example.com"),
 				 0);
-	ck_assert_int_eq(gitc_open(&g, tmpdir, errmsg, sizeof(errmsg)), 0);
+	snprintf(gitdir, sizeof(gitdir), "%s/.git", tmpdir);
+	ck_assert_int_eq(statedir_init(&sd, gitdir, NULL, 0, NULL, 0), 0);
+	ck_assert_int_eq(gitc_open(&g, tmpdir, &sd, errmsg, sizeof(errmsg)), 0);
 }
 
 static void setup(void)
@@ -120,6 +125,7 @@ static void teardown(void)
 {
 	gitc_free(g);
 	g = NULL;
+	statedir_done(&sd);
 	nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -615,7 +621,8 @@ START_TEST(test_worktree)
 	struct gitc_result res;
 	struct gitc_change c;
 	struct gitc *main_g = g;
-	char buf[512], wt[128], main_head[64], parent[80];
+	struct statedir wt_sd;
+	char buf[512], wt[128], wt_gitdir[160], main_head[64], parent[80];
 	int rc;
 
 	c = put(5, 2, 1, "main", buf, sizeof(buf));
@@ -623,7 +630,9 @@ START_TEST(test_worktree)
 	snprintf(main_head, sizeof(main_head), "%s", head());
 	ck_assert_int_eq(sh("git worktree add -q wt -b wtb"), 0);
 	snprintf(wt, sizeof(wt), "%s/wt", tmpdir);
-	ck_assert_int_eq(gitc_open(&g, wt, errmsg, sizeof(errmsg)), 0);
+	snprintf(wt_gitdir, sizeof(wt_gitdir), "%s/.git/worktrees/wt", tmpdir);
+	ck_assert_int_eq(statedir_init(&wt_sd, wt_gitdir, NULL, 0, NULL, 0), 0);
+	ck_assert_int_eq(gitc_open(&g, wt, &wt_sd, errmsg, sizeof(errmsg)), 0);
 	ck_assert_int_eq(sh("touch .git/worktrees/wt/index.lock"), 0);
 	c.text = "wt\n";
 	c.len = 3;
@@ -633,6 +642,7 @@ START_TEST(test_worktree)
 	ck_assert_int_eq(sh("rm .git/worktrees/wt/index.lock"), 0);
 	commit_ok(&c, 1, NULL, &res);
 	gitc_free(g);
+	statedir_done(&wt_sd);
 	g = main_g;
 	ck_assert_str_eq(head(), main_head);
 	snprintf(parent, sizeof(parent), "%s\n", main_head);
@@ -644,13 +654,35 @@ START_TEST(test_worktree)
 }
 END_TEST
 
+/* The commit marker lives in the state directory and is never followed
+ * through a symbolic link planted there: a commit neither writes nor
+ * truncates the link's target, and the link goes with the marker. */
+START_TEST(test_marker_symlink_not_followed)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], target[128], link[128];
+	struct stat st;
+
+	write_file("precious", "precious\n");
+	snprintf(target, sizeof(target), "%s/precious", tmpdir);
+	snprintf(link, sizeof(link), "%s/committing", sd.path);
+	ck_assert_int_eq(symlink(target, link), 0);
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(out("cat precious"), "precious\n");
+	ck_assert_int_eq(lstat(link, &st), -1);
+	ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
 START_TEST(test_open_errors)
 {
 	struct gitc *g2 = (struct gitc *)1;
 	char dir[128];
 
 	snprintf(dir, sizeof(dir), "%s/nothing-here", tmpdir);
-	ck_assert_int_lt(gitc_open(&g2, dir, errmsg, sizeof(errmsg)), 0);
+	ck_assert_int_lt(gitc_open(&g2, dir, &sd, errmsg, sizeof(errmsg)), 0);
 	ck_assert_ptr_null(g2);
 	ck_assert_str_ne(errmsg, "");
 }
@@ -865,6 +897,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_index_lock_during_commit);
 	tcase_add_test(tc, test_worktree);
 	tcase_add_test(tc, test_open_errors);
+	tcase_add_test(tc, test_marker_symlink_not_followed);
 	suite_add_tcase(s, tc);
 
 	tcase_set_timeout(anon, 60);

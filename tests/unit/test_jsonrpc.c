@@ -521,6 +521,103 @@ START_TEST(test_parse_rejects)
 }
 END_TEST
 
+/* Parse line (which must parse) and return member name of params as a
+ * new reference of what jansson made of it (first request of a batch). */
+static json_t *param_of(const char *line, const char *name, json_t **id)
+{
+	const char *msg;
+	json_t *doc, *req, *v;
+
+	ck_assert_msg(rpc_parse(line, strlen(line), 0, &doc, &msg) == 0, "%s",
+		      line);
+	req = json_is_array(doc) ? json_array_get(doc, 0) : doc;
+	v = json_object_get(json_object_get(req, "params"), name);
+	ck_assert_ptr_nonnull(v);
+	json_incref(v);
+	if (id) {
+		*id = json_object_get(req, "id");
+		json_incref(*id);
+	}
+	json_decref(doc);
+	return v;
+}
+
+/* An integer beyond int64 in params becomes a real (refused by every
+ * integer param, answered with the request's id); as a request's id it
+ * keeps the line a parse error. */
+START_TEST(test_big_integers)
+{
+	json_t *v, *id;
+
+	v = param_of("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"m\","
+		     "\"params\":{\"x\":99999999999999999999}}",
+		     "x", &id);
+	ck_assert(json_is_real(v));
+	ck_assert(json_real_value(v) == 1e20);
+	ck_assert(json_is_integer(id) && json_integer_value(id) == 7);
+	json_decref(v);
+	json_decref(id);
+	/* Negative, inside an object and an array, in a batch, after a
+	 * string holding digits and an escaped quote. */
+	v = param_of("[{\"jsonrpc\":\"2.0\",\"id\":\"a\\\"1\",\"method\":"
+		     "\"m\",\"params\":{\"s\":\"99999999999999999999\",\"c\":"
+		     "{\"x\":1,\"y\":-9223372036854775809,\"z\":[1,"
+		     "18446744073709551616]}}}]",
+		     "c", &id);
+	ck_assert_str_eq(json_string_value(id), "a\"1");
+	ck_assert(json_is_integer(json_object_get(v, "x")));
+	ck_assert(json_is_real(json_object_get(v, "y")));
+	ck_assert(json_real_value(json_object_get(v, "y")) < -9.2e18);
+	ck_assert(json_is_real(json_array_get(json_object_get(v, "z"), 1)));
+	json_decref(v);
+	json_decref(id);
+	v = param_of("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\","
+		     "\"params\":{\"s\":\"keep 99999999999999999999\","
+		     "\"n\":-1000000000000000000000000000000000000000000000000"
+		     "0000000000000000000000000000000000000000000000000000000"
+		     "0000000000000000000000000000000000000000000000000000000"
+		     "0000000000000000000000000000000000000000000000000000000"
+		     "0000000000000000000000000000000000000000000000000000000"
+		     "0000000000000000000000000000000000000000000000000000000"
+		     "0000000000000000000000000000000000000000}}",
+		     "n", NULL);
+	ck_assert(json_is_real(v) && json_real_value(v) == -1e300);
+	json_decref(v);
+	/* The edges of int64 stay integers. */
+	v = param_of("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"m\","
+		     "\"params\":{\"a\":[9223372036854775807,"
+		     "-9223372036854775808],\"b\":9223372036854775808}}",
+		     "a", NULL);
+	ck_assert(json_integer_value(json_array_get(v, 0)) == INT64_MAX);
+	ck_assert(json_integer_value(json_array_get(v, 1)) == INT64_MIN);
+	json_decref(v);
+	/* The id itself, alone or in a batch, or a big params member
+	 * named "id": still a parse error only for the request's id. */
+	ck_assert_int_eq(parse_code("{\"jsonrpc\":\"2.0\",\"method\":\"m\","
+				    "\"id\":9223372036854775808}",
+				    0),
+			 RPC_PARSE_ERROR);
+	ck_assert_int_eq(parse_code("[{\"jsonrpc\":\"2.0\",\"method\":\"m\","
+				    "\"id\":1},{\"id\":-9223372036854775809,"
+				    "\"jsonrpc\":\"2.0\",\"method\":\"m\"}]",
+				    0),
+			 RPC_PARSE_ERROR);
+	v = param_of("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"m\","
+		     "\"params\":{\"id\":9223372036854775808}}",
+		     "id", &id);
+	ck_assert(json_is_real(v));
+	ck_assert(json_integer_value(id) == 3);
+	json_decref(v);
+	json_decref(id);
+	/* Other broken JSON stays broken. */
+	ck_assert_int_eq(parse_code("{\"a\":99999999999999999999", 0),
+			 RPC_PARSE_ERROR);
+	ck_assert_int_eq(parse_code("{\"a\":099999999999999999999}", 0),
+			 RPC_PARSE_ERROR);
+	ck_assert_int_eq(parse_code("{\"a\":1e999}", 0), RPC_PARSE_ERROR);
+}
+END_TEST
+
 START_TEST(test_error_data)
 {
 	json_t *e, *id = json_integer(5);
@@ -656,6 +753,7 @@ static Suite *jsonrpc_suite(void)
 	tcase_add_test(tc2, test_params_shapes);
 	tcase_add_test(tc2, test_depth_limit);
 	tcase_add_test(tc2, test_parse_rejects);
+	tcase_add_test(tc2, test_big_integers);
 	tcase_add_test(tc2, test_error_data);
 	tcase_add_test(tc2, test_raw_result);
 	tcase_add_test(tc2, test_error_table);

@@ -1,9 +1,8 @@
 /*
  * Unit tests of daemon/find/search.c: the design's examples, query errors, and
- * a randomized consistency check against a brute-force model. A timing
- * case with 20,000 documents prints figures as TAP diagnostics (never
- * asserts time); VMEM_SEARCH_DOCS and VMEM_SEARCH_SEED override its size
- * and the random seed.
+ * a randomized consistency check against a brute-force model
+ * (VMEM_SEARCH_SEED repeats a seed). Timing is a benchmark's
+ * (tests/bench/vmem-search-bench.c), not a test's.
  */
 #include <check.h>
 #include <errno.h>
@@ -15,17 +14,6 @@
 
 #include "search.h"
 #include "tokenize.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 /* ---- a tiny document store ---- */
 
@@ -646,214 +634,11 @@ START_TEST(random_consistency)
 }
 END_TEST
 
-/* ---- timing with 20,000 documents of ~1 KB ---- */
-
-static const char *const common[] = {
-	"the",	 "of",	    "and",	"to",	    "a",      "in",
-	"is",	 "that",    "for",	"it",	    "as",     "with",
-	"be",	 "on",	    "not",	"this",	    "we",     "by",
-	"or",	 "from",    "database", "service",  "client", "server",
-	"cache", "request", "schema",	"index",    "query",  "latency",
-	"store", "commit",  "layer",	"decision", "api",    "memory",
-};
-#define N_COMMON (sizeof(common) / sizeof(common[0]))
-
-static const char *const syll[] = {
-	"ka",  "lo",   "mi",  "ne",  "ru",  "sa",  "ti",  "vo",	 "ze",	  "pa",
-	"qu",  "der",  "bin", "cor", "tas", "gen", "lum", "pre", "trans", "ion",
-	"ing", "ment", "ly",  "st",  "ex",  "re",  "con", "dis", "ab",	  "ol",
-};
-#define N_SYLL (sizeof(syll) / sizeof(syll[0]))
-
-static double now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static void time_query(struct search_index *si, struct docs *d,
-		       const char *name, const char *const *terms, size_t n,
-		       bool all, size_t reps)
-{
-	struct search_query *q = parse(terms, n);
-	double *t = malloc(reps * sizeof(*t));
-	struct search_hit *hits;
-	size_t n_hits = 0, i;
-
-	ck_assert_ptr_nonnull(t);
-	for (i = 0; i < reps; i++) {
-		double t0 = now_us();
-
-		ck_assert_int_eq(
-			search_run(si, q, all, 0, text_of, d, &hits, &n_hits),
-			0);
-		t[i] = now_us() - t0;
-		free(hits);
-	}
-	qsort(t, reps, sizeof(*t), cmp_double);
-	printf("# %-34s hits %6zu  p50 %8.1f us  p99 %8.1f us\n", name, n_hits,
-	       t[reps / 2], t[reps * 99 / 100]);
-	search_query_free(q);
-	free(t);
-}
-
-START_TEST(timing_20k)
-{
-	const char *env = getenv("VMEM_SEARCH_DOCS");
-	size_t n_docs = env && *env ? strtoul(env, NULL, 10)
-				    : (SANITIZED ? 2000 : 20000);
-	size_t n_words = 30000, i, j, total = 0, reps = SANITIZED ? 50 : 500;
-	char **words = malloc(n_words * sizeof(*words));
-	double *cum = malloc(n_words * sizeof(*cum)), sum = 0, t0, t1;
-	struct search_index *si = search_new(n_docs);
-	struct docs d;
-	char *buf = malloc(2048);
-
-	ck_assert_ptr_nonnull(words);
-	ck_assert_ptr_nonnull(cum);
-	ck_assert_ptr_nonnull(si);
-	ck_assert_ptr_nonnull(buf);
-	rng_state = 12345;
-	docs_init(&d, n_docs);
-	/* Zipf-like vocabulary: common words first, then synthetic ones. */
-	for (i = 0; i < n_words; i++) {
-		if (i < N_COMMON) {
-			words[i] = strdup(common[i]);
-		} else {
-			size_t k = 2 + rnd_n(3), w = 0;
-
-			words[i] = malloc(32);
-			ck_assert_ptr_nonnull(words[i]);
-			for (j = 0; j < k; j++)
-				w += (size_t)snprintf(words[i] + w, 32 - w,
-						      "%s",
-						      syll[rnd_n(N_SYLL)]);
-		}
-		ck_assert_ptr_nonnull(words[i]);
-		sum += 1.0 / (double)(i + 1);
-		cum[i] = sum;
-	}
-	for (i = 0; i < n_docs; i++) {
-		size_t w = 0;
-
-		while (w < 1000) {
-			double u = (double)(rnd() >> 11) / 9007199254740992.0 *
-				   sum;
-			size_t lo = 0, hi = n_words - 1;
-
-			while (lo < hi) {
-				size_t mid = (lo + hi) / 2;
-
-				if (cum[mid] < u)
-					lo = mid + 1;
-				else
-					hi = mid;
-			}
-			w += (size_t)snprintf(buf + w, 2048 - w, "%s%s",
-					      words[lo],
-					      rnd_n(12) ? " " : ". ");
-		}
-		/* A unique-ish token per document, as ids and names are. */
-		w += (size_t)snprintf(buf + w, 2048 - w, "ticket%zu ", i);
-		if (i % 50 == 7)
-			w += (size_t)snprintf(buf + w, 2048 - w,
-					      "PostgreSQL database ");
-		if (i % 5000 == 3)
-			w += (size_t)snprintf(buf + w, 2048 - w, "Zyxwvut ");
-		d.text[i] = strdup(buf);
-		ck_assert_ptr_nonnull(d.text[i]);
-		total += w;
-	}
-	t0 = now_us();
-	for (i = 0; i < n_docs; i++)
-		ck_assert_int_eq(
-			search_add(si, i, d.text[i], strlen(d.text[i])), 0);
-	t1 = now_us();
-	printf("# %zu docs, %zu text bytes: load %.1f ms (%.2f us/doc)%s\n",
-	       n_docs, total, (t1 - t0) / 1e3, (t1 - t0) / (double)n_docs,
-	       SANITIZED ? " [sanitized build]" : "");
-	printf("# search_memory %zu bytes = %.3f x text\n", search_memory(si),
-	       (double)search_memory(si) / (double)total);
-	{
-		const char *rare[] = {"zyxwvut"};
-		const char *two[] = {"database", "latency"};
-		const char *phrase[] = {"PostgreSQL database"};
-		const char *prefix[] = {"pre*"};
-		const char *prefix2[] = {"ticket1*"};
-		const char *one_common[] = {"the"};
-
-		t0 = now_us();
-		time_query(si, &d, "first prefix query (sorts vocab)", prefix,
-			   1, false, 1);
-		time_query(si, &d, "1 rare term", rare, 1, false, reps);
-		time_query(si, &d, "2 common terms, match_all", two, 2, true,
-			   reps);
-		time_query(si, &d, "2 common terms, any", two, 2, false, reps);
-		time_query(si, &d, "1 very common term", one_common, 1, false,
-			   reps);
-		time_query(si, &d, "phrase \"PostgreSQL database\"", phrase, 1,
-			   false, reps);
-		time_query(si, &d, "prefix pre*", prefix, 1, false, reps);
-		time_query(si, &d, "prefix ticket1*", prefix2, 1, false, reps);
-		(void)t0;
-	}
-	/* Sanity: the rare term is where it was put. */
-	{
-		const char *rare[] = {"zyxwvut"};
-		struct search_query *q = parse(rare, 1);
-		struct search_hit *hits;
-		size_t n_hits;
-
-		ck_assert_int_eq(search_run(si, q, false, 0, text_of, &d, &hits,
-					    &n_hits),
-				 0);
-		ck_assert_uint_eq(n_hits, (n_docs + 4996) / 5000);
-		ck_assert_uint_eq(hits[0].slot, 3);
-		free(hits);
-		search_query_free(q);
-	}
-	/* Churn: replace 10% of the documents with others, time it. */
-	t0 = now_us();
-	for (i = 0; i < n_docs / 10; i++) {
-		size_t a = rnd_n(n_docs), b = rnd_n(n_docs);
-		char *ta = d.text[a];
-
-		search_remove(si, a, ta, strlen(ta));
-		d.text[a] = strdup(d.text[b]);
-		ck_assert_ptr_nonnull(d.text[a]);
-		free(ta);
-		ck_assert_int_eq(
-			search_add(si, a, d.text[a], strlen(d.text[a])), 0);
-	}
-	t1 = now_us();
-	printf("# %zu replacements: %.2f us each; memory now %.3f x text\n",
-	       n_docs / 10, (t1 - t0) / (double)(n_docs / 10 ? n_docs / 10 : 1),
-	       (double)search_memory(si) / (double)total);
-	for (i = 0; i < n_words; i++)
-		free(words[i]);
-	free(words);
-	free(cum);
-	free(buf);
-	search_free(si);
-	docs_done(&d);
-}
-END_TEST
-
 static Suite *search_suite(void)
 {
 	Suite *s = suite_create("search");
 	TCase *tc = tcase_create("core");
 	TCase *tr = tcase_create("random");
-	TCase *tt = tcase_create("timing");
 
 	tcase_add_test(tc, design_examples);
 	tcase_add_test(tc, scores_and_order);
@@ -865,9 +650,6 @@ static Suite *search_suite(void)
 	tcase_set_timeout(tr, 60);
 	tcase_add_test(tr, random_consistency);
 	suite_add_tcase(s, tr);
-	tcase_set_timeout(tt, 60);
-	tcase_add_test(tt, timing_20k);
-	suite_add_tcase(s, tt);
 	return s;
 }
 

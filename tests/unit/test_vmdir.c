@@ -24,6 +24,7 @@
 static char tmpdir[64];
 static char root[128];
 static char qdir[160];
+static struct statedir sd; /* root/.git/vmem */
 static struct vmdir vd;
 
 struct loaded {
@@ -45,17 +46,23 @@ static int rm_cb(const char *path, const struct stat *st, int flag,
 
 static void setup(void)
 {
+	char gitdir[160];
+
 	strcpy(tmpdir, "/tmp/vmem-test-vmdir-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 	snprintf(root, sizeof(root), "%s/tree", tmpdir);
 	snprintf(qdir, sizeof(qdir), "%s/tree/.git/vmem/quarantine", tmpdir);
 	ck_assert_int_eq(mkdir(root, 0755), 0);
-	ck_assert_int_eq(vmdir_init(&vd, root, qdir, VMEM_MAX_X_DEFAULT), 0);
+	snprintf(gitdir, sizeof(gitdir), "%s/.git", root);
+	ck_assert_int_eq(mkdir(gitdir, 0755), 0);
+	ck_assert_int_eq(statedir_init(&sd, gitdir, NULL, 0, NULL, 0), 0);
+	ck_assert_int_eq(vmdir_init(&vd, root, &sd, VMEM_MAX_X_DEFAULT), 0);
 }
 
 static void teardown(void)
 {
 	vmdir_done(&vd);
+	statedir_done(&sd);
 	nftw(tmpdir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -602,15 +609,17 @@ START_TEST(test_quarantine_cross_device)
 	char *t, *got, target[512];
 	size_t len, glen;
 	struct vmdir_load_report rep;
+	struct statedir shm_sd;
 	struct stat a, b;
 	ssize_t n;
 
 	if (stat("/dev/shm", &a) < 0 || stat(tmpdir, &b) < 0 ||
 	    a.st_dev == b.st_dev || !mkdtemp(shm))
 		return; /* no second file system here */
-	snprintf(q, sizeof(q), "%s/q", shm);
+	ck_assert_int_eq(statedir_init(&shm_sd, shm, NULL, 0, NULL, 0), 0);
+	snprintf(q, sizeof(q), "%s/vmem/quarantine", shm);
 	vmdir_done(&vd);
-	ck_assert_int_eq(vmdir_init(&vd, root, q, 1000), 0);
+	ck_assert_int_eq(vmdir_init(&vd, root, &shm_sd, 1000), 0);
 	apply1(5, 2, 1, "good");
 	t = text_of(5, 2, 2, "x", &len);
 	spit(".vector-memory/x-005/y-2-z-2.json", t, len / 3);
@@ -649,6 +658,8 @@ START_TEST(test_quarantine_cross_device)
 	}
 	vmdir_load_report_done(&rep);
 	free(t);
+	vmdir_done(&vd); /* before shm_sd goes; teardown's call is a no-op */
+	statedir_done(&shm_sd);
 	nftw(shm, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 END_TEST

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,19 +24,34 @@ struct seen {
 	int fail_at; /* return an error on this record (1-based), 0: never */
 };
 
-static char tmpdir[64];
+static char tmpdir[64]; /* stands for a git directory */
 static char logpath[128];
+static struct statedir sd; /* tmpdir/vmem */
 
 static void setup(void)
 {
+	char msg[512] = "";
+
 	strcpy(tmpdir, "/tmp/vmem-test-wal-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-	snprintf(logpath, sizeof(logpath), "%s/wal", tmpdir);
+	ck_assert_msg(statedir_init(&sd, tmpdir, NULL, 0, msg, sizeof(msg)) ==
+			      0,
+		      "%s", msg);
+	snprintf(logpath, sizeof(logpath), "%s/wal", sd.path);
 }
 
 static void teardown(void)
 {
+	char other[160];
+
+	statedir_done(&sd);
 	unlink(logpath);
+	snprintf(other, sizeof(other), "%s.tmp", logpath);
+	unlink(other);
+	snprintf(other, sizeof(other), "%s/target", tmpdir);
+	unlink(other);
+	snprintf(other, sizeof(other), "%s/vmem", tmpdir);
+	rmdir(other);
 	rmdir(tmpdir);
 }
 
@@ -127,7 +143,9 @@ static int reopen(struct wal *w, struct seen *s, struct wal_report *rep,
 		  char *msg, size_t msgn)
 {
 	seen_free(s);
-	return wal_open(w, logpath, collect_cb, s, rep, msg, msgn);
+	const struct wal_replay replay = {.record = collect_cb, .ctx = s};
+
+	return wal_open(w, &sd, "wal", &replay, rep, msg, msgn);
 }
 
 START_TEST(test_append_replay)
@@ -139,9 +157,7 @@ START_TEST(test_append_replay)
 	struct stat st;
 	uint64_t end;
 
-	ck_assert_int_eq(
-		wal_open(&w, logpath, collect_cb, &s, &rep, msg, sizeof(msg)),
-		0);
+	ck_assert_int_eq(reopen(&w, &s, &rep, msg, sizeof(msg)), 0);
 	ck_assert_uint_eq(s.n, 0);
 	ck_assert_uint_eq(rep.records, 0);
 	ck_assert_uint_eq(w.next_batch, 1);
@@ -186,7 +202,7 @@ START_TEST(test_binary_payload)
 
 	for (size_t i = 0; i < sizeof(big); i++)
 		big[i] = (unsigned char)(i * 7 + 3);
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	ck_assert_int_eq(wal_append(&w, &iov, 1), 0);
 	wal_close(&w);
 	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
@@ -204,7 +220,7 @@ START_TEST(test_oversized_refused)
 	char c = 'x';
 	struct iovec iov = {&c, 64u * 1024 * 1024 + 1};
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	ck_assert_int_eq(wal_append(&w, &iov, 1), -EMSGSIZE);
 	ck_assert_uint_eq(w.end, 0);
 	ck_assert_int_eq(file_size(), 0);
@@ -218,7 +234,7 @@ START_TEST(test_truncate)
 	struct wal_report rep;
 	struct seen s = {0};
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"one", NULL});
 	append(&w, (const char *const[]){"two", NULL});
 	ck_assert_int_eq(wal_truncate(&w), 0);
@@ -249,7 +265,7 @@ START_TEST(test_torn_every_offset)
 	unsigned char *orig;
 	size_t len, last_start;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"first", "second", NULL});
 	last_start = w.end;
 	/* The last batch holds several records: a cut anywhere in it, on a
@@ -286,7 +302,7 @@ START_TEST(test_garbage_tail)
 	unsigned char *orig, *buf;
 	size_t len, good;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"kept", NULL});
 	append(&w, (const char *const[]){"kept too", NULL});
 	close_log(&w);
@@ -331,7 +347,7 @@ START_TEST(test_middle_corruption)
 	size_t len, mid, offs[3];
 	char expect[64];
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"batch one", NULL});
 	mid = w.end;
 	append(&w, (const char *const[]){"batch two", NULL});
@@ -376,7 +392,7 @@ START_TEST(test_torn_before_zeros)
 	unsigned char *orig, *buf;
 	size_t len, last_start, size = 1 << 20;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"kept", NULL});
 	last_start = w.end;
 	append(&w, (const char *const[]){"torn 1", "torn 2", NULL});
@@ -463,7 +479,7 @@ START_TEST(test_unfinished_batch_before_later_one)
 	unsigned char *orig;
 	size_t len, second;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"a1", "a2", NULL});
 	second = w.end - (20 + 2);
 	append(&w, (const char *const[]){"b1", NULL});
@@ -486,7 +502,7 @@ START_TEST(test_damage_in_batch_before_last)
 	unsigned char *orig;
 	size_t len, second;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"a1", "a2", NULL});
 	second = w.end - (20 + 2);
 	append(&w, (const char *const[]){"b1", NULL});
@@ -510,7 +526,7 @@ START_TEST(test_damage_in_first_record)
 	unsigned char *orig;
 	size_t len;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"first", NULL});
 	append(&w, (const char *const[]){"second", NULL});
 	close_log(&w);
@@ -533,13 +549,13 @@ START_TEST(test_cut_head)
 	uint64_t head;
 	FILE *f;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"a1", "a2", NULL});
 	head = w.end;
 	append(&w, (const char *const[]){"b1", NULL});
 	append(&w, (const char *const[]){"c1", "c2", NULL});
-	ck_assert_int_eq(wal_cut_head(&w, logpath, w.end + 1), -EINVAL);
-	ck_assert_int_eq(wal_cut_head(&w, logpath, head), 0);
+	ck_assert_int_eq(wal_cut_head(&w, w.end + 1), -EINVAL);
+	ck_assert_int_eq(wal_cut_head(&w, head), 0);
 	append(&w, (const char *const[]){"d1", NULL});
 	wal_close(&w);
 
@@ -558,7 +574,7 @@ START_TEST(test_cut_head)
 	ck_assert_str_eq(s.rec[3], "d1");
 	ck_assert_uint_eq(w.next_batch, 5);
 	/* cutting everything empties the log */
-	ck_assert_int_eq(wal_cut_head(&w, logpath, w.end), 0);
+	ck_assert_int_eq(wal_cut_head(&w, w.end), 0);
 	ck_assert_uint_eq(w.end, 0);
 	ck_assert_int_eq(file_size(), 0);
 	wal_close(&w);
@@ -576,7 +592,7 @@ START_TEST(test_last_batch_flip_is_torn)
 	unsigned char *orig;
 	size_t len, last_start, second;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"old", NULL});
 	last_start = w.end;
 	append(&w, (const char *const[]){"n1", "n2", "n3", NULL});
@@ -606,7 +622,7 @@ START_TEST(test_stale_batch_is_torn)
 	unsigned char *orig, *buf;
 	size_t len, e1, e2;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"b1", NULL});
 	e1 = w.end;
 	append(&w, (const char *const[]){"b2 b2 b2", "b2 again", NULL});
@@ -642,7 +658,7 @@ START_TEST(test_next_batch_continues)
 	unsigned char *buf;
 	size_t len, e;
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"1", NULL});
 	append(&w, (const char *const[]){"2", NULL});
 	append(&w, (const char *const[]){"3", NULL});
@@ -671,14 +687,15 @@ START_TEST(test_callback_error_aborts)
 {
 	struct wal w;
 	struct seen s = {0};
+	const struct wal_replay collect = {.record = collect_cb, .ctx = &s};
 	char msg[256] = "";
 
-	ck_assert_int_eq(wal_open(&w, logpath, NULL, NULL, NULL, NULL, 0), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
 	append(&w, (const char *const[]){"a", "b", "c", NULL});
 	wal_close(&w);
 	s.fail_at = 2;
 	ck_assert_int_eq(
-		wal_open(&w, logpath, collect_cb, &s, NULL, msg, sizeof(msg)),
+		wal_open(&w, &sd, "wal", &collect, NULL, msg, sizeof(msg)),
 		-ECANCELED);
 	ck_assert_int_eq(w.fd, -1);
 	ck_assert_uint_eq(s.n, 1);
@@ -708,11 +725,112 @@ START_TEST(test_close_safe_and_errors)
 	wal_close(&w);
 	ck_assert_int_eq(wal_append(&w, &iov, 1), -EBADF);
 	ck_assert_int_eq(wal_truncate(&w), -EBADF);
-	snprintf(bad, sizeof(bad), "%s/missing/wal", tmpdir);
-	ck_assert_int_eq(wal_open(&w, bad, NULL, NULL, NULL, msg, sizeof(msg)),
-			 -ENOENT);
+	ck_assert_int_eq(
+		wal_open(&w, &sd, "no/such", NULL, NULL, msg, sizeof(msg)),
+		-EINVAL);
 	ck_assert_int_eq(w.fd, -1);
-	ck_assert_ptr_nonnull(strstr(msg, bad));
+	ck_assert_ptr_nonnull(strstr(msg, sd.path));
+	memset(bad, 'n', sizeof(bad) - 1);
+	bad[sizeof(bad) - 1] = '\0';
+	ck_assert_int_eq(wal_open(&w, &sd, bad, NULL, NULL, NULL, 0),
+			 -ENAMETOOLONG);
+}
+END_TEST
+
+/* A log planted as a symbolic link is refused, and its target is left
+ * exactly as it was (neither truncated nor written). */
+START_TEST(test_symlink_refused)
+{
+	struct wal w;
+	char msg[512] = "", target[128], got[64] = "";
+	FILE *f;
+
+	snprintf(target, sizeof(target), "%s/target", tmpdir);
+	f = fopen(target, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("precious", f);
+	fclose(f);
+	ck_assert_int_eq(symlink(target, logpath), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, msg, sizeof(msg)),
+			 -ELOOP);
+	ck_assert_int_eq(w.fd, -1);
+	ck_assert_ptr_nonnull(strstr(msg, "symbolic link"));
+	ck_assert_ptr_nonnull(strstr(msg, logpath));
+	f = fopen(target, "r");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(got, sizeof(got), f));
+	fclose(f);
+	ck_assert_str_eq(got, "precious");
+}
+END_TEST
+
+/* A fifo in the log's place is refused without blocking; so is a log
+ * that group or other may write. */
+START_TEST(test_not_regular_or_open_refused)
+{
+	struct wal w;
+	char msg[512] = "";
+
+	ck_assert_int_eq(mkfifo(logpath, 0600), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, msg, sizeof(msg)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "not a regular file"));
+	ck_assert_int_eq(unlink(logpath), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
+	wal_close(&w);
+	ck_assert_int_eq(chmod(logpath, 0620), 0);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, msg, sizeof(msg)),
+			 -EPERM);
+	ck_assert_ptr_nonnull(strstr(msg, "mode 0620"));
+	ck_assert_int_eq(w.fd, -1);
+}
+END_TEST
+
+struct progress_seen {
+	unsigned calls;
+	uint64_t last_done, total, records;
+	bool monotonic;
+};
+
+static void progress_cb(void *ctx, uint64_t done, uint64_t total,
+			uint64_t records)
+{
+	struct progress_seen *p = ctx;
+
+	if (p->calls && (done < p->last_done || records < p->records))
+		p->monotonic = false;
+	p->calls++;
+	p->last_done = done;
+	p->total = total;
+	p->records = records;
+}
+
+/* Replay reports its progress: once at the start, then every
+ * WAL_PROGRESS_BYTES, never backwards, out of the file's size. */
+START_TEST(test_replay_progress)
+{
+	struct wal w;
+	struct progress_seen p = {.monotonic = true};
+	const struct wal_replay replay = {.progress = progress_cb, .ctx = &p};
+	static char big[256 * 1024];
+	struct iovec iov = {big, sizeof(big)};
+
+	memset(big, 'x', sizeof(big));
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", &replay, NULL, NULL, 0), 0);
+	ck_assert_uint_eq(p.calls, 0); /* an empty log: nothing to say */
+	for (int i = 0; i < 12; i++)
+		ck_assert_int_eq(wal_append(&w, &iov, 1), 0);
+	wal_close(&w);
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", &replay, NULL, NULL, 0), 0);
+	ck_assert(p.monotonic);
+	ck_assert_uint_eq(p.total, (uint64_t)file_size());
+	/* 3 MiB of records: the start, then at least two steps */
+	ck_assert_uint_ge(p.calls, 3);
+	ck_assert_uint_le(p.last_done, p.total);
+	/* each report counts whole records of 256 KiB + header */
+	ck_assert_uint_eq(p.last_done, p.records * (sizeof(big) + 20));
+	ck_assert_uint_ge(p.records, 8);
+	wal_close(&w);
 }
 END_TEST
 
@@ -741,6 +859,9 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_next_batch_continues);
 	tcase_add_test(tc, test_callback_error_aborts);
 	tcase_add_test(tc, test_close_safe_and_errors);
+	tcase_add_test(tc, test_symlink_refused);
+	tcase_add_test(tc, test_not_regular_or_open_refused);
+	tcase_add_test(tc, test_replay_progress);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2,8 +2,8 @@
 only, Python 3.9+).
 
     from vmem import VectorMemoryManager, VectorCoordinate
-    m = VectorMemoryManager("/path/to/repo", agent_id="claude-code-01")
-    m.store(VectorCoordinate(5, 2, 1), "Use PostgreSQL for persistence")
+    with VectorMemoryManager("/path/to/repo", agent_id="claude-code-01") as m:
+        m.store(VectorCoordinate(5, 2, 1), "Use PostgreSQL for persistence")
 """
 
 from .discovery import find_root, fnv1a64, socket_key, socket_path
@@ -13,9 +13,12 @@ from .errors import (ConcurrencyError, ConflictError,
                      InvalidParamsError, ProtocolError, QueryError,
                      StorageError, UnavailableError, VectorMemoryError,
                      error_from_response)
+from .index import MemoryIndex
+from .layers import MemoryLayer
 from .manager import VectorMemoryManager
 from .model import (HistoryEntry, StoredDecision, SyncResult,
                     VectorCoordinate, format_timestamp, parse_timestamp)
+from .query import PartialOrder
 
 __version__ = "0.1.0"
 
@@ -23,6 +26,9 @@ __all__ = [
     "VectorMemoryManager",
     "VectorCoordinate",
     "StoredDecision",
+    "MemoryLayer",
+    "PartialOrder",
+    "MemoryIndex",
     "HistoryEntry",
     "SyncResult",
     "VectorMemoryError",

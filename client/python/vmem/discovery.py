@@ -49,12 +49,14 @@ def find_root(path: PathLike) -> str:
     path does not exist or no ``.git`` is found above it."""
     start = os.fsdecode(os.fspath(path))
     if not start:
-        raise StorageError("empty repository path")
+        raise StorageError("Not a Git repository: empty repository path")
     if not os.path.exists(start):
-        raise StorageError("repository path does not exist: %s" % start)
+        raise StorageError("Not a Git repository: %s does not exist"
+                           % start)
     current = os.path.realpath(start)
     if not os.path.isdir(current):
-        raise StorageError("repository path is not a directory: %s" % start)
+        raise StorageError("Not a Git repository: %s is not a directory"
+                           % start)
     while True:
         dot_git = os.path.join(current, ".git")
         if os.path.isdir(dot_git) or os.path.isfile(dot_git):
@@ -63,7 +65,8 @@ def find_root(path: PathLike) -> str:
         if parent == current:
             break
         current = parent
-    raise StorageError("not a git working tree (no .git above %s)" % start)
+    raise StorageError("Not a Git repository: no .git in %s or above it"
+                       % start)
 
 
 def socket_path(root: str, env: Optional[Mapping[str, str]] = None,

@@ -4,20 +4,30 @@ Thread-safe: each call borrows a connection from a small pool (opening a
 new one when all are busy), so threads never share a connection and their
 writes share the daemon's group commit. A connection is put back only when
 its call ended cleanly; an idle connection the daemon has closed (a
-restart) is dropped before reuse, and a forked child opens its own, so a request is never sent into a dead
-connection. Read-only calls that lose their connection midway are retried
-once on a fresh connection; writes are not (their outcome is unknown).
+restart) is dropped before reuse, and a forked child opens its own, so a
+request is never sent into a dead connection. Read-only calls that lose
+their connection midway are retried once on a fresh connection; writes are
+not (their outcome is unknown).
+
+The seed library wrote its files itself, so its users count on them:
+store() returns once the decision's file is in the working tree, and
+close() (also run by a finalizer when the manager is garbage-collected)
+returns once the daemon holds nothing of this manager's writes that is
+not yet written, synced and committed (server.flush), so the repository
+can be deleted right after. The pool lives apart from the manager so
+that the finalizer does not keep the manager alive.
 """
 
 import os
 import threading
+import weakref
 from typing import (Any, Dict, Iterable, List, Optional, Sequence, Tuple,
                     Union)
 
 from .connection import Connection, connect, connect_or_start
 from .discovery import PathLike, find_root, recorded_socket, socket_path
-from .errors import (DaemonConnectionError, InvalidParamsError,
-                     VectorMemoryError)
+from .errors import (DaemonConnectionError, InvalidParamsError, QueryError,
+                     StorageError, VectorMemoryError)
 from .model import (HistoryEntry, StoredDecision, SyncResult,
                     VectorCoordinate)
 
@@ -27,7 +37,10 @@ CoordLike = Union[VectorCoordinate, Tuple[int, int, int]]
 Range = Optional[Sequence[int]]
 
 DEFAULT_TIMEOUT = 30.0
+CLOSE_TIMEOUT = 10.0
 MAX_IDLE = 8
+CONTENT_MAX = 102400
+VMDIR = ".vector-memory"
 
 _READ_ONLY = frozenset({
     "server.hello", "server.health", "server.stats", "decision.get",
@@ -35,6 +48,8 @@ _READ_ONLY = frozenset({
     "decision.query_partial_order", "decision.search", "git.log",
     "git.rollback_point",
 })
+_WRITES = frozenset({"decision.store", "decision.store_many",
+                     "decision.delete"})
 
 
 def _coord(value: CoordLike) -> Dict[str, int]:
@@ -57,52 +72,48 @@ def _decisions(result: Any) -> List[StoredDecision]:
     return [StoredDecision.from_json(item) for item in result]
 
 
-class VectorMemoryManager:
-    """Store and query decisions of one git working tree through its
-    vmemd (started on demand)."""
+def _content(content: Any) -> str:
+    """The seed's content rule, checked before anything is sent."""
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidParamsError("content must be a non-empty string "
+                                 "(not only whitespace)")
+    size = len(content.encode("utf-8", "surrogatepass"))
+    if size > CONTENT_MAX:
+        raise InvalidParamsError("content too large: %d bytes, more than "
+                                 "%d" % (size, CONTENT_MAX))
+    return content
 
-    def __init__(self, repo_path: PathLike, agent_id: str, *,
-                 socket_path: Optional[str] = None,
-                 autostart: Optional[bool] = None,
-                 timeout: Optional[float] = DEFAULT_TIMEOUT,
-                 vmemd: Optional[str] = None) -> None:
-        """Connect to (or start) the daemon serving the working tree that
-        holds repo_path.
 
-        socket_path overrides the computed socket; autostart (default:
-        true unless VMEM_NO_AUTOSTART=1) starts vmemd when nothing
-        answers; timeout bounds each call in seconds (None: no bound);
-        vmemd names the daemon program (default $VMEMD, else PATH).
+class _Pool:
+    """The connections of one manager, and whether it wrote anything the
+    daemon may still hold (the finalizer's state: no reference to the
+    manager)."""
 
-        Raises StorageError when repo_path is not in a git working tree,
-        ValueError when agent_id is empty or refused by the daemon,
-        DaemonConnectionError when no daemon can be reached.
-        """
-        if not isinstance(agent_id, str) or not agent_id:
-            raise InvalidParamsError("agent_id must be a non-empty string")
+    def __init__(self, root: str, sock: str, agent_id: str,
+                 autostart: bool, timeout: Optional[float],
+                 vmemd: Optional[str]) -> None:
+        self.root = root
+        self.socket_path = sock
         self.agent_id = agent_id
-        self.root = find_root(repo_path)
-        self.socket_path = socket_path or _socket_path(self.root)
-        if autostart is None:
-            autostart = os.environ.get("VMEM_NO_AUTOSTART") != "1"
         self.autostart = autostart
         self.timeout = timeout
-        self._vmemd = vmemd
-        self._lock = threading.Lock()
-        self._start_lock = threading.Lock()
-        self._idle: List[Connection] = []
-        self._closed = False
-        self._pid = os.getpid()
-        self.connections_opened = 0
-        conn = self._open()
-        self._release(conn)
+        self.vmemd = vmemd
+        self.lock = threading.RLock()
+        self.start_lock = threading.Lock()
+        self.idle: List[Connection] = []
+        self.closed = False
+        self.pid = os.getpid()
+        self.opened = 0
+        self.server_info: Any = None
+        self.unflushed = False  # a write since the last flush
+        self.flush_error: Optional[BaseException] = None
 
-    # -- connections -----------------------------------------------------
-
-    def _open(self) -> Connection:
-        with self._start_lock:
-            conn = connect_or_start(self.root, self.socket_path,
-                                    self.autostart, self._vmemd)
+    def open(self, autostart: Optional[bool] = None) -> Connection:
+        with self.start_lock:
+            conn = connect_or_start(
+                self.root, self.socket_path,
+                self.autostart if autostart is None else autostart,
+                self.vmemd)
         try:
             hello = conn.call("server.hello",
                               {"agent_id": self.agent_id,
@@ -116,54 +127,198 @@ class VectorMemoryManager:
         max_x = limits.get("max_x") if isinstance(limits, dict) else None
         if isinstance(max_x, int) and max_x > VectorCoordinate.MAX_X:
             VectorCoordinate.MAX_X = max_x
-        with self._lock:
-            self.connections_opened += 1
+        with self.lock:
+            self.opened += 1
         return conn
 
-    def _acquire(self) -> Tuple[Connection, bool]:
+    def acquire(self) -> Tuple[Connection, bool]:
         """A connection for one call, and whether it was reused."""
         while True:
-            with self._lock:
-                if self._closed:
+            with self.lock:
+                if self.closed:
                     raise DaemonConnectionError("the manager is closed")
-                if self._pid != os.getpid():
+                if self.pid != os.getpid():
                     # A forked child must not talk on its parent's
                     # connections: drop its copies, open its own.
-                    for stale in self._idle:
+                    for stale in self.idle:
                         stale.close()
-                    self._idle = []
-                    self._pid = os.getpid()
-                conn = self._idle.pop() if self._idle else None
+                    self.idle = []
+                    self.pid = os.getpid()
+                conn = self.idle.pop() if self.idle else None
             if conn is None:
-                return self._open(), False
+                return self.open(), False
             if conn.alive():
                 return conn, True
 
-    def _release(self, conn: Connection) -> None:
-        with self._lock:
-            if not conn.broken and not self._closed and \
-                    len(self._idle) < MAX_IDLE:
-                self._idle.append(conn)
+    def release(self, conn: Connection) -> None:
+        with self.lock:
+            if not conn.broken and not self.closed and \
+                    len(self.idle) < MAX_IDLE:
+                self.idle.append(conn)
                 return
         conn.close()
+
+    def call(self, method: str, params: Optional[Dict[str, Any]],
+             timeout: Optional[float], then: Optional[str] = None,
+             then_params: Optional[Dict[str, Any]] = None) -> Any:
+        """One call (and, with then, a second call on the same connection
+        once the first succeeded; its result is dropped, its failure is a
+        StorageError saying that the first one did happen)."""
+        if method in _WRITES:
+            with self.lock:
+                self.unflushed = True
+        for attempt in (1, 2):
+            conn, reused = self.acquire()
+            try:
+                result = conn.call(method, params, timeout)
+                if then is not None:
+                    try:
+                        conn.call(then, then_params, timeout)
+                    except VectorMemoryError as e:
+                        raise StorageError(
+                            "%s succeeded (the write is durable) but its "
+                            "file is not in the working tree yet: %s"
+                            % (method, e.message),
+                            code=-32004,
+                            data={"type": "StorageError",
+                                  "reason": e.message}) from None
+                return result
+            except DaemonConnectionError:
+                if attempt == 2 or not reused or method not in _READ_ONLY:
+                    raise
+            finally:
+                self.release(conn)
+        raise AssertionError("unreachable")
+
+    def close(self, timeout: Optional[float]) -> None:
+        """Wait (at most timeout seconds) until the daemon has written,
+        synced and committed this manager's writes, then close every
+        connection. Never raises: a failed wait is kept in
+        flush_error."""
+        with self.lock:
+            if self.closed:
+                return
+            wanted = self.unflushed and self.pid == os.getpid()
+            conn = self.idle.pop() if self.idle else None
+        if wanted and timeout:
+            try:
+                if conn is None or not conn.alive():
+                    conn = None
+                    # A daemon that is gone holds nothing of ours: never
+                    # start one just to ask.
+                    conn = self.open(autostart=False)
+                conn.call("server.flush",
+                          {"timeout_ms": max(1, int(timeout * 1000))},
+                          timeout + 5.0)
+                self.unflushed = False
+            except (VectorMemoryError, OSError) as e:
+                if conn is not None and conn.broken:
+                    conn = None
+                self.flush_error = e
+        with self.lock:
+            self.closed = True
+            idle, self.idle = self.idle, []
+        if conn is not None:
+            idle.append(conn)
+        for one in idle:
+            one.close()
+
+
+def _finalize(pool: _Pool) -> None:
+    pool.close(CLOSE_TIMEOUT)
+
+
+class VectorMemoryManager:
+    """Store and query decisions of one git working tree through its
+    vmemd (started on demand)."""
+
+    def __init__(self, repo_path: PathLike, agent_id: str, *,
+                 socket_path: Optional[str] = None,
+                 autostart: Optional[bool] = None,
+                 timeout: Optional[float] = DEFAULT_TIMEOUT,
+                 vmemd: Optional[str] = None) -> None:
+        """Connect to (or start) the daemon serving the working tree that
+        holds repo_path, and make sure ``.vector-memory/`` exists there.
+
+        socket_path overrides the computed socket; autostart (default:
+        true unless VMEM_NO_AUTOSTART=1) starts vmemd when nothing
+        answers; timeout bounds each call in seconds (None: no bound);
+        vmemd names the daemon program (default $VMEMD, else PATH).
+
+        Raises StorageError ("Not a Git repository") when repo_path is not
+        in a git working tree, ValueError when agent_id is empty or
+        refused by the daemon, DaemonConnectionError when no daemon can be
+        reached.
+        """
+        if not isinstance(agent_id, str) or not agent_id:
+            raise InvalidParamsError("agent_id must be a non-empty string")
+        self.agent_id = agent_id
+        self.root = find_root(repo_path)
+        self.socket_path = socket_path or _socket_path(self.root)
+        if autostart is None:
+            autostart = os.environ.get("VMEM_NO_AUTOSTART") != "1"
+        self.autostart = autostart
+        self.timeout = timeout
+        self.last_reload: Optional[Dict[str, Any]] = None
+        self._pool = _Pool(self.root, self.socket_path, agent_id,
+                           autostart, timeout, vmemd)
+        try:
+            # The seed's constructor creates it; the daemon would only
+            # with the first decision file.
+            os.mkdir(os.path.join(self.root, VMDIR))
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise StorageError("cannot create %s in %s: %s"
+                               % (VMDIR, self.root, e.strerror or e)) \
+                from None
+        conn = self._pool.open()
+        self._pool.release(conn)
+        self._finalizer = weakref.finalize(self, _finalize, self._pool)
+
+    # -- connections -----------------------------------------------------
+
+    @property
+    def connections_opened(self) -> int:
+        """Connections opened so far (the pool reuses them)."""
+        return self._pool.opened
+
+    @property
+    def server_info(self) -> Any:
+        """The daemon's answer to server.hello on the last connection
+        opened."""
+        return self._pool.server_info
+
+    @property
+    def closed(self) -> bool:
+        return self._pool.closed
+
+    @property
+    def flush_error(self) -> Optional[BaseException]:
+        """Why close() could not see this manager's writes committed
+        (commits deferred by a rebase, a timeout...), else None. The
+        writes are durable in the daemon either way."""
+        return self._pool.flush_error
 
     def call(self, method: str, params: Optional[Dict[str, Any]] = None,
              timeout: Optional[float] = None) -> Any:
         """One raw JSON-RPC call (result as decoded JSON); errors raise
         the mapped exceptions. Connection state (leases, subscriptions)
         does not carry from one call to the next."""
-        if timeout is None:
-            timeout = self.timeout
-        for attempt in (1, 2):
-            conn, reused = self._acquire()
-            try:
-                return conn.call(method, params, timeout)
-            except DaemonConnectionError:
-                if attempt == 2 or not reused or method not in _READ_ONLY:
-                    raise
-            finally:
-                self._release(conn)
-        raise AssertionError("unreachable")
+        return self._pool.call(method, params,
+                               self.timeout if timeout is None else timeout)
+
+    def _write(self, method: str, params: Dict[str, Any],
+               timeout_ms: Optional[int]) -> Any:
+        """A write that returns once its file is in the working tree
+        (server.flush until written, on the same connection)."""
+        timeout = self._write_timeout(timeout_ms)
+        flush: Dict[str, Any] = {"until": "written"}
+        if timeout is not None:
+            # The daemon gives up first, so the answer says why.
+            flush["timeout_ms"] = max(1, min(600000, int(timeout * 900)))
+        return self._pool.call(method, params, timeout, "server.flush",
+                               flush)
 
     def _write_timeout(self, timeout_ms: Optional[int]) -> Optional[float]:
         """A write may wait timeout_ms for its lock: allow for it."""
@@ -171,13 +326,18 @@ class VectorMemoryManager:
             return self.timeout
         return max(self.timeout, timeout_ms / 1000.0 + 5.0)
 
-    def close(self) -> None:
-        """Close every connection (the daemon keeps running)."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+    def close(self, timeout: Optional[float] = CLOSE_TIMEOUT) -> None:
+        """Close the manager; the daemon keeps running. If this manager
+        wrote anything, first wait, at most timeout seconds, until the
+        daemon has written and synced its files, emptied its log and
+        committed them (``server.flush``), so that nothing more is
+        written into the repository on this manager's behalf and it may
+        be deleted at once. A wait that fails (commits deferred, timeout)
+        does not raise: see flush_error. Idempotent; also run, with the
+        default timeout, when the manager is garbage-collected or at
+        interpreter exit. timeout 0 or None: close without waiting."""
+        self._pool.close(timeout)
+        self._finalizer.detach()
 
     def __enter__(self) -> "VectorMemoryManager":
         return self
@@ -189,17 +349,17 @@ class VectorMemoryManager:
 
     def store(self, coord: CoordLike, content: str,
               issue_context: Optional[Dict[str, str]] = None,
-              overwrite: bool = False, *, if_version: Optional[int] = None,
+              overwrite: bool = True, *, if_version: Optional[int] = None,
               timeout_ms: Optional[int] = None) -> StoredDecision:
-        """Store a decision. z=1 is write-once (ImmutableLayerError); an
-        occupied z=2..4 coordinate is replaced only with overwrite=True or
-        a matching if_version (else CoordinateOccupiedError /
-        ConcurrencyError). Durable when this returns; committed to git in
-        the background or on sync()."""
-        params: Dict[str, Any] = {"coordinate": _coord(coord)}
-        if not isinstance(content, str) or not content:
-            raise InvalidParamsError("content must be a non-empty string")
-        params["content"] = content
+        """Store a decision, as the seed library does: z=1 is write-once
+        (ImmutableLayerError); at z=2..4 a store replaces what is there
+        (version + 1). overwrite=False refuses an occupied coordinate
+        (CoordinateOccupiedError), as the wire protocol does by default;
+        if_version=N replaces only version N (else ConcurrencyError).
+        Returns once the write is durable and its file is in the working
+        tree; committed to git in the background or on sync()."""
+        params: Dict[str, Any] = {"coordinate": _coord(coord),
+                                  "content": _content(content)}
         if issue_context is not None:
             if not isinstance(issue_context, dict):
                 raise InvalidParamsError("issue_context must be a dict of "
@@ -207,21 +367,21 @@ class VectorMemoryManager:
             params["issue_context"] = issue_context
         if not isinstance(overwrite, bool):
             raise InvalidParamsError("overwrite must be a bool")
-        if overwrite:
-            params["overwrite"] = True
         if if_version is not None:
             params["if_version"] = if_version
+        elif overwrite:
+            params["overwrite"] = True
         if timeout_ms is not None:
             params["timeout_ms"] = timeout_ms
-        result = self.call("decision.store", params,
-                           self._write_timeout(timeout_ms))
+        result = self._write("decision.store", params, timeout_ms)
         return StoredDecision.from_json(result)
 
     def store_many(self, items: Iterable[Dict[str, Any]], *,
                    timeout_ms: Optional[int] = None) -> List[StoredDecision]:
         """Store several decisions, all or nothing, with one log sync.
         Each item: coordinate, content, and optionally issue_context,
-        overwrite, if_version."""
+        overwrite, if_version (an occupied z=2..4 coordinate is replaced
+        only with overwrite or if_version, as on the wire)."""
         wire = []
         for item in items:
             if not isinstance(item, dict):
@@ -233,8 +393,8 @@ class VectorMemoryManager:
         params: Dict[str, Any] = {"items": wire}
         if timeout_ms is not None:
             params["timeout_ms"] = timeout_ms
-        return _decisions(self.call("decision.store_many", params,
-                                    self._write_timeout(timeout_ms)))
+        return _decisions(self._write("decision.store_many", params,
+                                      timeout_ms))
 
     def get(self, coord: CoordLike) -> Optional[StoredDecision]:
         """The decision at coord, or None."""
@@ -247,15 +407,15 @@ class VectorMemoryManager:
 
     def delete(self, coord: CoordLike, *, if_version: Optional[int] = None,
                timeout_ms: Optional[int] = None) -> bool:
-        """Delete a z=2..4 decision; True if one existed. Any delete at
-        z=1 raises ImmutableLayerError."""
+        """Delete a z=2..4 decision; True if one existed (its file is gone
+        when this returns). Any delete at z=1 raises
+        ImmutableLayerError."""
         params: Dict[str, Any] = {"coordinate": _coord(coord)}
         if if_version is not None:
             params["if_version"] = if_version
         if timeout_ms is not None:
             params["timeout_ms"] = timeout_ms
-        return bool(self.call("decision.delete", params,
-                              self._write_timeout(timeout_ms)))
+        return bool(self._write("decision.delete", params, timeout_ms))
 
     def history(self, coord: CoordLike,
                 limit: Optional[int] = None) -> List[HistoryEntry]:
@@ -304,15 +464,24 @@ class VectorMemoryManager:
                        limit: Optional[int] = None) -> List[StoredDecision]:
         """Decisions whose content holds any (or, with match_all, every)
         term, best first; each result has score and matched_terms. Terms
-        are words or phrases; a trailing ``*`` makes a prefix."""
+        are words or phrases; a trailing ``*`` makes a prefix. QueryError
+        for an empty list or terms without words."""
         if isinstance(search_terms, (str, bytes)):
             raise InvalidParamsError("search_terms must be a list of "
                                      "strings, not a string")
-        params: Dict[str, Any] = {"terms": list(search_terms),
+        terms = list(search_terms)
+        if not terms:
+            raise QueryError("search_terms must not be empty", code=-32005,
+                             data={"type": "QueryError"})
+        params: Dict[str, Any] = {"terms": terms,
                                   "match_all": bool(match_all)}
         if limit is not None:
             params["limit"] = limit
-        return _decisions(self.call("decision.search", params))
+        try:
+            return _decisions(self.call("decision.search", params))
+        except QueryError as e:
+            raise QueryError("search_terms: %s" % e.message, code=e.code,
+                             data=e.data) from None
 
     # -- git ---------------------------------------------------------------
 
@@ -327,7 +496,9 @@ class VectorMemoryManager:
     def load_from_git(self) -> int:
         """Make the daemon's memory what the files say (after a checkout,
         pull or hand edit); returns the number of decisions held. Files
-        that do not parse are quarantined (see last_reload)."""
+        that do not parse are quarantined (see last_reload). Calls from
+        several threads share the daemon's reloads (each gets one that
+        began after it asked)."""
         result = self.call("git.reload", {})
         self.last_reload = result
         return int(result["count"])
@@ -345,10 +516,29 @@ class VectorMemoryManager:
     def health(self) -> Dict[str, Any]:
         return self.call("server.health")
 
+    def flush(self, until: str = "committed",
+              timeout: float = CLOSE_TIMEOUT) -> Dict[str, Any]:
+        """server.flush: wait until what was acknowledged is written
+        (until="written") or written, synced and committed (the
+        default), at most timeout seconds."""
+        pool = self._pool
+        with pool.lock:
+            was, pool.unflushed = pool.unflushed, \
+                pool.unflushed and until != "committed"
+        try:
+            return self.call("server.flush",
+                             {"until": until,
+                              "timeout_ms": max(1, int(timeout * 1000))},
+                             timeout + 5.0)
+        except BaseException:
+            with pool.lock:
+                pool.unflushed = pool.unflushed or was
+            raise
+
     def shutdown_daemon(self) -> bool:
         """Ask the daemon to stop gracefully (it flushes and commits)."""
         result = bool(self.call("server.shutdown"))
-        self.close()
+        self.close(None)
         return result
 
 

@@ -7,6 +7,7 @@ on the wire they are RFC 3339 with six fraction digits and ``Z``.
 """
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -80,22 +81,25 @@ class VectorCoordinate:
         return (self.x, self.y, self.z)
 
     def to_path(self) -> Path:
-        """The decision file, relative to ``.vector-memory/``:
-        ``x-005/y-2-z-1.json``."""
-        return Path("x-%03d" % self.x, "y-%d-z-%d.json" % (self.y, self.z))
+        """The decision file, relative to the working-tree root, as the
+        seed library has it: ``.vector-memory/x-005/y-2-z-1.json``."""
+        return Path(".vector-memory", "x-%03d" % self.x,
+                    "y-%d-z-%d.json" % (self.y, self.z))
 
     @staticmethod
     def from_path(path: Union[str, PurePath]) -> "VectorCoordinate":
-        """Parse ``[...][.vector-memory/]x-NNN/y-Y-z-Z.json``. Raises
-        ValueError for any other name (``x-5``, ``x-0005``) and
+        """Parse ``[...][.vector-memory/]x-NNN/y-Y-z-Z.json``, with ``/``
+        or Windows ``\\`` separators. Raises ValueError ("Invalid
+        coordinate path") for any other name (``x-5``, ``x-0005``) and
         CoordinateValidationError for values out of range."""
-        text = PurePath(path).as_posix()
+        text = str(path).replace("\\", "/") if isinstance(path, str) \
+            else PurePath(path).as_posix().replace("\\", "/")
         match = _PATH_RE.search(text)
         if not match:
-            raise ValueError("invalid coordinate path: %s" % (path,))
+            raise ValueError("Invalid coordinate path: %s" % (path,))
         x, y, z = (int(g) for g in match.groups())
         if match.group(1) != "%03d" % x:
-            raise ValueError("invalid coordinate path: %s" % (path,))
+            raise ValueError("Invalid coordinate path: %s" % (path,))
         return VectorCoordinate(x, y, z)
 
     def to_json(self) -> Dict[str, int]:
@@ -188,6 +192,20 @@ class StoredDecision:
     def to_file_text(self) -> str:
         """The exact text of the decision file the daemon writes."""
         return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+
+    def to_file(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Write the record to path in the daemon's file form
+        (to_file_text, UTF-8). Only the file: the daemon learns of a file
+        written under ``.vector-memory/`` on its next reload."""
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(self.to_file_text())
+
+    @staticmethod
+    def from_file(path: Union[str, "os.PathLike[str]"]) -> "StoredDecision":
+        """Read a decision file: ours, or one the seed library wrote (no
+        version: 1; any isoformat() timestamp)."""
+        with open(path, encoding="utf-8") as f:
+            return StoredDecision.from_json(json.load(f))
 
     @staticmethod
     def from_json(data: Any) -> "StoredDecision":

@@ -80,8 +80,8 @@ int conflict_record_name(const char *kind, const struct coord *c,
 	int len;
 
 	if (strcmp(kind, CONFLICT_KIND_HELD) == 0)
-		len = snprintf(buf, n, "held-x-%03d-y-%d-z-%d.json", c->x,
-			       c->y, c->z);
+		len = snprintf(buf, n, "held-x-%03d-y-%d-z-%d.json", c->x, c->y,
+			       c->z);
 	else
 		len = snprintf(buf, n, "%016lld-%s-x-%03d-y-%d-z-%d.json",
 			       (long long)recorded_usec, kind, c->x, c->y,

@@ -36,14 +36,14 @@
 
 #include "protocol/decision.h"
 
-#define CONFLICT_DIRNAME      "conflicts" /* in <gitdir>/vmem */
-#define CONFLICT_KIND_DRIVER  "merge-driver"
-#define CONFLICT_KIND_RESOLVE "resolution"
-#define CONFLICT_KIND_HELD    "held"
+#define CONFLICT_DIRNAME       "conflicts" /* in <gitdir>/vmem */
+#define CONFLICT_KIND_DRIVER   "merge-driver"
+#define CONFLICT_KIND_RESOLVE  "resolution"
+#define CONFLICT_KIND_HELD     "held"
 #define CONFLICT_KIND_REPLACED "replaced"
-#define CONFLICT_NAME_MAX     96
-#define CONFLICT_REASON_MAX   400
-#define CONFLICT_FILE_MAX     (512 * 1024) /* two decisions and change */
+#define CONFLICT_NAME_MAX      96
+#define CONFLICT_REASON_MAX    400
+#define CONFLICT_FILE_MAX      (512 * 1024) /* two decisions and change */
 
 /*
  * The record's text (pretty JSON with a final newline). kept and lost are

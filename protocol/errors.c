@@ -1,6 +1,6 @@
 /*
- * The error table of the wire protocol (design.md sections 5 and 7). One row per
- * code; the pure JSON-RPC codes carry no data.type.
+ * The error table of the wire protocol (design.md sections 5 and 7). One row
+ * per code; the pure JSON-RPC codes carry no data.type.
  */
 #include "protocol/errors.h"
 

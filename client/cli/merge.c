@@ -114,8 +114,7 @@ static int run_git(const char *cwd, const char *const *argv, char *out,
 					 O_RDONLY, 0);
 	if (cwd)
 		posix_spawn_file_actions_addchdir_np(&fa, cwd);
-	rc = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)argv,
-			  environ);
+	rc = posix_spawnp(&pid, "git", &fa, NULL, (char *const *)argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	close(pfd[1]);
 	if (rc != 0) {
@@ -182,9 +181,8 @@ static int write_record(const char *gitdir, const struct coord *c,
 	usec = (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 	text = conflict_record_text(CONFLICT_KIND_DRIVER, c, usec, reason, kept,
 				    lost, &len);
-	if (!text ||
-	    conflict_record_name(CONFLICT_KIND_DRIVER, c, usec, name,
-				 sizeof(name)) < 0) {
+	if (!text || conflict_record_name(CONFLICT_KIND_DRIVER, c, usec, name,
+					  sizeof(name)) < 0) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -204,8 +202,8 @@ static int write_record(const char *gitdir, const struct coord *c,
 		goto out;
 	}
 	snprintf(tmp, sizeof(tmp), ".tmp-%ld-%s", (long)getpid(), name);
-	fd = openat(cfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-		    0600);
+	fd = openat(cfd, tmp,
+		    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
 		goto out;
@@ -315,8 +313,7 @@ static bool a_wins(const struct decision *a, const struct decision *b,
 	return first;
 }
 
-int merge_driver(const char *o, const char *a, const char *b,
-		 const char *path)
+int merge_driver(const char *o, const char *a, const char *b, const char *path)
 {
 	static const char *const rev_parse[] = {"git", "rev-parse",
 						"--absolute-git-dir", NULL};
@@ -341,8 +338,9 @@ int merge_driver(const char *o, const char *a, const char *b,
 	}
 	if (side(a, "ours", &c, &da, &ta, &la, msg, sizeof(msg)) < 0 ||
 	    side(b, "theirs", &c, &db, &tb, &lb, msg, sizeof(msg)) < 0) {
-		fprintf(stderr, "vmem merge-driver: %s: %s: leaving the "
-				"conflict to you\n",
+		fprintf(stderr,
+			"vmem merge-driver: %s: %s: leaving the "
+			"conflict to you\n",
 			path, msg);
 		goto out;
 	}
@@ -380,14 +378,16 @@ int merge_driver(const char *o, const char *a, const char *b,
 	if (!keep_a) {
 		fd = open(a, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0 || write_all(fd, tb, lb) < 0 || close(fd) < 0) {
-			fprintf(stderr, "vmem merge-driver: cannot write %s: %s\n",
-				a, strerror(errno));
+			fprintf(stderr,
+				"vmem merge-driver: cannot write %s: %s\n", a,
+				strerror(errno));
 			status = 2;
 			goto out;
 		}
 	}
-	fprintf(stderr, "vmem merge-driver: %s: %s; the other version is in %s\n",
-		path, why, where);
+	fprintf(stderr,
+		"vmem merge-driver: %s: %s; the other version is in %s\n", path,
+		why, where);
 	status = 0;
 out:
 	decision_done(&da);
@@ -458,8 +458,7 @@ static int attributes(const char *root, json_t *added)
 	if (!text && errno != ENOENT)
 		return -errno;
 	nl_needed = text && len && text[len - 1] != '\n';
-	for (size_t i = 0; i < sizeof(attr_lines) / sizeof(attr_lines[0]);
-	     i++)
+	for (size_t i = 0; i < sizeof(attr_lines) / sizeof(attr_lines[0]); i++)
 		if (!text || !has_line(text, len, attr_lines[i]))
 			json_array_append_new(added,
 					      json_string(attr_lines[i]));
@@ -545,9 +544,8 @@ int merge_init(const char *root, bool json)
 		json_decref(res);
 		goto out;
 	}
-	json_array_foreach(added, i, v)
-		printf("appended to %s/%s: %s\n", root, ATTR_FILE,
-		       json_string_value(v));
+	json_array_foreach(added, i, v) printf("appended to %s/%s: %s\n", root,
+					       ATTR_FILE, json_string_value(v));
 	json_object_foreach(set, key, v)
 		printf("set %s = %s\n", key, json_string_value(v));
 	if (json_array_size(added))

@@ -26,8 +26,7 @@
 
 /* Exit status: 0 resolved (the result is in a), 1 conflict left, 2 usage
  * or a local error. Messages on stderr. */
-int merge_driver(const char *o, const char *a, const char *b,
-		 const char *path);
+int merge_driver(const char *o, const char *a, const char *b, const char *path);
 
 /* Register the driver in the working tree at root (canonical). Exit
  * status: 0, or 2 with a message on stderr. With json the result is one

@@ -120,10 +120,13 @@ static void usage(FILE *f)
 	      "                       conflict records (versions a merge or a\n"
 	      "                       resolution did not keep)\n"
 	      "  resolve X Y Z --ours|--theirs|--keep-acknowledged\n"
-	      "                       end the conflict at (X, Y, Z): keep git's\n"
+	      "                       end the conflict at (X, Y, Z): keep "
+	      "git's\n"
 	      "                       ours or theirs side, or the version the\n"
-	      "                       daemon acknowledged (written and staged)\n"
-	      "  init                 register the layer-aware merge driver in\n"
+	      "                       daemon acknowledged (written and "
+	      "staged)\n"
+	      "  init                 register the layer-aware merge driver "
+	      "in\n"
 	      "                       this tree (.gitattributes, git config)\n"
 	      "  merge-driver O A B P\n"
 	      "                       the merge driver git runs (%O %A %B %P)\n"
@@ -1029,8 +1032,8 @@ static int cmd_conflicts(struct cli *cli, vmem_client *c)
 	if (cli->limit) {
 		if (!parse_i64(cli->limit, &limit))
 			die_usage("--limit must be an integer");
-		if (!params || json_object_set_new(params, "limit",
-						   json_integer(limit)))
+		if (!params ||
+		    json_object_set_new(params, "limit", json_integer(limit)))
 			die_oom();
 	}
 	r = call_json(cli, c, "conflict.list", params, &status);

@@ -100,9 +100,9 @@ static int drain(int fd, char **buf, size_t *len, size_t *cap, size_t max,
 	return 0;
 }
 
-int child_run(const char *const *argv, const char *cwd,
-	      const char *const *env, size_t max_out, struct child_result *res,
-	      char *errmsg, size_t errn)
+int child_run(const char *const *argv, const char *cwd, const char *const *env,
+	      size_t max_out, struct child_result *res, char *errmsg,
+	      size_t errn)
 {
 	posix_spawn_file_actions_t fa;
 	int out[2] = {-1, -1}, err[2] = {-1, -1};
@@ -139,8 +139,8 @@ int child_run(const char *const *argv, const char *cwd,
 	if (rc == 0 && cwd)
 		rc = posix_spawn_file_actions_addchdir_np(&fa, cwd);
 	if (rc == 0)
-		rc = posix_spawnp(&pid, argv[0], &fa, NULL,
-				  (char *const *)argv, envp);
+		rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv,
+				  envp);
 	if (rc != 0) {
 		pid = -1;
 		errmsg_set(errmsg, errn, "cannot run %s: %s", argv[0],
@@ -198,7 +198,7 @@ int child_run(const char *const *argv, const char *cwd,
 			break;
 		}
 	}
-	res->status = WIFEXITED(st)     ? WEXITSTATUS(st)
+	res->status = WIFEXITED(st)	? WEXITSTATUS(st)
 		      : WIFSIGNALED(st) ? 128 + WTERMSIG(st)
 					: 255;
 	if (ebuf)

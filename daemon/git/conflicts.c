@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <git2.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +24,11 @@
 #include "records.h"
 
 #define YIELD_CHECK_MS 1000
-#define HELD_REASON                                                        \
+#define HELD_REASON                                                            \
 	"the version vmemd serves while the file is in a git conflict"
-#define DROP_REASON                                                        \
+#define DROP_REASON                                                            \
 	"a resolution of a git conflict dropped the acknowledged version"
-#define REPLACED_REASON                                                    \
+#define REPLACED_REASON                                                        \
 	"a git command replaced the acknowledged version in the tree before "  \
 	"it was committed"
 
@@ -89,8 +90,7 @@ int conflicts_init(struct conflicts *cf, uv_loop_t *loop, size_t n_slots,
 	cf->dir_mode = r->dir_mode;
 	cf->flag = calloc(n_slots, 1);
 	cf->z1 = calloc(n_slots, 1);
-	if (!cf->root || !cf->gitdir || !cf->statedir || !cf->flag ||
-	    !cf->z1) {
+	if (!cf->root || !cf->gitdir || !cf->statedir || !cf->flag || !cf->z1) {
 		conflicts_done(cf);
 		return -ENOMEM;
 	}
@@ -196,8 +196,8 @@ int conflicts_hold(const struct conflicts *cf, const struct coord *c,
 	size_t len = 0;
 	int rc;
 
-	if (conflict_record_name(CONFLICT_KIND_HELD, c, 0, name,
-				 sizeof(name)) < 0)
+	if (conflict_record_name(CONFLICT_KIND_HELD, c, 0, name, sizeof(name)) <
+	    0)
 		return -EINVAL;
 	text = conflict_record_text(CONFLICT_KIND_HELD, c, now_usec(),
 				    HELD_REASON, json, NULL, &len);
@@ -211,6 +211,16 @@ int conflicts_hold(const struct conflicts *cf, const struct coord *c,
 }
 
 /* ---- yielding ---- */
+
+void conflicts_fail(struct conflicts *cf, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(cf->last_error, sizeof(cf->last_error), fmt, ap);
+	va_end(ap);
+	log_err("%s", cf->last_error);
+}
 
 void conflicts_set_yield(struct conflicts *cf, const char *why)
 {
@@ -311,8 +321,8 @@ static void note(struct conflicts *cf, const struct coord *c,
 		 const struct unmerged_entry *ue, const char *reason,
 		 size_t *fresh, size_t *n_fresh)
 {
-	struct conflict *k = (struct conflict *)conflicts_get(
-		cf, slot_of(cf, c));
+	struct conflict *k =
+		(struct conflict *)conflicts_get(cf, slot_of(cf, c));
 	char path[96];
 
 	if (!k) {
@@ -371,10 +381,11 @@ bool conflicts_update(struct conflicts *cf, const struct unmerged_set *u,
 		if (!apply) {
 			if (!k->ended) {
 				vm_path(&k->coord, path, sizeof(path));
-				log_info("the conflict in %s is resolved in "
-					 "git; the daemon takes the file at its "
-					 "next reload",
-					 path);
+				log_info(
+					"the conflict in %s is resolved in "
+					"git; the daemon takes the file at its "
+					"next reload",
+					path);
 			}
 			k->ended = true;
 			i++;
@@ -428,11 +439,10 @@ static void job_work_cb(uv_work_t *req)
 
 	j->rc = 0;
 	if (j->kind != JOB_REMOVE_HELD) {
-		text = conflict_record_text(kind, &j->coord, j->at_usec,
-					    j->kind == JOB_REPLACED
-						    ? REPLACED_REASON
-						    : DROP_REASON,
-					    j->now, j->held, &len);
+		text = conflict_record_text(
+			kind, &j->coord, j->at_usec,
+			j->kind == JOB_REPLACED ? REPLACED_REASON : DROP_REASON,
+			j->now, j->held, &len);
 		if (!text || conflict_record_name(kind, &j->coord, j->at_usec,
 						  name, sizeof(name)) < 0) {
 			free(text);
@@ -440,8 +450,8 @@ static void job_work_cb(uv_work_t *req)
 			snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
 			return;
 		}
-		j->rc = records_write(j->cf->state, name, text, len,
-				      j->errmsg, sizeof(j->errmsg));
+		j->rc = records_write(j->cf->state, name, text, len, j->errmsg,
+				      sizeof(j->errmsg));
 		free(text);
 		if (j->rc < 0 || j->kind == JOB_REPLACED)
 			return; /* the held record stays: nothing is lost */
@@ -466,9 +476,7 @@ static void job_after_cb(uv_work_t *req, int status)
 	}
 	if (j->rc < 0) {
 		cf->records_failed++;
-		snprintf(cf->last_error, sizeof(cf->last_error),
-			 "conflict records: %s", j->errmsg);
-		log_err("%s", cf->last_error);
+		conflicts_fail(cf, "conflict records: %s", j->errmsg);
 	}
 	job_free(j);
 	job_next(cf);
@@ -531,8 +539,7 @@ static void drop_note(struct conflicts *cf, const struct coord *c,
 		dr->version = d.version;
 		snprintf(dr->timestamp, sizeof(dr->timestamp), "%s",
 			 d.timestamp);
-		snprintf(dr->agent_id, sizeof(dr->agent_id), "%s",
-			 d.agent_id);
+		snprintf(dr->agent_id, sizeof(dr->agent_id), "%s", d.agent_id);
 		decision_done(&d);
 	}
 	cf->drops_seen++;
@@ -629,8 +636,7 @@ bool conflicts_in_head(const struct conflicts *cf, const char *json)
 	decision_done(&d);
 	snprintf(spec, sizeof(spec), "HEAD:.vector-memory/%s", rel);
 	file = decision_file_from_compact(json, strlen(json), &len);
-	if (file &&
-	    git_odb_hash(&id, file, len, GIT_OBJECT_BLOB) == 0 &&
+	if (file && git_odb_hash(&id, file, len, GIT_OBJECT_BLOB) == 0 &&
 	    git_repository_open_ext(&repo, cf->root,
 				    GIT_REPOSITORY_OPEN_NO_SEARCH, NULL) == 0 &&
 	    git_revparse_single(&obj, repo, spec) == 0)
@@ -738,10 +744,9 @@ static int held_record(struct conflicts *cf, const struct coord *c,
 		return rc;
 	rec = conflict_record_parse(text, len, cf->max_x, msg);
 	free(text);
-	if (rec &&
-	    (coord_from_json(json_object_get(rec, "coordinate"), cf->max_x,
-			     &rc_coord, msg) != 0 ||
-	     coord_cmp(c, &rc_coord) != 0)) {
+	if (rec && (coord_from_json(json_object_get(rec, "coordinate"),
+				    cf->max_x, &rc_coord, msg) != 0 ||
+		    coord_cmp(c, &rc_coord) != 0)) {
 		snprintf(msg, sizeof(msg), "another coordinate");
 		json_decref(rec);
 		rec = NULL;
@@ -784,12 +789,13 @@ static int settle_one(void *ctx, const char *name)
 	if (sscanf(name, "held-x-%d-y-%d-z-%d.json", &c.x, &c.y, &c.z) != 3 ||
 	    !coord_valid(&c, cf->max_x) || cf->flag[slot_of(cf, &c)])
 		return 0;
-	if (held_record(cf, &c, name, &held, &found, errmsg,
-			sizeof(errmsg)) < 0) {
+	if (held_record(cf, &c, name, &held, &found, errmsg, sizeof(errmsg)) <
+	    0) {
 		log_err("%s (left as it is)", errmsg);
 		return 0;
 	}
-	conflicts_ended(cf, &c, held ? held->json : NULL, index_get(st->ix, &c));
+	conflicts_ended(cf, &c, held ? held->json : NULL,
+			index_get(st->ix, &c));
 	record_free(held);
 	return 0;
 }
@@ -821,8 +827,7 @@ int conflicts_start(struct conflicts *cf, struct index *ix,
 		vm_path(&k->coord, path, sizeof(path));
 		conflict_record_name(CONFLICT_KIND_HELD, &k->coord, 0, name,
 				     sizeof(name));
-		rc = held_record(cf, &k->coord, name, &r, &found, errmsg,
-				 errn);
+		rc = held_record(cf, &k->coord, name, &r, &found, errmsg, errn);
 		if (rc < 0)
 			goto out;
 		if (index_get(ix, &k->coord)) {
@@ -865,7 +870,7 @@ struct resolve_job {
 	struct conflict k;    /* a copy */
 	enum conflicts_keep keep;
 	bool automatic;
-	char *held;		/* the acknowledged version, or NULL */
+	char *held;	      /* the acknowledged version, or NULL */
 	char *kept, *dropped; /* compact JSON (worker) */
 	conflicts_resolved_fn cb;
 	void *arg;
@@ -996,9 +1001,9 @@ static void resolve_work_cb(uv_work_t *req)
 			"deleted on one side and modified on the other: the "
 			"modification is kept",
 			j->kept, NULL, &rlen);
-		if (!rec || conflict_record_name(CONFLICT_KIND_DRIVER,
-						 &j->k.coord, at, name,
-						 sizeof(name)) < 0) {
+		if (!rec ||
+		    conflict_record_name(CONFLICT_KIND_DRIVER, &j->k.coord, at,
+					 name, sizeof(name)) < 0) {
 			free(rec);
 			j->rc = -ENOMEM;
 			goto out;
@@ -1019,8 +1024,8 @@ static void resolve_work_cb(uv_work_t *req)
 		goto out;
 	coord_path(&j->k.coord, rel, sizeof(rel));
 	snprintf(path, sizeof(path), ".vector-memory/%s", rel);
-	j->rc = unmerged_stage(cf->root, cf->gitdir, path, text != NULL,
-			       j->msg, sizeof(j->msg));
+	j->rc = unmerged_stage(cf->root, cf->gitdir, path, text != NULL, j->msg,
+			       sizeof(j->msg));
 	if (j->rc == -EBUSY)
 		j->code = RPC_CONCURRENCY;
 out:
@@ -1107,11 +1112,11 @@ static void auto_done(void *arg, int rc, int code, const char *msg,
 static void auto_resolve(struct conflicts *cf, const struct conflict *k)
 {
 	const struct record *held = cf->ix ? cf->ix->slots[k->slot] : NULL;
-	enum conflicts_keep keep = k->stages & 4 ? CONFLICTS_KEEP_OURS
-						 : CONFLICTS_KEEP_THEIRS;
+	enum conflicts_keep keep =
+		k->stages & 4 ? CONFLICTS_KEEP_OURS : CONFLICTS_KEEP_THEIRS;
 
-	if (conflicts_resolve(cf, k->slot, keep, held ? held->json : NULL,
-			      true, auto_done, cf) < 0)
+	if (conflicts_resolve(cf, k->slot, keep, held ? held->json : NULL, true,
+			      auto_done, cf) < 0)
 		log_err("cannot start keeping the modification of a file "
 			"deleted on one side");
 }

@@ -72,13 +72,13 @@ struct conflicts {
 	char *root, *gitdir, *statedir; /* (owned; statedir for messages) */
 	const struct statedir *state;	/* the daemon's (read-only) */
 	mode_t file_mode, dir_mode;	/* of what we write in the tree */
-	uint8_t *flag; /* per slot: conflicted */
-	uint8_t *z1;   /* per slot: a z=1 write was acknowledged there */
+	uint8_t *flag;			/* per slot: conflicted */
+	uint8_t *z1; /* per slot: a z=1 write was acknowledged there */
 	struct conflict *list;
 	size_t n, cap;
 	struct conflict_drop drops[CONFLICTS_DROPS_MAX]; /* a ring */
-	size_t n_drops;	     /* in the ring */
-	uint64_t drops_seen; /* since start */
+	size_t n_drops;					 /* in the ring */
+	uint64_t drops_seen;				 /* since start */
 	char yield[CONFLICTS_YIELD_LEN]; /* why the tree is git's now */
 	uv_timer_t yield_timer;
 	void (*resumed)(void *ctx); /* the yield ended */
@@ -88,7 +88,7 @@ struct conflicts {
 	const struct index *ix; /* the versions served (for resolutions) */
 	struct conflicts_job *jobs, *jobs_tail; /* record files to change */
 	bool job_running;
-	size_t resolving; /* resolution jobs on the thread pool */
+	size_t resolving;	 /* resolution jobs on the thread pool */
 	uint64_t records_failed; /* record jobs that failed */
 	char last_error[320];
 	bool closed;
@@ -135,6 +135,11 @@ int conflicts_refuse(const struct conflicts *cf, size_t slot,
 
 /* A write was acknowledged at slot (for the z=1 rule). */
 void conflicts_acknowledged(struct conflicts *cf, size_t slot);
+
+/* Remember (health's last_error) and log a failure to see or keep
+ * conflicts. */
+void __attribute__((format(printf, 2, 3)))
+conflicts_fail(struct conflicts *cf, const char *fmt, ...);
 
 /* Any thread: is git running an operation (see gitop.h)? */
 bool conflicts_yield_check(const struct conflicts *cf, char *why, size_t n);

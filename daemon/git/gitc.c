@@ -302,8 +302,8 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 			reason = "index.lock is held by another process";
 	}
 	/* A git command that has read HEAD but taken no lock yet. */
-	if (!reason && gitop_git_running(g->workdir, GIT_RUNNING_MAX_AGE_S,
-					 why, whyn))
+	if (!reason &&
+	    gitop_git_running(g->workdir, GIT_RUNNING_MAX_AGE_S, why, whyn))
 		return 1;
 	if (!reason)
 		return 0;

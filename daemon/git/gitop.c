@@ -115,8 +115,7 @@ static double uptime_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-bool gitop_git_running(const char *root, double max_age_s, char *why,
-		       size_t n)
+bool gitop_git_running(const char *root, double max_age_s, char *why, size_t n)
 {
 	char path[64], buf[1024], cwd[PATH_MAX];
 	size_t rlen = strlen(root);
@@ -169,7 +168,8 @@ bool gitop_git_running(const char *root, double max_age_s, char *why,
 		found = strncmp(cwd, root, rlen) == 0 &&
 			(cwd[rlen] == '\0' || cwd[rlen] == '/');
 		if (found)
-			snprintf(why, n, "a git command runs in the tree (pid %ld)",
+			snprintf(why, n,
+				 "a git command runs in the tree (pid %ld)",
 				 pid);
 	}
 	closedir(proc);

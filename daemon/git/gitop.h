@@ -41,7 +41,6 @@ bool gitop_busy(const char *gitdir, char *why, size_t n);
  * start of a commit and the moment before it moves the branch. why says
  * which.
  */
-bool gitop_git_running(const char *root, double max_age_s, char *why,
-		       size_t n);
+bool gitop_git_running(const char *root, double max_age_s, char *why, size_t n);
 
 #endif

@@ -49,20 +49,21 @@ static void kick(struct gitq *q, unsigned delay_ms);
 static void timer_cb(uv_timer_t *t);
 
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, const struct statedir *state,
-	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn)
+	      const struct index *index, const char *workdir,
+	      const struct statedir *state, unsigned delay_ms,
+	      unsigned max_batch, char *errmsg, size_t errn)
 {
 	int rc;
 
 	memset(q, 0, sizeof(*q));
 	q->loop = loop;
 	q->store = store;
+	q->index = index;
 	q->delay_ms = delay_ms;
 	q->max_batch = max_batch ? max_batch : 1;
-	q->pending = calloc(store->index.n_slots, 1);
-	q->committing = calloc(store->index.n_slots, 1);
-	q->pending_list =
-		calloc(store->index.n_slots, sizeof(*q->pending_list));
+	q->pending = calloc(index->n_slots, 1);
+	q->committing = calloc(index->n_slots, 1);
+	q->pending_list = calloc(index->n_slots, sizeof(*q->pending_list));
 	uv_timer_init(loop, &q->timer);
 	q->timer.data = q;
 	if (!q->pending || !q->committing || !q->pending_list) {
@@ -241,15 +242,14 @@ static void job_after_cb(uv_work_t *req, int status)
 	q->busy = false;
 	q->in_flight = 0;
 	for (size_t i = 0; i < j->n; i++)
-		q->committing[index_slot(&q->store->index,
-					 &j->items[i].coord)] = 0;
+		q->committing[index_slot(q->index, &j->items[i].coord)] = 0;
 	if (rc != 0) {
 		char msg[400];
 
 		/* The batch stays pending; try again later. */
 		for (size_t i = 0; i < j->n; i++)
-			set_pending(q, index_slot(&q->store->index,
-						  &j->items[i].coord));
+			set_pending(q,
+				    index_slot(q->index, &j->items[i].coord));
 		if (rc == 1) {
 			bool changed = strcmp(q->deferred, j->res.deferred);
 
@@ -388,9 +388,9 @@ static void job_start(struct gitq *q)
 		goto fail;
 	for (size_t i = 0; i < q->n_pending; i++) {
 		size_t slot = q->pending_list[i];
-		const struct record *r = q->store->index.slots[slot];
+		const struct record *r = q->index->slots[slot];
 
-		j->items[i].coord = index_coord(&q->store->index, slot);
+		j->items[i].coord = index_coord(q->index, slot);
 		if (r) {
 			j->items[i].json = strdup(r->json);
 			j->items[i].json_len = r->json_len;
@@ -415,8 +415,8 @@ static void job_start(struct gitq *q)
 	j->started_ms = uv_now(q->loop);
 	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {
 		for (size_t i = 0; i < j->n; i++)
-			set_pending(q, index_slot(&q->store->index,
-						  &j->items[i].coord));
+			set_pending(q,
+				    index_slot(q->index, &j->items[i].coord));
 		q->message = j->message;
 		j->message = NULL;
 		goto fail;

@@ -47,7 +47,8 @@ typedef void (*gitq_idle_fn)(void *arg);
 
 struct gitq {
 	uv_loop_t *loop;
-	struct store *store; /* its index; commits wait for its files */
+	struct store *store;	   /* commits wait for its files */
+	const struct index *index; /* the decisions' (borrowed) */
 	struct gitc *gitc;
 	uint8_t *pending;    /* per index slot */
 	uint8_t *committing; /* per index slot: inside the running job */
@@ -85,8 +86,9 @@ struct gitq {
 /* Open the repository (blocking, at start-up); state holds the commit
  * marker (gitc_open). 0 or -errno (errmsg). */
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
-	      const char *workdir, const struct statedir *state,
-	      unsigned delay_ms, unsigned max_batch, char *errmsg, size_t errn);
+	      const struct index *index, const char *workdir,
+	      const struct statedir *state, unsigned delay_ms,
+	      unsigned max_batch, char *errmsg, size_t errn);
 
 /*
  * Change commit_delay_ms and commit_max_batch (a reload): they apply from

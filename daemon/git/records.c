@@ -227,8 +227,8 @@ static int newest_first(const struct dirent **a, const struct dirent **b)
 	return -strcmp((*a)->d_name, (*b)->d_name);
 }
 
-int records_list(const struct statedir *sd, int max_x, size_t limit, json_t **out,
-		 size_t *total, char *errmsg, size_t errn)
+int records_list(const struct statedir *sd, int max_x, size_t limit,
+		 json_t **out, size_t *total, char *errmsg, size_t errn)
 {
 	struct dirent **names = NULL;
 	json_t *list = json_array();
@@ -273,7 +273,8 @@ int records_list(const struct statedir *sd, int max_x, size_t limit, json_t **ou
 		free(text);
 		if (!rec)
 			rec = json_pack("{s:s}", "error", msg);
-		if (rec && json_object_set_new(rec, "file", json_string(name))) {
+		if (rec &&
+		    json_object_set_new(rec, "file", json_string(name))) {
 			json_decref(rec);
 			rec = NULL;
 		}

@@ -51,7 +51,7 @@ int records_scan(const struct statedir *sd, const char *prefix,
  * is not a record is listed as {"file", "error"}. A missing directory is
  * an empty list. 0 or -errno with errmsg.
  */
-int records_list(const struct statedir *sd, int max_x, size_t limit, json_t **out,
-		 size_t *total, char *errmsg, size_t errn);
+int records_list(const struct statedir *sd, int max_x, size_t limit,
+		 json_t **out, size_t *total, char *errmsg, size_t errn);
 
 #endif

@@ -20,9 +20,15 @@
 
 /* The environment changes of every git we run. */
 static const char *const git_env[] = {
-	"-GIT_DIR",	      "-GIT_WORK_TREE",	     "-GIT_INDEX_FILE",
-	"-GIT_OBJECT_DIRECTORY", "-GIT_COMMON_DIR",   "-GIT_NAMESPACE",
-	"GIT_OPTIONAL_LOCKS=0", "GIT_TERMINAL_PROMPT=0", NULL,
+	"-GIT_DIR",
+	"-GIT_WORK_TREE",
+	"-GIT_INDEX_FILE",
+	"-GIT_OBJECT_DIRECTORY",
+	"-GIT_COMMON_DIR",
+	"-GIT_NAMESPACE",
+	"GIT_OPTIONAL_LOCKS=0",
+	"GIT_TERMINAL_PROMPT=0",
+	NULL,
 };
 
 /* Run git with args after --git-dir/--work-tree; 0 with *res filled
@@ -72,9 +78,8 @@ static int decision_path(const char *rel, int max_x, struct coord *c)
 }
 
 /* Add (or complete) the entry of c with stage st and its object. */
-static int add_stage(struct unmerged_set *s, size_t *cap,
-		     const struct coord *c, int st, const char *oid,
-		     size_t oid_len)
+static int add_stage(struct unmerged_set *s, size_t *cap, const struct coord *c,
+		     int st, const char *oid, size_t oid_len)
 {
 	struct unmerged_entry *e = NULL;
 
@@ -105,7 +110,7 @@ static int add_stage(struct unmerged_set *s, size_t *cap,
 int unmerged_list(const char *root, const char *gitdir, int max_x,
 		  struct unmerged_set *out, char *errmsg, size_t errn)
 {
-	static const char *const args[] = {"ls-files", "-u", "-z", "--",
+	static const char *const args[] = {"ls-files",	     "-u", "-z", "--",
 					   ".vector-memory", NULL};
 	struct child_result res;
 	const char *last_other = NULL;
@@ -130,13 +135,15 @@ int unmerged_list(const char *root, const char *gitdir, int max_x,
 
 		off += llen + 1;
 		sp1 = memchr(line, ' ', llen);
-		sp2 = sp1 ? memchr(sp1 + 1, ' ', llen - (size_t)(sp1 + 1 - line))
+		sp2 = sp1 ? memchr(sp1 + 1, ' ',
+				   llen - (size_t)(sp1 + 1 - line))
 			  : NULL;
 		tab = sp2 ? memchr(sp2 + 1, '\t',
 				   llen - (size_t)(sp2 + 1 - line))
 			  : NULL;
-		if (!tab || tab != sp2 + 2 || sp2 - sp1 - 1 > UNMERGED_OID_LEN ||
-		    sp2[1] < '1' || sp2[1] > '3') {
+		if (!tab || tab != sp2 + 2 ||
+		    sp2 - sp1 - 1 > UNMERGED_OID_LEN || sp2[1] < '1' ||
+		    sp2[1] > '3') {
 			errmsg_set(errmsg, errn,
 				   "unexpected line from git ls-files -u: "
 				   "%.80s",

@@ -309,8 +309,7 @@ static int report_add(struct vmdir_load_report *rep, const char *path,
 }
 
 /* Report a decision file in a git conflict (neither loaded nor moved). */
-static int conflicted(struct load *l, const struct coord *c,
-		      const char *reason)
+static int conflicted(struct load *l, const struct coord *c, const char *reason)
 {
 	struct vmdir_load_report *rep = l->rep;
 	struct vmdir_conflicted *e;
@@ -445,9 +444,10 @@ static int load_file(struct load *l, int xfd, const char *xname,
 	/* Unmerged: a conflict whatever the file holds (even one git left
 	 * as it was, which a known stamp would skip). */
 	if (unmerged_find(l->unmerged, &c))
-		return conflicted(l, &c,
-				  unmerged_describe(
-					  unmerged_find(l->unmerged, &c)->stages));
+		return conflicted(
+			l, &c,
+			unmerged_describe(
+				unmerged_find(l->unmerged, &c)->stages));
 	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(st.st_mode)) {
 		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
@@ -744,6 +744,45 @@ void vmdir_load_report_done(struct vmdir_load_report *rep)
 	memset(rep, 0, sizeof(*rep));
 }
 
+int vmdir_load_report_merge(struct vmdir_load_report *all,
+			    const struct vmdir_load_report *rep)
+{
+	struct vmdir_quarantined *q;
+	struct vmdir_conflicted *c;
+	size_t cap;
+
+	/* Both arrays grown first (as report_add and conflicted() grow
+	 * them: a power of two at or above), so a failure changes nothing
+	 * but their room. */
+	if (rep->n_quarantined) {
+		for (cap = 1; cap < all->n_quarantined + rep->n_quarantined;)
+			cap *= 2;
+		q = realloc(all->quarantined, cap * sizeof(*q));
+		if (!q)
+			return -ENOMEM;
+		all->quarantined = q;
+	}
+	if (rep->n_conflicted) {
+		for (cap = 4; cap < all->n_conflicted + rep->n_conflicted;)
+			cap *= 2;
+		c = realloc(all->conflicted, cap * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		all->conflicted = c;
+	}
+	if (rep->n_quarantined)
+		memcpy(all->quarantined + all->n_quarantined, rep->quarantined,
+		       rep->n_quarantined * sizeof(*q));
+	if (rep->n_conflicted)
+		memcpy(all->conflicted + all->n_conflicted, rep->conflicted,
+		       rep->n_conflicted * sizeof(*c));
+	all->n_quarantined += rep->n_quarantined;
+	all->n_conflicted += rep->n_conflicted;
+	all->loaded += rep->loaded;
+	all->temp_removed += rep->temp_removed;
+	return 0;
+}
+
 struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 {
 	struct vmdir_stamp s = {
@@ -762,13 +801,6 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	return vmdir_scan(d, NULL, cb, ctx, NULL, rep, errmsg, errn);
-}
-
-int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		 size_t errn)
-{
-	return vmdir_scan(d, known, cb, ctx, NULL, rep, errmsg, errn);
 }
 
 int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
@@ -878,8 +910,7 @@ static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
 
 /* Does the decision in a->buf (len bytes) at op's coordinate bear an
  * earlier timestamp than op's text? */
-static bool first_writer(struct apply *a, size_t len,
-			 const struct vmdir_op *op)
+static bool first_writer(struct apply *a, size_t len, const struct vmdir_op *op)
 {
 	struct decision there, ours;
 	char msg[VMEM_ERRMSG_LEN];

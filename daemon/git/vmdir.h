@@ -97,8 +97,8 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st);
 typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
 			     const struct vmdir_stamp *stamp);
 
-/* For vmdir_rescan: true when the file at c with this stamp is known, so
- * it need not be read. */
+/* For a rescan (vmdir_scan): true when the file at c with this stamp is known,
+ * so it need not be read. */
 typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 			       const struct vmdir_stamp *stamp);
 
@@ -117,9 +117,9 @@ struct vmdir_op {
 	struct vmdir_stamp expect; /* with guard: the file as we know it */
 	struct vmdir_stamp stamp;  /* out: the written file's stamp */
 	bool skipped;		   /* out: left alone (conflict markers) */
-	bool interrupted; /* out: not applied (interrupt said stop) */
-	bool superseded;  /* out: left alone: a write-once (z=1) decision
-			     someone else put there wrote it first */
+	bool interrupted;	   /* out: not applied (interrupt said stop) */
+	bool superseded; /* out: left alone: a write-once (z=1) decision
+			    someone else put there wrote it first */
 };
 
 /*
@@ -148,20 +148,19 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 void vmdir_load_report_done(struct vmdir_load_report *rep);
 
-/*
- * vmdir_load for a directory loaded before: a decision file for which
- * known(ctx, coord, stamp) is true is only stat'ed, never read, and cb is
- * not called for it. Everything else is handled as vmdir_load does.
- */
-int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		 size_t errn);
+/* Add rep's counts and a copy of its quarantined and conflicted entries
+ * to all (one report for several loads). 0, or -ENOMEM with all
+ * unchanged. */
+int vmdir_load_report_merge(struct vmdir_load_report *all,
+			    const struct vmdir_load_report *rep);
 
 /*
- * vmdir_load (known NULL) or vmdir_rescan, knowing git's unmerged
- * decision files (unmerged may be NULL): a file listed there, whatever it
- * holds, and a file with conflict markers are reported in
- * rep->conflicted, neither passed to cb nor quarantined.
+ * vmdir_load knowing git's unmerged decision files (unmerged may be
+ * NULL): a file listed there, whatever it holds, and a file with conflict
+ * markers are reported in rep->conflicted, neither passed to cb nor
+ * quarantined. For a directory loaded before (a rescan), a decision file
+ * for which known(ctx, coord, stamp) is true is only stat'ed, never read,
+ * and cb is not called for it (known NULL: every file is read).
  */
 int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 	       void *ctx, const struct unmerged_set *unmerged,

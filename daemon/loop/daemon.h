@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "conflicts.h"
+#include "decision.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -43,6 +44,7 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
+	struct decisions decisions; /* the decision kind, in the store */
 	struct conflicts conflicts; /* git conflicts, git having the tree */
 	struct gitq gitq;
 	struct leases leases;

@@ -469,7 +469,7 @@ static bool fast_read(struct conn *c, const char *line, size_t len)
 	    q.z > 4)
 		return false;
 	co = (struct coord){(int)q.x, (int)q.y, (int)q.z};
-	r = index_get(&d->store.index, &co);
+	r = index_get(&d->decisions.index, &co);
 	n = snprintf(
 		head, sizeof(head),
 		"{\"jsonrpc\":\"2.0\",\"id\":%" PRId64 ",\"result\":", q.id);

@@ -248,7 +248,7 @@ static void redirect_stdio(const struct statedir *state)
 static void report_ready(struct daemon *d)
 {
 	sdnotify("READY=1\nSTATUS=serving %s (%zu decisions)", d->repo.root,
-		 d->store.index.count);
+		 d->decisions.index.count);
 	if (sdnotify_watchdog_start(d->loop) < 0)
 		log_warn("cannot start the systemd watchdog timer");
 	if (ready_fd < 0)
@@ -488,6 +488,14 @@ static void resumed_cb(void *ctx)
 	gitq_commit_soon(&d->gitq);
 }
 
+/* The store asks whether git has the working tree. */
+static const char *tree_yielded_cb(void *ctx)
+{
+	const struct conflicts *cf = ctx;
+
+	return cf->yield[0] ? cf->yield : NULL;
+}
+
 /* A reload replaces a version: one not yet committed is kept. */
 static void replacing_cb(void *ctx, size_t slot, const struct record *old,
 			 const struct record *rec)
@@ -519,23 +527,17 @@ static void log_quarantine(const struct vmdir_load_report *rep);
 static void report_cb(void *ctx, const struct vmdir_load_report *rep)
 {
 	struct daemon *d = ctx;
-	struct vmdir_quarantined *q;
+	const struct vmdir_load_report q = {
+		.quarantined = rep->quarantined,
+		.n_quarantined = rep->n_quarantined,
+	};
 
 	if (!rep->n_quarantined)
 		return;
 	log_quarantine(rep);
-	q = realloc(d->loaded.quarantined,
-		    (d->loaded.n_quarantined + rep->n_quarantined) *
-			    sizeof(*q));
-	if (!q) {
+	if (vmdir_load_report_merge(&d->loaded, &q) < 0)
 		log_err("out of memory: health lists fewer quarantined files "
 			"than the log");
-		return;
-	}
-	memcpy(q + d->loaded.n_quarantined, rep->quarantined,
-	       rep->n_quarantined * sizeof(*q));
-	d->loaded.quarantined = q;
-	d->loaded.n_quarantined += rep->n_quarantined;
 }
 
 /* Our own commit moved the branch and the index: not a change to react
@@ -564,20 +566,29 @@ static void committed_cb(void *ctx)
 	watch_settle(ctx);
 }
 
-/* A change is in the index: commit it, and tell the subscribers. */
-static void applied_cb(void *ctx, size_t slot, bool reloaded)
+/*
+ * A decision changed (a write, or a reload): into the next commit, and to
+ * the subscribers. The commit queue still counts decision slots; once it
+ * takes tree paths, the gitq_mark line is all that changes here.
+ */
+static void decision_changed(struct daemon *d, enum kind_change_type type,
+			     const struct decision_change *ch)
 {
-	struct daemon *d = ctx;
-	const struct record *rec = d->store.index.slots[slot];
-	struct coord c = index_coord(&d->store.index, slot);
+	if (ch->rec && type != KIND_RELOADED)
+		conflicts_acknowledged(&d->conflicts, ch->slot);
+	gitq_mark(&d->gitq, ch->slot);
+	subs_notify(&d->subs, &ch->coord,
+		    type == KIND_RELOADED ? SUBS_RELOADED
+		    : ch->rec		  ? SUBS_STORED
+					  : SUBS_DELETED,
+		    ch->rec);
+}
 
-	if (rec && !reloaded)
-		conflicts_acknowledged(&d->conflicts, slot);
-	gitq_mark(&d->gitq, slot);
-	subs_notify(&d->subs, &c,
-		    reloaded ? SUBS_RELOADED
-			     : (rec ? SUBS_STORED : SUBS_DELETED),
-		    rec);
+/* A kind changed its state: each kind's changes go where they belong. */
+static void changed_cb(void *ctx, const struct kind_change *ch)
+{
+	if (ch->kind == &decision_kind)
+		decision_changed(ctx, ch->type, ch->detail);
 }
 
 /* A decision in HEAD that the files no longer hold: a deletion that a
@@ -586,8 +597,8 @@ static int mark_if_gone_cb(void *ctx, const struct coord *c)
 {
 	struct daemon *d = ctx;
 
-	if (!index_get(&d->store.index, c))
-		gitq_mark(&d->gitq, index_slot(&d->store.index, c));
+	if (!index_get(&d->decisions.index, c))
+		gitq_mark(&d->gitq, index_slot(&d->decisions.index, c));
 	return 0;
 }
 
@@ -597,17 +608,17 @@ static int mark_if_gone_cb(void *ctx, const struct coord *c)
  * commit keeps only real differences). */
 static void start_commits(struct daemon *d)
 {
-	struct store *s = &d->store;
+	struct decisions *ds = &d->decisions;
 	int rc;
 
 	if (progress_due())
 		progress_say("comparing %zu decisions with HEAD's",
-			     s->index.count);
-	for (size_t i = 0; i < s->index.n_slots; i++)
-		if (s->index.slots[i])
+			     ds->index.count);
+	for (size_t i = 0; i < ds->index.n_slots; i++)
+		if (ds->index.slots[i])
 			gitq_mark(&d->gitq, i);
-	for (size_t i = 0; i < s->n_replayed; i++)
-		gitq_mark(&d->gitq, s->replayed[i]);
+	for (size_t i = 0; i < ds->n_replayed; i++)
+		gitq_mark(&d->gitq, ds->replayed[i]);
 	rc = gitc_head_coords(d->gitq.gitc, d->limits.max_x, mark_if_gone_cb,
 			      d);
 	if (rc < 0)
@@ -617,8 +628,8 @@ static void start_commits(struct daemon *d)
 	/* What differs is known only once the first job compared: run it
 	 * now, so health's pending soon counts only real differences. */
 	gitq_commit_soon(&d->gitq);
-	s->on_applied = applied_cb;
-	s->on_applied_ctx = d;
+	d->store.on_change = changed_cb;
+	d->store.on_change_ctx = d;
 }
 
 /*
@@ -904,17 +915,21 @@ int main(int argc, char **argv)
 	rc = conflicts_init(&d->conflicts, d->loop,
 			    (size_t)d->limits.max_x * VMEM_MAX_Y * VMEM_MAX_Z,
 			    d->limits.max_x, &d->repo);
-	if (rc < 0)
+	if (rc < 0 || decisions_init(&d->decisions, d->repo.root,
+				     &d->repo.state, d->limits.max_x) < 0)
 		fail_startup(1, "out of memory");
+	d->decisions.dir.file_mode = d->repo.file_mode;
+	d->decisions.dir.dir_mode = d->repo.dir_mode;
 	rc = unmerged_list(d->repo.root, d->repo.gitdir, d->limits.max_x,
 			   &unmerged, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		log_err("cannot list git's unmerged files (%s): until it "
 			"works, only conflict markers show conflicts",
 			errmsg);
-	rc = store_open(&d->store, d->loop, &d->repo, d->limits.max_x,
-			&d->conflicts, &unmerged, &d->loaded, errmsg,
-			sizeof(errmsg));
+	decisions_use_conflicts(&d->decisions, &d->conflicts, &unmerged);
+	rc = store_open(&d->store, d->loop, &d->repo.state,
+			(struct store_kind *const[]){&d->decisions.sk}, 1,
+			&d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
@@ -922,7 +937,7 @@ int main(int argc, char **argv)
 	d->conflicts.resumed_ctx = d;
 	d->conflicts.touched = files_touched_cb;
 	d->conflicts.touched_ctx = d;
-	rc = conflicts_start(&d->conflicts, &d->store.index, &unmerged,
+	rc = conflicts_start(&d->conflicts, &d->decisions.index, &unmerged,
 			     &d->loaded, errmsg, sizeof(errmsg));
 	unmerged_set_done(&unmerged);
 	if (rc < 0)
@@ -930,14 +945,16 @@ int main(int argc, char **argv)
 	conflicts_check_yield(&d->conflicts);
 	d->store.on_report = report_cb;
 	d->store.on_report_ctx = d;
-	d->store.on_replacing = replacing_cb;
-	d->store.on_replacing_ctx = d;
+	d->store.tree_yielded = tree_yielded_cb;
+	d->store.tree_yielded_ctx = &d->conflicts;
+	d->decisions.on_replacing = replacing_cb;
+	d->decisions.on_replacing_ctx = d;
 	register_merge_driver(d);
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
-	rc = gitq_init(&d->gitq, d->loop, &d->store, d->repo.root,
-		       &d->repo.state, d->limits.commit_delay_ms,
+	rc = gitq_init(&d->gitq, d->loop, &d->store, &d->decisions.index,
+		       d->repo.root, &d->repo.state, d->limits.commit_delay_ms,
 		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot open the repository for commits: %s",
@@ -981,7 +998,7 @@ int main(int argc, char **argv)
 		log_info("configuration from %s", cfg.path);
 	log_config(&cfg.cur);
 	log_info("serving %s on %s (%zu decisions)", d->repo.root,
-		 d->server.path, d->store.index.count);
+		 d->server.path, d->decisions.index.count);
 	if (d->limits.idle_exit_s)
 		log_info("exiting after %u s without a connection or anything "
 			 "to write or commit (idle_exit_s)",
@@ -998,6 +1015,8 @@ int main(int argc, char **argv)
 	server_done(&d->server);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
+	/* After the loop's last run: a job's end may still touch it. */
+	decisions_done(&d->decisions);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
 	conflicts_done(&d->conflicts);

@@ -86,7 +86,8 @@ json_t *conflicts_json(const struct daemon *d, size_t limit)
 				  "reason", k->reason, "since",
 				  when_json(k->since_usec), "resolved_in_git",
 				  k->ended, "acknowledged",
-				  record_summary(d->store.index.slots[k->slot])));
+				  record_summary(
+					  d->decisions.index.slots[k->slot])));
 	}
 	return list;
 }
@@ -108,13 +109,13 @@ json_t *drops_json(const struct daemon *d)
 		snprintf(file, sizeof(file), "%s/%s/%s", cf->statedir,
 			 CONFLICT_DIRNAME, dr->record);
 		json_array_append_new(
-			list, json_pack("{s:s,s:o,s:o,s:I,s:s,s:s,s:s}", "path",
-					path, "coordinate",
-					coord_to_json(&dr->coord), "at",
-					when_json(dr->at_usec), "version",
-					(json_int_t)dr->version, "timestamp",
-					dr->timestamp, "agent_id", dr->agent_id,
-					"record", file));
+			list,
+			json_pack("{s:s,s:o,s:o,s:I,s:s,s:s,s:s}", "path", path,
+				  "coordinate", coord_to_json(&dr->coord), "at",
+				  when_json(dr->at_usec), "version",
+				  (json_int_t)dr->version, "timestamp",
+				  dr->timestamp, "agent_id", dr->agent_id,
+				  "record", file));
 	}
 	return list;
 }
@@ -153,8 +154,7 @@ static void list_work_cb(uv_work_t *req)
 
 	j->rc = records_list(j->state, j->max_x, j->limit, &j->records,
 			     &j->total, j->errmsg, sizeof(j->errmsg));
-	json_array_foreach(j->records, i, rec)
-		summarise_record(rec);
+	json_array_foreach(j->records, i, rec) summarise_record(rec);
 }
 
 static void list_after_cb(uv_work_t *req, int status)
@@ -204,8 +204,8 @@ int conflict_list(struct call *call)
 	j->max_x = call->d->limits.max_x;
 	j->limit = (size_t)limit;
 	j->req.data = j;
-	if (uv_queue_work(call->d->loop, &j->req, list_work_cb,
-			  list_after_cb) < 0) {
+	if (uv_queue_work(call->d->loop, &j->req, list_work_cb, list_after_cb) <
+	    0) {
 		free(j);
 		call_error(call, RPC_INTERNAL_ERROR, NULL,
 			   "cannot start reading the conflict records");
@@ -240,7 +240,8 @@ static void resolved_cb(void *arg, int rc, int code, const char *msg,
 	snprintf(path, sizeof(path), ".vector-memory/%s", rel);
 	if (rc < 0) {
 		if (code == RPC_STORAGE)
-			call_error(call, code, json_pack("{s:s}", "reason", msg),
+			call_error(call, code,
+				   json_pack("{s:s}", "reason", msg),
 				   "resolving %s: %s", path, msg);
 		else
 			call_error(call, code, NULL, "resolving %s: %s", path,
@@ -253,12 +254,12 @@ static void resolved_cb(void *arg, int rc, int code, const char *msg,
 				 path, rc_->keep);
 		else
 			log_info("vmem resolve %s --%s", path, rc_->keep);
-		call_reply(call, json_pack("{s:o,s:s,s:s,s:o,s:o}",
-					   "coordinate",
-					   coord_to_json(&rc_->coord), "path",
-					   path, "keep", rc_->keep, "kept",
-					   decision_or_null(kept), "dropped",
-					   decision_or_null(dropped)));
+		call_reply(call,
+			   json_pack("{s:o,s:s,s:s,s:o,s:o}", "coordinate",
+				     coord_to_json(&rc_->coord), "path", path,
+				     "keep", rc_->keep, "kept",
+				     decision_or_null(kept), "dropped",
+				     decision_or_null(dropped)));
 		/* The file changed, and maybe the index: take them now. */
 		store_check_files(&call->d->store);
 	}
@@ -290,7 +291,7 @@ int conflict_resolve(struct call *call)
 			   "\"acknowledged\"");
 		return CALL_DONE;
 	}
-	slot = index_slot(&d->store.index, &c);
+	slot = index_slot(&d->decisions.index, &c);
 	if (!conflicts_has(&d->conflicts, slot)) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "(%d, %d, %d) is not in a git conflict", c.x, c.y,
@@ -305,7 +306,7 @@ int conflict_resolve(struct call *call)
 	rc_->call = call;
 	rc_->coord = c;
 	rc_->keep = keeps[k];
-	held = d->store.index.slots[slot];
+	held = d->decisions.index.slots[slot];
 	rc = conflicts_resolve(&d->conflicts, slot, (enum conflicts_keep)k,
 			       held ? held->json : NULL, false, resolved_cb,
 			       rc_);

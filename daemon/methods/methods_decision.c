@@ -23,7 +23,7 @@ int decision_get(struct call *call)
 
 	if (!param_only(call, allowed) || !param_coord(call, &c))
 		return CALL_DONE;
-	r = index_get(&call->d->store.index, &c);
+	r = index_get(&call->d->decisions.index, &c);
 	if (r)
 		call_reply_raw(call, r->json, r->json_len);
 	else
@@ -38,8 +38,8 @@ int decision_exists(struct call *call)
 
 	if (!param_only(call, allowed) || !param_coord(call, &c))
 		return CALL_DONE;
-	call_reply(call,
-		   json_boolean(index_get(&call->d->store.index, &c) != NULL));
+	call_reply(call, json_boolean(index_get(&call->d->decisions.index,
+						&c) != NULL));
 	return CALL_DONE;
 }
 
@@ -48,13 +48,14 @@ int decision_exists(struct call *call)
 /* A write in progress on behalf of a call; the store answers later, or
  * at once for a refusal (dispatch copes with both). */
 struct write_call {
-	struct store_write w;
+	struct decision_write dw;
 	struct call *call;
 };
 
 static void write_done(struct store_write *w, int code, const char *msg)
 {
 	struct write_call *wc = w->data;
+	struct decision_write *dw = &wc->dw;
 	struct call *call = wc->call;
 
 	if (code == RPC_STORAGE)
@@ -62,11 +63,11 @@ static void write_done(struct store_write *w, int code, const char *msg)
 			   msg);
 	else if (code != 0)
 		call_error(call, code, NULL, "%s", msg);
-	else if (w->is_delete)
-		call_reply(call, json_boolean(w->existed));
+	else if (dw->is_delete)
+		call_reply(call, json_boolean(dw->existed));
 	else
-		call_reply_raw(call, w->stored->json, w->stored->json_len);
-	decision_done(&w->d);
+		call_reply_raw(call, dw->stored->json, dw->stored->json_len);
+	decision_done(&dw->d);
 	free(wc);
 	call_complete(call);
 }
@@ -77,9 +78,9 @@ static bool write_cancel(struct call *call)
 {
 	struct write_call *wc = call->cancel_data;
 
-	if (!store_cancel(&call->d->store, &wc->w))
+	if (!store_cancel(&call->d->store, &wc->dw.w))
 		return false;
-	decision_done(&wc->w.d);
+	decision_done(&wc->dw.d);
 	free(wc);
 	call_error(call, RPC_REQUEST_CANCELLED, NULL,
 		   "cancelled while waiting for the coordinate's lock; "
@@ -92,13 +93,13 @@ static int submit(struct write_call *wc)
 {
 	struct call *call = wc->call;
 
-	wc->w.done = write_done;
-	wc->w.data = wc;
+	wc->dw.w.done = write_done;
+	wc->dw.w.data = wc;
 	/* Set first: done may run (and free wc) before store_submit
 	 * returns, and call_complete then clears it. */
 	call->cancel = write_cancel;
 	call->cancel_data = wc;
-	store_submit(&call->d->store, &wc->w);
+	store_submit(&call->d->store, &wc->dw.w);
 	return CALL_ASYNC;
 }
 
@@ -114,7 +115,7 @@ static struct write_call *write_call_new(struct call *call)
 }
 
 /* What every write names: coordinate and if_version. */
-static bool get_target(struct call *call, struct store_write *w)
+static bool get_target(struct call *call, struct decision_write *w)
 {
 	return param_coord(call, &w->coord) &&
 	       param_int(call, "if_version", 1, INT64_MAX, &w->if_version);
@@ -123,7 +124,7 @@ static bool get_target(struct call *call, struct store_write *w)
 /* A store's own members (coordinate, if_version, overwrite, content,
  * issue_context) from call->params; agent_id is the writer's (borrowed,
  * copied here). */
-static bool get_store_item(struct call *call, struct store_write *w,
+static bool get_store_item(struct call *call, struct decision_write *w,
 			   const char *agent_id)
 {
 	json_t *content = json_object_get(call->params, "content");
@@ -153,7 +154,8 @@ static bool get_store_item(struct call *call, struct store_write *w,
 	w->d.content_len = json_string_length(content);
 	w->d.agent_id = strdup(agent_id);
 	w->d.issue_context = json_is_object(ctx) ? json_incref(ctx) : NULL;
-	w->owner = call->conn;
+	w->w.kind = &call->d->decisions.sk;
+	w->w.owner = call->conn;
 	if (!w->d.content || !w->d.agent_id) {
 		decision_done(&w->d);
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
@@ -175,16 +177,17 @@ static int write_method(struct call *call, const char *const *allowed,
 	wc = write_call_new(call);
 	if (!wc)
 		return CALL_DONE;
-	ok = param_timeout(call, &wc->w.timeout_ms) &&
-	     (is_delete ? get_target(call, &wc->w)
+	ok = param_timeout(call, &wc->dw.w.timeout_ms) &&
+	     (is_delete ? get_target(call, &wc->dw)
 			: param_agent(call, &agent_id) &&
-				  get_store_item(call, &wc->w, agent_id));
+				  get_store_item(call, &wc->dw, agent_id));
 	if (!ok) {
 		free(wc);
 		return CALL_DONE;
 	}
-	wc->w.is_delete = is_delete;
-	wc->w.owner = call->conn;
+	wc->dw.is_delete = is_delete;
+	wc->dw.w.kind = &call->d->decisions.sk;
+	wc->dw.w.owner = call->conn;
 	return submit(wc);
 }
 
@@ -212,8 +215,9 @@ int decision_delete(struct call *call)
 struct many_call {
 	struct store_group g;
 	struct call *call;
-	size_t n_parsed; /* items whose decision holds copies */
-	struct store_write items[];
+	size_t n_parsed;	   /* items whose decision holds copies */
+	struct store_write **ptrs; /* the group's items: &items[i].w */
+	struct decision_write items[];
 };
 
 static void many_free(struct many_call *mc)
@@ -241,7 +245,7 @@ static void many_done(struct store_group *g, int code, const char *msg,
 			   "%s", msg);
 	} else {
 		for (size_t i = 0; i < g->n && ok; i++) {
-			const struct record *r = g->items[i].stored;
+			const struct record *r = mc->items[i].stored;
 
 			ok = buf_append(&out, i ? "," : "[", 1) &&
 			     buf_append(&out, r->json, r->json_len);
@@ -274,7 +278,7 @@ static int cmp_slot_item(const void *a, const void *b)
  * one is the culprit. */
 static bool check_distinct(struct call *call, struct many_call *mc)
 {
-	const struct index *ix = &call->d->store.index;
+	const struct index *ix = &call->d->decisions.index;
 	size_t n = mc->g.n, dup = SIZE_MAX;
 	struct slot_item *si = malloc(n * sizeof(*si));
 
@@ -357,13 +361,17 @@ int decision_store_many(struct call *call)
 		return CALL_DONE;
 	}
 	n = json_array_size(items);
-	mc = calloc(1, sizeof(*mc) + n * sizeof(mc->items[0]));
+	mc = calloc(1, sizeof(*mc) + n * (sizeof(mc->items[0]) +
+					  sizeof(mc->ptrs[0])));
 	if (!mc) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}
 	mc->call = call;
-	mc->g.items = mc->items;
+	mc->ptrs = (struct store_write **)(mc->items + n);
+	for (size_t i = 0; i < n; i++)
+		mc->ptrs[i] = &mc->items[i].w;
+	mc->g.items = mc->ptrs;
 	mc->g.n = n;
 	mc->g.owner = call->conn;
 	mc->g.timeout_ms = timeout_ms;

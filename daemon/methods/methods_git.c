@@ -322,10 +322,10 @@ int decision_history(struct call *call)
 	if (!r->result)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
-	slot = index_slot(&q->store->index, &r->coord);
+	slot = index_slot(q->index, &r->coord);
 	r->uncommitted = !r->after[0] && gitq_uncommitted(q, slot);
 	if (r->uncommitted) {
-		const struct record *rec = q->store->index.slots[slot];
+		const struct record *rec = q->index->slots[slot];
 		struct decision d;
 		char msg[VMEM_ERRMSG_LEN];
 		json_t *v = NULL;
@@ -390,7 +390,7 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 	} else {
 		/* The store's on_report logged it and added it to health. */
 		call_reply(call, json_pack("{s:I,s:o}", "count",
-					   (json_int_t)d->store.index.count,
+					   (json_int_t)d->decisions.index.count,
 					   "quarantined",
 					   rep ? quarantined_json(rep)
 					       : json_array()));

@@ -66,7 +66,7 @@ static bool get_slots(struct call *call, size_t **slots, size_t *n)
 			free(s);
 			return false;
 		}
-		s[i] = index_slot(&call->d->store.index, &c);
+		s[i] = decisions_lock_slot(&call->d->decisions, &c);
 	}
 	*slots = s;
 	*n = locks_sort(s, json_array_size(list));

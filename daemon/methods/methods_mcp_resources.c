@@ -174,7 +174,7 @@ static void watch_list(struct call *call)
 
 int mcp_resources_list(struct call *call)
 {
-	const struct index *ix = &call->d->store.index;
+	const struct index *ix = &call->d->decisions.index;
 	json_t *cursor = json_object_get(call->params, "cursor");
 	const struct record *page[MCP_RESOURCE_PAGE + 1];
 	size_t n = 0, cur_slot = 0;
@@ -272,7 +272,7 @@ int mcp_resources_read(struct call *call)
 
 	if (!param_uri(call, &c, &uri))
 		return CALL_DONE;
-	r = index_get(&call->d->store.index, &c);
+	r = index_get(&call->d->decisions.index, &c);
 	if (!r) {
 		call_error(call, RPC_RESOURCE_NOT_FOUND,
 			   json_pack("{s:s,s:s}", "type", "ResourceNotFound",
@@ -429,7 +429,7 @@ static bool context_line(struct buf *b, const struct record *r)
 
 static int prompt_context(struct call *call, json_t *args)
 {
-	const struct index *ix = &call->d->store.index;
+	const struct index *ix = &call->d->decisions.index;
 	int x = prompt_int(args, "x", call->d->limits.max_x);
 	int y = prompt_int(args, "y", VMEM_MAX_Y);
 	const struct record **recs = NULL;

@@ -75,7 +75,7 @@ int decision_query_range(struct call *call)
 			   msg);
 		return CALL_DONE;
 	}
-	if (query_range(&call->d->store.index, &x, &y, &z,
+	if (query_range(&call->d->decisions.index, &x, &y, &z,
 			after_v && !json_is_null(after_v) ? &after : NULL,
 			(size_t)limit, &recs, &n) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
@@ -106,7 +106,7 @@ int decision_query_partial_order(struct call *call)
 	    !param_int(call, "limit", 1, RESULTS_LIMIT_MAX, &limit) ||
 	    !param_after(call, &after, &has_after))
 		return CALL_DONE;
-	if (query_before_page(&call->d->store.index, xt, yt, zf,
+	if (query_before_page(&call->d->decisions.index, xt, yt, zf,
 			      has_after ? &after : NULL, (size_t)limit, &recs,
 			      &n) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
@@ -143,7 +143,7 @@ int decision_search(struct call *call)
 {
 	static const char *const allowed[] = {"terms", "match_all",   "limit",
 					      "after", "after_score", NULL};
-	struct index *ix = &call->d->store.index;
+	struct index *ix = &call->d->decisions.index;
 	json_t *terms = json_object_get(call->params, "terms");
 	const char *texts[SEARCH_TERMS_MAX];
 	size_t lens[SEARCH_TERMS_MAX];

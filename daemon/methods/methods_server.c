@@ -105,16 +105,17 @@ int server_health(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const char *last_error = d->store.last_error[0]	   ? d->store.last_error
-				 : d->gitq.last_error[0]   ? d->gitq.last_error
-							   : d->conflicts.last_error;
+	const char *last_error = d->store.last_error[0] ? d->store.last_error
+				 : d->gitq.last_error[0]
+					 ? d->gitq.last_error
+					 : d->conflicts.last_error;
 	bool degraded = d->loaded.n_quarantined > 0 ||
 			store_failing(&d->store) || d->conflicts.n > 0;
 	char why[200];
-	const char *deferred =
-		conflicts_defer(&d->conflicts, why, sizeof(why)) ? why
-		: d->gitq.deferred[0]				 ? d->gitq.deferred
-								 : NULL;
+	const char *deferred = conflicts_defer(&d->conflicts, why, sizeof(why))
+				       ? why
+			       : d->gitq.deferred[0] ? d->gitq.deferred
+						     : NULL;
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
@@ -126,14 +127,15 @@ int server_health(struct call *call)
 			  d->stopping ? "stopping"
 				      : (degraded ? "degraded" : "ok"),
 			  "version", VMEMD_VERSION, "repo", d->repo.root,
-			  "decisions", (json_int_t)d->store.index.count,
+			  "decisions", (json_int_t)d->decisions.index.count,
 			  "pending", (json_int_t)gitq_pending(&d->gitq),
 			  "last_commit", last_commit_json(&d->gitq),
 			  "commit_deferred",
 			  deferred ? json_string(deferred) : json_null(),
 			  "files_wait_for_git",
-			  d->conflicts.yield[0] ? json_string(d->conflicts.yield)
-						: json_null(),
+			  d->conflicts.yield[0]
+				  ? json_string(d->conflicts.yield)
+				  : json_null(),
 			  "conflicts", conflicts_json(d, HEALTH_CONFLICTS_MAX),
 			  "dropped", drops_json(d), "quarantined",
 			  quarantined_json(&d->loaded), "last_error",
@@ -356,7 +358,7 @@ int server_stats(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const struct index *ix = &d->store.index;
+	const struct index *ix = &d->decisions.index;
 	json_int_t layers[VMEM_MAX_Z] = {0};
 
 	if (!param_only(call, allowed))
@@ -377,8 +379,8 @@ int server_stats(struct call *call)
 			layers[0], "2", layers[1], "3", layers[2], "4",
 			layers[3], "queues", "log",
 			(json_int_t)(d->store.filling_n + d->store.in_flight),
-			"files", (json_int_t)d->store.n_dirty, "commit",
-			(json_int_t)gitq_pending(&d->gitq), "leases",
+			"files", (json_int_t)store_unwritten(&d->store),
+			"commit", (json_int_t)gitq_pending(&d->gitq), "leases",
 			(json_int_t)leases_count(&d->leases), "subscriptions",
 			(json_int_t)d->subs.n, "resident_bytes",
 			resident_bytes()));

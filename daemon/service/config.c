@@ -42,8 +42,8 @@ static const struct keydef keys[CONFIG_NKEYS] = {
 			      LOGL_INFO},
 	[CONFIG_COMMIT_NAME] = {"commit_name", K_STR, 1, CONFIG_STR_MAX, 0},
 	[CONFIG_COMMIT_EMAIL] = {"commit_email", K_STR, 1, CONFIG_STR_MAX, 0},
-	[CONFIG_REGISTER_MERGE_DRIVER] = {"register_merge_driver", K_BOOL, 0,
-					  1, 1},
+	[CONFIG_REGISTER_MERGE_DRIVER] = {"register_merge_driver", K_BOOL, 0, 1,
+					  1},
 };
 
 static const char *const level_names[] = {

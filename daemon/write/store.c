@@ -1,12 +1,14 @@
 /*
- * The write path: coordinate lock -> validation -> log batch -> fdatasync
- * -> index -> acknowledgement -> dirty -> file writer (no sync) ->
- * checkpoint (one syncfs, then the log's head is cut).
+ * The write path: lock -> validation (the kind's prepare) -> log batch ->
+ * fdatasync -> the kind's apply -> acknowledgement -> file writer (every
+ * kind's pending items, no sync) -> checkpoint (every kind's sync, then
+ * the log's head is cut).
  *
- * Invariants: the index holds only durable (logged) state, so readers
- * never see a write that could still be lost; a coordinate's lock is held
- * from validation until its write is applied or refused; a log record is
- * dropped only after its write is in a file and the files were synced.
+ * Invariants: a kind's state holds only durable (logged) writes, so
+ * readers never see a write that could still be lost; a write's lock is
+ * held from validation until it is applied or refused; a log record is
+ * dropped only after its write is materialised and every kind synced
+ * what it wrote after it.
  *
  * Files are written without syncing so the writer never competes with the
  * log's fdatasync for the disk; a checkpoint makes them durable in bulk
@@ -14,6 +16,10 @@
  * without writes, and at a stop. A checkpoint never holds writes back: it
  * remembers the log's end, waits for a writer pass that started after
  * that, syncs, and cuts exactly the records before that end.
+ *
+ * Nothing here names a kind: writes carry their kind (struct store_kind),
+ * the log's payloads say theirs in their first byte, and the writer, the
+ * checkpoint, the load and the reload loop over the registered kinds.
  */
 #include "store.h"
 
@@ -24,16 +30,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "errmsg.h"
 #include "log.h"
 #include "progress.h"
 #include "protocol/errors.h"
+#include "protocol/sockpath.h"
 
 /* Delay that lets bursts of writes coalesce before files are written. */
 #define WRITER_DELAY_MS	    20
 #define WRITER_RETRY_MAX_MS 5000
 #define CHECKPOINT_BYTES    (16u << 20)
 #define CHECKPOINT_IDLE_MS  1000
-/* While git has the tree, the writer looks again this often. */
+/* While git has the working tree, the writer looks again this often. */
 #define WRITER_YIELD_MS 200
 
 struct wal_job {
@@ -46,31 +54,24 @@ struct wal_job {
 	int rc;
 };
 
-/* One coordinate handed to the file writer: its compact JSON, or a
- * deletion when json is NULL. */
-struct writer_item {
-	struct coord coord;
-	char *json;
-	size_t json_len;
-	char *file; /* filled by the worker */
-	size_t file_len;
-	struct vmdir_stamp stamp;  /* of the file written (worker) */
-	struct vmdir_stamp expect; /* of the file as we last saw it */
-	bool held;		   /* conflicted: held, its file left alone */
-	bool left;		   /* not written: git has the tree (worker) */
-	bool conflicted; /* its file turned out to be in conflict (worker) */
-	bool superseded; /* z=1 first written by someone else (worker) */
+/* One kind's share of a writer pass. */
+struct writer_part {
+	struct store_kind *k;
+	void *snap; /* the kind's snapshot (kind.h) */
+	int rc;
 };
 
+/* A writer pass, or a checkpoint's sync (no parts), handed over whole. */
 struct writer_job {
 	uv_work_t req;
-	struct store *s;
-	struct writer_item *items; /* NULL for a checkpoint's sync */
+	struct store *s; /* only its kinds' read-only parts in the worker */
+	bool sync;
+	struct writer_part parts[STORE_MAX_KINDS];
 	size_t n;
 	uint64_t seq;
 	int rc;
+	const char *failed; /* the name of the kind that failed first */
 	char errmsg[256];
-	char yield[CONFLICTS_YIELD_LEN]; /* git had the tree (worker) */
 };
 
 static void wal_kick(struct store *s);
@@ -88,10 +89,14 @@ set_error(struct store *s, const char *fmt, ...)
 	log_err("%s", s->last_error);
 }
 
+/* Why git has the working tree now (store.h, tree_yielded), or NULL. */
+static const char *yielded(const struct store *s)
+{
+	return s->tree_yielded ? s->tree_yielded(s->tree_yielded_ctx) : NULL;
+}
+
 static void writer_kick(struct store *s, unsigned delay_ms);
 static void check_idle(struct store *s);
-static void reload_finish(struct store *s, int rc, const char *errmsg,
-			  const struct vmdir_load_report *rep);
 static void checkpoint_start(struct store *s);
 static void checkpoint_step(struct store *s);
 static void ckpt_timer_cb(uv_timer_t *t);
@@ -106,162 +111,118 @@ static int64_t now_usec(void)
 
 /* Server-assigned timestamps strictly increase, even if the clock steps
  * back, so the order of writes is visible in them. */
-static void assign_timestamp(struct store *s, struct decision *d)
+int64_t store_timestamp(struct store_kind *k)
 {
+	struct store *s = k->store;
 	int64_t t = now_usec();
 
 	if (t <= s->last_timestamp)
 		t = s->last_timestamp + 1;
 	s->last_timestamp = t;
-	timestamp_format(t, d->timestamp);
+	return t;
 }
 
-static void mark_dirty(struct store *s, size_t slot)
+void store_changed(struct store_kind *k, enum kind_change_type type,
+		   const void *detail)
 {
-	if (s->dirty[slot])
-		return;
-	s->dirty[slot] = 1;
-	s->dirty_list[s->n_dirty++] = slot;
+	struct store *s = k->store;
+	struct kind_change ch = {k->kind, type, detail};
+
+	if (s->on_change)
+		s->on_change(s->on_change_ctx, &ch);
+}
+
+void store_probe_soon(struct store_kind *k)
+{
+	k->store->probe_wanted = true;
+}
+
+size_t store_kind_slot(const struct store_kind *k, size_t slot)
+{
+	return k->lock_base + slot;
+}
+
+size_t store_unwritten(const struct store *s)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < s->n_kinds; i++)
+		n += s->kinds[i]->kind->pending(s->kinds[i]);
+	return n;
+}
+
+size_t store_pending(const struct store *s)
+{
+	return store_unwritten(s) + s->filling_n + s->in_flight;
 }
 
 /* ---- file writer ---- */
 
-static void writer_items_free(struct writer_item *items, size_t n)
+/* Hand each part's outcome back to its kind, which frees the snapshot
+ * (and, on failure, makes its items pending again). */
+static void writer_parts_done(struct writer_job *j, int status)
 {
-	for (size_t i = 0; i < n; i++) {
-		free(items[i].json);
-		free(items[i].file);
+	for (size_t i = 0; i < j->n; i++) {
+		struct writer_part *p = &j->parts[i];
+
+		p->k->kind->written(p->k, p->snap, status < 0 ? status : p->rc);
+		p->snap = NULL;
 	}
-	free(items);
+	j->n = 0;
 }
 
-/* Snapshot the dirty coordinates' current state, clearing their flags. */
-static int writer_snapshot(struct store *s, struct writer_item **out,
-			   size_t *n_out)
+/* Take every kind's pending items into j's parts. 0 or -ENOMEM (then
+ * nothing is taken). */
+static int writer_snapshot(struct store *s, struct writer_job *j)
 {
-	struct writer_item *items = calloc(s->n_dirty, sizeof(*items));
-	size_t n = s->n_dirty;
+	for (size_t i = 0; i < s->n_kinds; i++) {
+		struct store_kind *k = s->kinds[i];
+		struct writer_part *p = &j->parts[j->n];
 
-	if (!items)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		size_t slot = s->dirty_list[i];
-		const struct record *r = s->index.slots[slot];
-
-		items[i].coord = index_coord(&s->index, slot);
-		items[i].expect = s->stamps[slot];
-		items[i].held = conflicts_has(s->conflicts, slot);
-		if (r) {
-			items[i].json = strdup(r->json);
-			items[i].json_len = r->json_len;
-			if (!items[i].json) {
-				writer_items_free(items, n);
-				return -ENOMEM;
-			}
+		if (k->kind->pending(k) == 0)
+			continue;
+		p->k = k;
+		p->rc = 0;
+		if (k->kind->snapshot(k, &p->snap) < 0) {
+			writer_parts_done(j, -ENOMEM);
+			return -ENOMEM;
 		}
+		j->n++;
 	}
-	for (size_t i = 0; i < n; i++)
-		s->dirty[s->dirty_list[i]] = 0;
-	s->n_dirty = 0;
-	*out = items;
-	*n_out = n;
 	return 0;
 }
 
-/* Put items back in the dirty set after a failed write (unless a newer
- * write already did). */
-static void writer_restore(struct store *s, const struct writer_item *items,
-			   size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		mark_dirty(s, index_slot(&s->index, &items[i].coord));
-}
-
-/*
- * Blocking: render the file text of each item and write the files
- * (durably with sync, see vmdir_apply). Conflicted items, and those whose
- * file turns out to hold conflict markers, are kept as held versions
- * (conflicts.h) instead; with yield (git has the tree) no file is
- * written and those items are marked left.
- */
-static int writer_run(struct vmdir *dir, struct conflicts *cf,
-		      struct writer_item *items, size_t n, bool sync,
-		      bool yield, char *errmsg, size_t errn)
-{
-	struct vmdir_op *ops = calloc(n ? n : 1, sizeof(*ops));
-	size_t *of = calloc(n ? n : 1, sizeof(*of)), k = 0;
-	int rc = 0;
-
-	if (!ops || !of) {
-		snprintf(errmsg, errn, "out of memory");
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (items[i].held || yield) {
-			items[i].left = !items[i].held;
-			continue;
-		}
-		of[k] = i;
-		ops[k].coord = items[i].coord;
-		ops[k].guard = cf != NULL;
-		ops[k].expect = items[i].expect;
-		if (items[i].json) {
-			items[i].file = decision_file_from_compact(
-				items[i].json, items[i].json_len,
-				&items[i].file_len);
-			if (!items[i].file) {
-				snprintf(errmsg, errn, "out of memory");
-				rc = -ENOMEM;
-				goto out;
-			}
-			ops[k].text = items[i].file;
-			ops[k].len = items[i].file_len;
-		}
-		k++;
-	}
-	rc = vmdir_apply(dir, ops, k, sync, errmsg, errn);
-	for (size_t i = 0; rc == 0 && i < k; i++) {
-		items[of[i]].stamp = ops[i].stamp;
-		items[of[i]].conflicted = ops[i].skipped;
-		items[of[i]].held = ops[i].skipped;
-		items[of[i]].left = ops[i].interrupted;
-		items[of[i]].superseded = ops[i].superseded;
-	}
-	for (size_t i = 0; rc == 0 && i < n; i++)
-		if (items[i].held)
-			rc = conflicts_hold(cf, &items[i].coord, items[i].json,
-					    errmsg, errn);
-out:
-	free(ops);
-	free(of);
-	return rc;
-}
-
-/* The file writer's check between files (any thread): has git taken the
- * working tree since the pass began? */
-static bool writer_interrupt(void *ctx)
-{
-	char why[CONFLICTS_YIELD_LEN];
-
-	return conflicts_yield_check(ctx, why, sizeof(why));
-}
-
+/* Blocking: every part written (each kind tries even when another
+ * failed), or every kind's files synced for a checkpoint. */
 static void writer_work_cb(uv_work_t *req)
 {
 	struct writer_job *j = req->data;
-	struct conflicts *cf = j->s->conflicts;
+	struct store *s = j->s;
+	char msg[sizeof(j->errmsg)];
 
-	if (j->items) {
-		j->rc = writer_run(&j->s->dir, cf, j->items, j->n, false,
-				   cf && conflicts_yield_check(
-						 cf, j->yield, sizeof(j->yield)),
-				   j->errmsg, sizeof(j->errmsg));
-		/* interrupted on the way: say why */
-		if (cf && !j->yield[0] && j->n && j->items[j->n - 1].left)
-			conflicts_yield_check(cf, j->yield, sizeof(j->yield));
-	} else
-		j->rc = vmdir_sync(&j->s->dir, j->errmsg, sizeof(j->errmsg));
+	if (j->sync) {
+		for (size_t i = 0; i < s->n_kinds && j->rc == 0; i++) {
+			struct store_kind *k = s->kinds[i];
+
+			if (!k->kind->sync)
+				continue;
+			j->rc = k->kind->sync(k, j->errmsg, sizeof(j->errmsg));
+			if (j->rc < 0)
+				j->failed = k->kind->name;
+		}
+		return;
+	}
+	for (size_t i = 0; i < j->n; i++) {
+		struct writer_part *p = &j->parts[i];
+
+		p->rc = p->k->kind->write(p->k, p->snap, false, msg,
+					  sizeof(msg));
+		if (p->rc < 0 && j->rc == 0) {
+			j->rc = p->rc;
+			j->failed = p->k->kind->name;
+			memcpy(j->errmsg, msg, sizeof(msg));
+		}
+	}
 }
 
 static void writer_after_cb(uv_work_t *req, int status)
@@ -272,12 +233,14 @@ static void writer_after_cb(uv_work_t *req, int status)
 	s->writer_busy = false;
 	if (status < 0 && j->rc == 0) {
 		j->rc = status;
+		j->failed = j->n ? j->parts[0].k->kind->name : "the";
 		snprintf(j->errmsg, sizeof(j->errmsg), "writer cancelled");
 	}
-	if (!j->items) {
+	if (j->sync) {
 		/* A checkpoint's sync: on failure, try again later. */
 		if (j->rc < 0) {
-			set_error(s, "syncing decision files: %s", j->errmsg);
+			set_error(s, "syncing %s files: %s", j->failed,
+				  j->errmsg);
 			s->ckpt = false;
 			uv_timer_start(&s->ckpt_timer, ckpt_timer_cb,
 				       CHECKPOINT_IDLE_MS, 0);
@@ -285,61 +248,45 @@ static void writer_after_cb(uv_work_t *req, int status)
 			s->ckpt_synced = true;
 		}
 		writer_kick(s, WRITER_DELAY_MS);
-	} else if (j->rc < 0) {
-		set_error(s, "writing decision files: %s", j->errmsg);
-		writer_restore(s, j->items, j->n);
-		s->writer_retry_ms =
-			s->writer_retry_ms ? s->writer_retry_ms * 2 : 100;
-		if (s->writer_retry_ms > WRITER_RETRY_MAX_MS)
-			s->writer_retry_ms = WRITER_RETRY_MAX_MS;
-		writer_kick(s, s->writer_retry_ms);
 	} else {
+		/* A kind that left files to git's operation (KIND_LEFT) made
+		 * them pending again: the pass does not count as done. */
 		bool left = false;
 
-		s->writer_retry_ms = 0;
-		/* What we wrote is what a rescan will find, unless a newer
-		 * write is already on its way. Files git has (it runs an
-		 * operation) wait for the next pass; a file found in conflict
-		 * is one from now on (its version is held). */
-		for (size_t i = 0; i < j->n; i++) {
-			struct writer_item *it = &j->items[i];
-			size_t slot = index_slot(&s->index, &it->coord);
-
-			if (it->left) {
-				mark_dirty(s, slot);
-				left = true;
-			} else if (it->conflicted) {
-				conflicts_markers_found(s->conflicts, slot);
-			} else if (it->superseded) {
-				/* the first writer's z=1 came with git: a
-				 * look at the files takes it (ours is kept
-				 * in a record, see on_replacing) */
-				s->probe_wanted = true;
-			} else if (!it->held && !s->dirty[slot]) {
-				s->stamps[slot] = it->stamp;
-			}
+		for (size_t i = 0; status == 0 && i < j->n; i++)
+			left |= j->parts[i].rc == KIND_LEFT;
+		writer_parts_done(j, status);
+		if (j->rc < 0) {
+			set_error(s, "writing %s files: %s", j->failed,
+				  j->errmsg);
+			s->writer_retry_ms = s->writer_retry_ms
+						     ? s->writer_retry_ms * 2
+						     : 100;
+			if (s->writer_retry_ms > WRITER_RETRY_MAX_MS)
+				s->writer_retry_ms = WRITER_RETRY_MAX_MS;
+			writer_kick(s, s->writer_retry_ms);
+		} else {
+			s->writer_retry_ms = 0;
+			if (!left)
+				s->writer_done_seq = j->seq;
+			writer_kick(s,
+				    left ? WRITER_YIELD_MS : WRITER_DELAY_MS);
 		}
-		/* A pass that left files is not one a checkpoint can count. */
-		if (!left)
-			s->writer_done_seq = j->seq;
-		if (s->conflicts)
-			conflicts_set_yield(s->conflicts, j->yield);
-		writer_kick(s, left ? WRITER_YIELD_MS : WRITER_DELAY_MS);
 	}
-	writer_items_free(j->items, j->n);
 	free(j);
 	checkpoint_step(s);
 	check_idle(s);
 }
 
+/* The writer's pass: every kind's pending items, in one job. */
 static void writer_start(struct store *s)
 {
 	struct writer_job *j;
 
-	if (s->writer_busy || s->n_dirty == 0 || s->closed)
+	if (s->writer_busy || store_unwritten(s) == 0 || s->closed)
 		return;
 	j = calloc(1, sizeof(*j));
-	if (!j || writer_snapshot(s, &j->items, &j->n) < 0) {
+	if (!j || writer_snapshot(s, j) < 0) {
 		free(j);
 		writer_kick(s, 100);
 		return;
@@ -349,8 +296,7 @@ static void writer_start(struct store *s)
 	j->seq = ++s->writer_seq;
 	if (uv_queue_work(s->loop, &j->req, writer_work_cb, writer_after_cb) <
 	    0) {
-		writer_restore(s, j->items, j->n);
-		writer_items_free(j->items, j->n);
+		writer_parts_done(j, -EAGAIN);
 		free(j);
 		writer_kick(s, 100);
 		return;
@@ -358,7 +304,7 @@ static void writer_start(struct store *s)
 	s->writer_busy = true;
 }
 
-/* A checkpoint's flush of the written files, on the writer's lane. */
+/* A checkpoint's flush of what every kind wrote, on the writer's lane. */
 static void sync_start(struct store *s)
 {
 	struct writer_job *j;
@@ -370,6 +316,7 @@ static void sync_start(struct store *s)
 		return; /* checkpoint_step tries again after the next job */
 	j->s = s;
 	j->req.data = j;
+	j->sync = true;
 	if (uv_queue_work(s->loop, &j->req, writer_work_cb, writer_after_cb) <
 	    0) {
 		free(j);
@@ -385,11 +332,11 @@ static void writer_timer_cb(uv_timer_t *t)
 
 static void writer_kick(struct store *s, unsigned delay_ms)
 {
-	if (s->closed || s->writer_busy || s->n_dirty == 0)
+	if (s->closed || s->writer_busy || store_unwritten(s) == 0)
 		return;
-	if (s->conflicts && s->conflicts->yield[0]) {
+	if (yielded(s)) {
 		/* Git has the tree: look again at a slow pace (store_resume
-		 * comes sooner when the watcher sees the operation end). */
+		 * comes sooner when the operation is seen to end). */
 		if (uv_is_active((uv_handle_t *)&s->writer_timer))
 			return;
 		if (delay_ms < WRITER_YIELD_MS)
@@ -458,34 +405,22 @@ static void finish(struct store *s, struct store_write *w, int code,
 	w->done(w, code, msg);
 }
 
-/* Apply one logged write to the index and acknowledge it. */
+/* Apply one logged write (its kind reports the change) and acknowledge
+ * it. */
 static void apply_and_ack(struct store *s, struct store_write *w)
 {
-	struct coord c = w->coord;
-	size_t slot = index_slot(&s->index, &c);
-
-	if (w->is_delete) {
-		w->existed = index_remove(&s->index, &c) == 1;
-		free(w->tombstone);
-		w->tombstone = NULL;
-	} else {
-		index_put(&s->index, w->rec);
-		w->stored = w->rec;
-		w->rec = NULL;
-	}
-	mark_dirty(s, slot);
-	if (s->on_applied)
-		s->on_applied(s->on_applied_ctx, slot, false);
+	w->kind->kind->apply(w->kind, w);
+	w->payload = NULL;
+	w->payload_len = 0;
 	finish(s, w, 0, NULL);
 }
 
 /* Drop what validation prepared for the log. */
 static void unprepare(struct store_write *w)
 {
-	record_free(w->rec);
-	w->rec = NULL;
-	free(w->tombstone);
-	w->tombstone = NULL;
+	w->kind->kind->unprepare(w->kind, w);
+	w->payload = NULL;
+	w->payload_len = 0;
 }
 
 static void refuse(struct store *s, struct store_write *w, int code,
@@ -520,8 +455,8 @@ static void wal_after_cb(struct lane_job *job)
 		s->wal_failing = true;
 		set_error(s, "write-ahead log: %s", strerror(-rc));
 	}
-	/* Acknowledge the batch; freed locks may start the next writes,
-	 * which queue for the next log job. */
+	/* Acknowledge the batch in log order; freed locks may start the
+	 * next writes, which queue for the next log job. */
 	s->in_flight = 0;
 	while (w) {
 		struct store_write *next = w->next;
@@ -566,13 +501,8 @@ static void wal_kick(struct store *s)
 	if (!j->iov)
 		goto fail;
 	for (struct store_write *w = s->filling_head; w; w = w->next) {
-		if (w->is_delete) {
-			j->iov[i].iov_base = w->tombstone;
-			j->iov[i].iov_len = strlen(w->tombstone);
-		} else {
-			j->iov[i].iov_base = w->rec->json;
-			j->iov[i].iov_len = w->rec->json_len;
-		}
+		j->iov[i].iov_base = (void *)w->payload;
+		j->iov[i].iov_len = w->payload_len;
 		i++;
 	}
 	j->n = s->filling_n;
@@ -628,12 +558,12 @@ static void checkpoint_start(struct store *s)
 	s->ckpt = true;
 	s->ckpt_synced = false;
 	s->ckpt_head = s->wal_end;
-	/* Every write logged before head is in a file once a writer pass
-	 * that starts after now has finished (or, with nothing dirty, the
-	 * pass running now). */
-	s->ckpt_need_seq = s->n_dirty	    ? s->writer_seq + 1
-			   : s->writer_busy ? s->writer_seq
-					    : 0;
+	/* Every write logged before head is materialised once a writer
+	 * pass that starts after now has finished (or, with nothing
+	 * pending, the pass running now). */
+	s->ckpt_need_seq = store_unwritten(s) ? s->writer_seq + 1
+			   : s->writer_busy   ? s->writer_seq
+					      : 0;
 	writer_kick(s, 0);
 	checkpoint_step(s);
 }
@@ -669,91 +599,18 @@ static void join_batch(struct store *s, struct store_write *w)
 	s->filling_n++;
 }
 
-/* What validation found a write should do. */
-enum {
-	WRITE_LOG = 0,	/* prepared: join the log batch */
-	WRITE_NOOP = 1, /* nothing to change (a delete of nothing) */
-			/* or an RPC domain code (negative), with a message */
-};
-
 /*
- * Check a write against the current state with its lock held; on success
- * prepare its log payload (a store's record, with version and timestamp).
+ * Check a write against the current state with its lock held; on
+ * success its kind has prepared its log payload. KIND_LOG, KIND_NOOP,
+ * or a negative RPC domain code with a message.
  */
 static int validate(struct store *s, struct store_write *w, char *msg, size_t n)
 {
-	const struct record *cur = index_get(&s->index, &w->coord);
-	int x = w->coord.x, y = w->coord.y, z = w->coord.z;
-
 	if (s->closed) {
 		snprintf(msg, n, "the daemon is shutting down");
 		return RPC_UNAVAILABLE;
 	}
-	if (s->conflicts) {
-		int rc = conflicts_refuse(s->conflicts,
-					  index_slot(&s->index, &w->coord),
-					  &w->coord, cur != NULL, w->is_delete,
-					  msg, n);
-
-		if (rc)
-			return rc;
-	}
-	if (z == 1 && (cur || w->is_delete)) {
-		/* "Cannot modify decision" and "immutable": the seed's
-		 * words, which its users match on. */
-		snprintf(msg, n,
-			 w->is_delete
-				 ? "Cannot modify decision at (%d, %d, %d): "
-				   "layer z=1 (Architecture) is immutable "
-				   "(write-once), it cannot be deleted"
-				 : "Cannot modify decision at (%d, %d, %d): "
-				   "layer z=1 (Architecture) is immutable "
-				   "(write-once) and already holds a decision",
-			 x, y, z);
-		return RPC_IMMUTABLE_LAYER;
-	}
-	if (w->if_version > 0 && (!cur || cur->version != w->if_version)) {
-		if (cur)
-			snprintf(msg, n,
-				 "if_version %lld does not match version "
-				 "%lld at (%d, %d, %d)",
-				 (long long)w->if_version,
-				 (long long)cur->version, x, y, z);
-		else
-			snprintf(msg, n,
-				 "if_version %lld given but (%d, %d, %d) is "
-				 "empty",
-				 (long long)w->if_version, x, y, z);
-		return RPC_CONCURRENCY;
-	}
-	if (w->is_delete) {
-		if (!cur)
-			return WRITE_NOOP;
-		if (asprintf(&w->tombstone,
-			     "{\"deleted\":{\"x\":%d,\"y\":%d,\"z\":%d}}", x, y,
-			     z) < 0) {
-			w->tombstone = NULL;
-			snprintf(msg, n, "out of memory");
-			return RPC_INTERNAL_ERROR;
-		}
-		return WRITE_LOG;
-	}
-	if (cur && !w->overwrite && w->if_version == 0) {
-		snprintf(msg, n,
-			 "(%d, %d, %d) already holds version %lld; pass "
-			 "overwrite or if_version to replace it",
-			 x, y, z, (long long)cur->version);
-		return RPC_COORDINATE_OCCUPIED;
-	}
-	w->d.coord = w->coord;
-	w->d.version = cur ? cur->version + 1 : 1;
-	assign_timestamp(s, &w->d);
-	w->rec = record_new(&w->d);
-	if (!w->rec) {
-		snprintf(msg, n, "out of memory");
-		return RPC_INTERNAL_ERROR;
-	}
-	return WRITE_LOG;
+	return w->kind->kind->prepare(w->kind, w, msg, n);
 }
 
 /* A single write holding its lock: validated, then logged or answered. */
@@ -762,54 +619,66 @@ static void start(struct store *s, struct store_write *w)
 	char msg[200];
 	int rc = validate(s, w, msg, sizeof(msg));
 
-	if (rc == WRITE_LOG) {
+	if (rc == KIND_LOG) {
 		join_batch(s, w);
 		wal_kick(s);
-	} else if (rc == WRITE_NOOP) {
+	} else if (rc == KIND_NOOP) {
 		finish(s, w, 0, NULL);
 	} else {
 		refuse(s, w, rc, msg);
 	}
 }
 
-/* A group holding its locks: every item validated, then all join the
- * same log batch, or none does. */
+/*
+ * A group holding its locks: every item validated, then all that change
+ * something join the same log batch, or none does. Items with nothing
+ * to change count as finished at once (a reload's second validation
+ * counts afresh).
+ */
 static void group_start(struct store *s, struct store_group *g)
 {
 	char msg[200];
+	size_t n_noop = 0;
 
 	for (size_t i = 0; i < g->n; i++)
-		unprepare(&g->items[i]);
+		unprepare(g->items[i]);
 	for (size_t i = 0; i < g->n; i++) {
-		int rc = validate(s, &g->items[i], msg, sizeof(msg));
+		int rc = validate(s, g->items[i], msg, sizeof(msg));
 
-		if (rc != WRITE_LOG) {
-			for (size_t j = 0; j < i; j++)
-				unprepare(&g->items[j]);
+		if (rc == KIND_NOOP) {
+			n_noop++;
+		} else if (rc != KIND_LOG) {
+			for (size_t j = 0; j <= i; j++)
+				unprepare(g->items[j]);
 			group_end(s, g, rc, msg, i);
 			return;
 		}
 	}
+	g->n_finished = n_noop;
+	if (n_noop == g->n) {
+		group_end(s, g, 0, NULL, SIZE_MAX);
+		return;
+	}
 	/* Joined without a kick in between, so one log job takes all. */
 	for (size_t i = 0; i < g->n; i++)
-		join_batch(s, &g->items[i]);
+		if (g->items[i]->payload)
+			join_batch(s, g->items[i]);
 	wal_kick(s);
 }
 
-int store_lock_error(struct store *s, const struct lock_set *set, int status,
-		     char *msg, size_t n)
+/* The message of a lock wait that ended with status, waiting for what. */
+static int lock_message(struct store *s, const struct lock_set *set, int status,
+			const char *what, char *msg, size_t n)
 {
 	const void *holder;
-	struct coord c;
 
 	if (status != -ETIMEDOUT) {
 		snprintf(msg, n, "the daemon is shutting down");
 		return RPC_UNAVAILABLE;
 	}
-	c = index_coord(&s->index, set->slots[set->taken]);
 	holder = locks_leaseholder(&s->locks, set->slots[set->taken]);
-	snprintf(msg, n, "timed out after %llu ms waiting for (%d, %d, %d)%s",
-		 (unsigned long long)set->timeout_ms, c.x, c.y, c.z,
+	snprintf(msg, n, "timed out after %llu ms waiting for %s%s",
+		 (unsigned long long)set->timeout_ms, what,
 		 !holder		? " (another write holds it)"
 		 : holder == set->owner ? ", leased by this connection (leases "
 					  "are not re-entrant)"
@@ -817,19 +686,54 @@ int store_lock_error(struct store *s, const struct lock_set *set, int status,
 	return RPC_CONCURRENCY;
 }
 
+/* What a write locks, for messages: its kind's name of the slot, or the
+ * kind and the key. */
+static void lock_name(const struct store_write *w, char *buf, size_t n)
+{
+	struct store_kind *k = w->kind;
+
+	if (w->lk.key)
+		snprintf(buf, n, "%s %.*s", k->kind->name,
+			 (int)(w->lk.key_len > 64 ? 64 : w->lk.key_len),
+			 w->lk.key);
+	else if (k->kind->slot_name)
+		k->kind->slot_name(k, w->lk.slot, buf, n);
+	else
+		snprintf(buf, n, "a %s", k->kind->name);
+}
+
+int store_lock_error(struct store *s, const struct lock_set *set, int status,
+		     char *msg, size_t n)
+{
+	size_t slot = set->slots[set->taken];
+	char what[96];
+
+	snprintf(what, sizeof(what), "a record");
+	for (size_t i = 0; i < s->n_kinds; i++) {
+		struct store_kind *k = s->kinds[i];
+
+		if (slot >= k->lock_base &&
+		    slot - k->lock_base < k->n_lock_slots && k->kind->slot_name)
+			k->kind->slot_name(k, slot - k->lock_base, what,
+					   sizeof(what));
+	}
+	return lock_message(s, set, status, what, msg, n);
+}
+
 static void write_locked_cb(struct lock_set *set, int status)
 {
 	struct store_write *w =
 		(struct store_write *)((char *)set -
 				       offsetof(struct store_write, lock));
-	char msg[200];
+	char msg[256], what[96];
 	int code;
 
 	if (status == 0) {
 		start(w->store, w);
 		return;
 	}
-	code = store_lock_error(w->store, set, status, msg, sizeof(msg));
+	lock_name(w, what, sizeof(what));
+	code = lock_message(w->store, set, status, what, msg, sizeof(msg));
 	w->done(w, code, msg);
 }
 
@@ -838,7 +742,7 @@ static void group_locked_cb(struct lock_set *set, int status)
 	struct store_group *g =
 		(struct store_group *)((char *)set -
 				       offsetof(struct store_group, lock));
-	char msg[200];
+	char msg[256], what[96] = "a record";
 	int code;
 	size_t failed = 0;
 
@@ -846,23 +750,49 @@ static void group_locked_cb(struct lock_set *set, int status)
 		group_start(g->store, g);
 		return;
 	}
-	/* The item whose coordinate it waited for. */
+	/* The item whose lock it waited for. */
 	for (size_t i = 0; i < g->n; i++)
-		if (index_slot(&g->store->index, &g->items[i].coord) ==
-		    set->slots[set->taken])
+		if (g->items[i]->has_lock &&
+		    g->items[i]->lock_slot == set->slots[set->taken]) {
 			failed = i;
-	code = store_lock_error(g->store, set, status, msg, sizeof(msg));
+			lock_name(g->items[i], what, sizeof(what));
+		}
+	code = lock_message(g->store, set, status, what, msg, sizeof(msg));
 	group_end(g->store, g, code, msg, failed);
+}
+
+/*
+ * Ask the write's kind what it locks and find that lock's slot: one of
+ * the kind's own, or a key's among the shared ones. 0, or -EINVAL for a
+ * slot the kind does not have.
+ */
+static int lock_of(struct store *s, struct store_write *w)
+{
+	struct store_kind *k = w->kind;
+
+	w->has_lock = k->kind->lock(k, w, &w->lk) == 1;
+	if (!w->has_lock)
+		return 0;
+	if (w->lk.key) {
+		uint64_t h = fnv1a64(w->lk.key, w->lk.key_len) ^
+			     ((uint64_t)k->kind->log_tag << 56);
+
+		w->lock_slot = s->key_base + (size_t)(h % STORE_KEY_SLOTS);
+		return 0;
+	}
+	if (w->lk.slot >= k->n_lock_slots)
+		return -EINVAL;
+	w->lock_slot = k->lock_base + w->lk.slot;
+	return 0;
 }
 
 static void prepare_write(struct store *s, struct store_write *w)
 {
 	w->store = s;
 	w->next = NULL;
-	w->rec = NULL;
-	w->tombstone = NULL;
-	w->stored = NULL;
-	w->existed = false;
+	w->payload = NULL;
+	w->payload_len = 0;
+	w->has_lock = false;
 }
 
 void store_submit(struct store *s, struct store_write *w)
@@ -873,9 +803,12 @@ void store_submit(struct store *s, struct store_write *w)
 		w->done(w, RPC_UNAVAILABLE, "the daemon is shutting down");
 		return;
 	}
-	w->lock_slot = index_slot(&s->index, &w->coord);
+	if (lock_of(s, w) < 0) {
+		w->done(w, RPC_INTERNAL_ERROR, "a write names no valid lock");
+		return;
+	}
 	w->lock.slots = &w->lock_slot;
-	w->lock.n = 1;
+	w->lock.n = w->has_lock ? 1 : 0;
 	w->lock.owner = w->owner;
 	w->lock.kind = LOCKS_WRITE;
 	w->lock.timeout_ms = w->timeout_ms;
@@ -893,6 +826,8 @@ bool store_cancel(struct store *s, struct store_write *w)
 
 void store_submit_group(struct store *s, struct store_group *g)
 {
+	size_t m = 0;
+
 	g->store = s;
 	g->n_finished = 0;
 	g->code = 0;
@@ -901,19 +836,28 @@ void store_submit_group(struct store *s, struct store_group *g)
 			SIZE_MAX);
 		return;
 	}
-	g->slots = malloc(g->n * sizeof(*g->slots));
+	g->slots = malloc((g->n ? g->n : 1) * sizeof(*g->slots));
 	if (!g->slots) {
 		g->done(g, RPC_INTERNAL_ERROR, "out of memory", SIZE_MAX);
 		return;
 	}
 	for (size_t i = 0; i < g->n; i++) {
-		prepare_write(s, &g->items[i]);
-		g->items[i].group = g;
-		g->items[i].is_delete = false;
-		g->slots[i] = index_slot(&s->index, &g->items[i].coord);
+		struct store_write *w = g->items[i];
+
+		prepare_write(s, w);
+		w->group = g;
+		if (lock_of(s, w) < 0) {
+			free(g->slots);
+			g->slots = NULL;
+			g->done(g, RPC_INTERNAL_ERROR,
+				"a write names no valid lock", i);
+			return;
+		}
+		if (w->has_lock)
+			g->slots[m++] = w->lock_slot;
 	}
 	g->lock.slots = g->slots;
-	g->lock.n = locks_sort(g->slots, g->n); /* distinct: still n */
+	g->lock.n = locks_sort(g->slots, m);
 	g->lock.owner = g->owner;
 	g->lock.kind = LOCKS_WRITE;
 	g->lock.timeout_ms = g->timeout_ms;
@@ -928,8 +872,9 @@ static void probe_step(struct store *s);
 
 static bool idle(const struct store *s)
 {
-	return !(s->wal_busy || s->writer_busy || s->filling_n || s->n_dirty ||
-		 s->wal_end || s->ckpt || s->reloading || s->probing);
+	return !(s->wal_busy || s->writer_busy || s->filling_n ||
+		 store_unwritten(s) || s->wal_end || s->ckpt || s->reloading ||
+		 s->probing);
 }
 
 /* Answer the store_waits whose condition holds. */
@@ -970,9 +915,9 @@ void store_wait(struct store *s, struct store_wait *w)
 	}
 	/* As for a checkpoint: the next pass covers what is dirty now, the
 	 * running one what it snapshotted. */
-	w->need_seq = s->n_dirty       ? s->writer_seq + 1
-		      : s->writer_busy ? s->writer_seq
-				       : 0;
+	w->need_seq = store_unwritten(s) ? s->writer_seq + 1
+		      : s->writer_busy	 ? s->writer_seq
+					 : 0;
 	w->next = s->waits;
 	s->waits = w;
 	writer_kick(s, 0);
@@ -1004,7 +949,13 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg)
 
 bool store_files_written(const struct store *s)
 {
-	return s->n_dirty == 0 && !s->writer_busy;
+	if (s->writer_busy)
+		return false;
+	for (size_t i = 0; i < s->n_kinds; i++)
+		if (s->kinds[i]->kind->committed &&
+		    s->kinds[i]->kind->pending(s->kinds[i]) > 0)
+			return false;
+	return true;
 }
 
 void store_write_files_now(struct store *s)
@@ -1014,8 +965,7 @@ void store_write_files_now(struct store *s)
 
 bool store_jobs_running(const struct store *s)
 {
-	return s->wal_busy || s->writer_busy || s->reload_running ||
-	       s->probing;
+	return s->wal_busy || s->writer_busy || s->reload_running || s->probing;
 }
 
 bool store_failing(const struct store *s)
@@ -1023,46 +973,30 @@ bool store_failing(const struct store *s)
 	return s->wal_failing || s->writer_retry_ms > 0;
 }
 
-size_t store_pending(const struct store *s)
-{
-	return s->n_dirty + s->filling_n + s->in_flight;
-}
-
-/* Log replay: each payload is a record or a {"deleted": coordinate}. */
-static int replay_cb(void *ctx, const char *payload, size_t len)
+/* Log replay: the payload's first byte names its kind. */
+static int replay_cb(void *ctx, const char *payload, size_t len, char *errmsg,
+		     size_t errn)
 {
 	struct store *s = ctx;
-	struct decision d;
-	struct coord c;
-	struct record *r;
-	char msg[VMEM_ERRMSG_LEN];
-	json_t *doc = json_loadb(payload, len, JSON_REJECT_DUPLICATES, NULL);
-	json_t *del = doc ? json_object_get(doc, "deleted") : NULL;
-	int rc;
 
-	if (del) {
-		rc = coord_from_json(del, s->max_x, &c, msg);
-		json_decref(doc);
-		if (rc != 0)
-			return -EBADMSG;
-		index_remove(&s->index, &c);
-		mark_dirty(s, index_slot(&s->index, &c));
-		return 0;
+	for (size_t i = 0; len > 0 && i < s->n_kinds; i++) {
+		struct store_kind *k = s->kinds[i];
+
+		if ((unsigned char)payload[0] == k->kind->log_tag)
+			return k->kind->replay(k, payload, len, errmsg, errn);
 	}
-	json_decref(doc);
-	if (decision_parse(payload, len, s->max_x, &d, msg) != 0)
-		return -EBADMSG;
-	r = record_new(&d);
-	decision_done(&d);
-	if (!r)
-		return -ENOMEM;
-	index_put(&s->index, r);
-	mark_dirty(s, index_slot(&s->index, &r->coord));
-	return 0;
+	if (len == 0)
+		errmsg_set(errmsg, errn, "an empty record");
+	else
+		errmsg_set(errmsg, errn,
+			   "a record of a kind this vmemd does not know "
+			   "(first byte 0x%02x; written by a newer vmemd?): "
+			   "refusing to start rather than drop it",
+			   (unsigned char)payload[0]);
+	return -EPROTO;
 }
 
-/* ---- start-up progress (progress.h) ---- */
-
+/* Start-up progress (progress.h): the log's replay. */
 static void replay_progress_cb(void *ctx, uint64_t done, uint64_t total,
 			       uint64_t records)
 {
@@ -1075,204 +1009,103 @@ static void replay_progress_cb(void *ctx, uint64_t done, uint64_t total,
 			     (unsigned long long)records);
 }
 
-static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
-			      uint64_t files)
-{
-	(void)ctx;
-	(void)files;
-	if (progress_due())
-		progress_say("writing the replayed decisions to their files: "
-			     "%llu of %llu",
-			     (unsigned long long)done,
-			     (unsigned long long)total);
-}
-
-static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
-			     uint64_t files)
-{
-	(void)ctx;
-	if (progress_due())
-		progress_say("loading the decision files: %llu loaded, %llu of "
-			     "%llu entries of " VMDIR_DIRNAME,
-			     (unsigned long long)files,
-			     (unsigned long long)done,
-			     (unsigned long long)total);
-}
-
-/* Start-up load: each decision into the index, with its file's stamp. */
-static int load_cb(void *ctx, struct decision *d,
-		   const struct vmdir_stamp *stamp)
-{
-	struct store *s = ctx;
-	struct record *r;
-
-	/* The log's version, still to be written (git had the tree). */
-	if (s->dirty[index_slot(&s->index, &d->coord)]) {
-		decision_done(d);
-		return 0;
-	}
-	r = record_new(d);
-	if (!r)
-		return -ENOMEM;
-	decision_done(d);
-	s->stamps[index_slot(&s->index, &r->coord)] = *stamp;
-	index_put(&s->index, r);
-	return 0;
-}
-
 /* ---- reload ---- */
 
-/* A change a rescan found: the slot's new record (NULL: none). */
-struct reload_change {
-	size_t slot;
-	struct record *rec;
-	struct vmdir_stamp stamp;
-};
-
-/* Handed over whole: snapshots of what the loop knows, and the changes
- * the worker found. */
-struct reload_job {
-	uv_work_t req;
-	struct store *s; /* only its read-only parts in the worker */
-	bool probe;	 /* only look: reload if anything changed */
-	size_t n_slots;
-	uint8_t *present;	    /* per slot: the index holds a decision */
-	struct vmdir_stamp *stamps; /* per slot: as last seen */
-	uint8_t *seen;		    /* per slot: found on disk (worker) */
-	struct reload_change *changes;
-	size_t n_changes, cap_changes;
-	struct vmdir_load_report rep;
-	struct unmerged_set unmerged; /* git's unmerged decision files */
-	char **z1;	  /* per slot: a z=1 decision's compact JSON (owned) */
-	uint8_t *keep; /* per slot: z=1 kept over the tree (worker) */
-	int unmerged_rc;
-	char unmerged_err[256];
+/* One kind's share of a rescan. */
+struct rescan_part {
+	struct store_kind *k;
+	void *job; /* the kind's (kind.h) */
 	int rc;
-	char errmsg[256];
+	struct vmdir_load_report rep;
 };
 
-static bool stamp_eq(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+/* Handed over whole: the kinds' snapshots, and what they found. */
+struct rescan_job {
+	uv_work_t req;
+	struct store *s; /* only its kinds' read-only parts in the worker */
+	bool probe;	 /* only look: reload if anything changed */
+	struct rescan_part parts[STORE_MAX_KINDS];
+	size_t n;
+	int rc;
+	const char *failed; /* the name of the kind that failed first */
+	char errmsg[256];
+	struct vmdir_load_report rep; /* every part's, for the caller */
+};
+
+/* Blocking: every kind looks at its files. */
+static void rescan_work_cb(uv_work_t *req)
 {
-	return a->ino == b->ino && a->size == b->size &&
-	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
-}
+	struct rescan_job *j = req->data;
+	char msg[sizeof(j->errmsg)];
 
-static bool known_cb(void *ctx, const struct coord *c,
-		     const struct vmdir_stamp *stamp)
-{
-	struct reload_job *j = ctx;
-	size_t slot = index_slot(&j->s->index, c);
+	for (size_t i = 0; i < j->n; i++) {
+		struct rescan_part *p = &j->parts[i];
 
-	if (!j->present[slot] || !stamp_eq(&j->stamps[slot], stamp))
-		return false;
-	j->seen[slot] = 1;
-	return true;
-}
-
-static int changed_cb(void *ctx, struct decision *d,
-		      const struct vmdir_stamp *stamp)
-{
-	struct reload_job *j = ctx;
-	struct record *r = record_new(d);
-
-	if (!r)
-		return -ENOMEM;
-	if (j->n_changes == j->cap_changes) {
-		size_t cap = j->cap_changes ? j->cap_changes * 2 : 64;
-		struct reload_change *c = realloc(j->changes, cap * sizeof(*c));
-
-		if (!c) {
-			record_free(r);
-			return -ENOMEM;
+		p->rc = p->k->kind->rescan(p->k, p->job, &p->rep, msg,
+					   sizeof(msg));
+		if (p->rc < 0 && j->rc == 0) {
+			j->rc = p->rc;
+			j->failed = p->k->kind->name;
+			memcpy(j->errmsg, msg, sizeof(msg));
 		}
-		j->changes = c;
-		j->cap_changes = cap;
 	}
-	decision_done(d);
-	j->seen[index_slot(&j->s->index, &r->coord)] = 1;
-	j->changes[j->n_changes++] = (struct reload_change){
-		index_slot(&j->s->index, &r->coord), r, *stamp};
-	return 0;
 }
 
-/* Blocking: stat every file, read only those whose stamp changed. */
-static void reload_work_cb(uv_work_t *req)
+/* Hand every part back to its kind (rc: the part's, or the job's when
+ * it never ran), which frees its job; the result of a probe: did any
+ * kind see a change? */
+static bool rescan_parts_end(struct rescan_job *j, int status)
 {
-	struct reload_job *j = req->data;
+	bool changed = false;
 
-	if (j->s->conflicts)
-		j->unmerged_rc = conflicts_unmerged(j->s->conflicts,
-						    &j->unmerged,
-						    j->unmerged_err,
-						    sizeof(j->unmerged_err));
-	j->rc = vmdir_scan(&j->s->dir, known_cb, changed_cb, j, &j->unmerged,
-			   &j->rep, j->errmsg, sizeof(j->errmsg));
-	/* A write-once decision HEAD still holds but the tree changed or
-	 * lost: no commit changed it, so it stays (conflicts_in_head). */
-	for (size_t i = 0; j->rc == 0 && j->z1 && i < j->n_changes; i++) {
-		size_t slot = j->changes[i].slot;
+	for (size_t i = 0; i < j->n; i++) {
+		struct rescan_part *p = &j->parts[i];
 
-		if (j->z1[slot] && strcmp(j->z1[slot], j->changes[i].rec->json) &&
-		    conflicts_in_head(j->s->conflicts, j->z1[slot]))
-			j->keep[slot] = 1;
+		if (p->k->kind->rescan_end(p->k, p->job,
+					   status < 0 ? status : p->rc,
+					   j->probe, &p->rep) > 0)
+			changed = true;
+		p->job = NULL;
 	}
-	for (size_t slot = 0; j->rc == 0 && j->z1 && slot < j->n_slots; slot++)
-		if (j->z1[slot] && !j->seen[slot] &&
-		    conflicts_in_head(j->s->conflicts, j->z1[slot]))
-			j->keep[slot] = 1;
+	return changed;
 }
 
-static void reload_job_free(struct reload_job *j)
+static void rescan_job_free(struct rescan_job *j)
 {
-	for (size_t i = 0; i < j->n_changes; i++)
-		record_free(j->changes[i].rec);
-	free(j->changes);
-	free(j->present);
-	free(j->stamps);
-	free(j->seen);
-	for (size_t i = 0; j->z1 && i < j->n_slots; i++)
-		free(j->z1[i]);
-	free(j->z1);
-	free(j->keep);
+	for (size_t i = 0; i < j->n; i++)
+		vmdir_load_report_done(&j->parts[i].rep);
 	vmdir_load_report_done(&j->rep);
-	unmerged_set_done(&j->unmerged);
 	free(j);
 }
 
 static void reload_join(struct store *s, struct store_reload_wait *list);
 
-static bool record_same(const struct record *a, const struct record *b)
+/* Every kind that can rescan takes its snapshot; NULL when one cannot
+ * (nothing is then left taken). */
+static struct rescan_job *rescan_job_new(struct store *s, bool probe)
 {
-	if (!a || !b)
-		return a == b;
-	return a->json_len == b->json_len &&
-	       memcmp(a->json, b->json, a->json_len) == 0;
-}
+	struct rescan_job *j = calloc(1, sizeof(*j));
 
-/* Put a slot's new state (rec NULL: none) into the index; tell the
- * commit queue when it really changed. */
-static void reload_apply(struct store *s, size_t slot, struct record *rec,
-			 const struct vmdir_stamp *stamp, bool conflict_ended)
-{
-	const struct record *old = s->index.slots[slot];
-	bool same = record_same(old, rec);
+	if (!j)
+		return NULL;
+	j->s = s;
+	j->req.data = j;
+	j->probe = probe;
+	for (size_t i = 0; i < s->n_kinds; i++) {
+		struct store_kind *k = s->kinds[i];
+		struct rescan_part *p = &j->parts[j->n];
 
-	s->stamps[slot] = *stamp;
-	if (same) {
-		record_free(rec);
-		return;
+		if (!k->kind->rescan_begin)
+			continue;
+		p->k = k;
+		if (k->kind->rescan_begin(k, probe, &p->job) < 0) {
+			rescan_parts_end(j, -ECANCELED);
+			rescan_job_free(j);
+			return NULL;
+		}
+		j->n++;
 	}
-	if (old && !conflict_ended && s->on_replacing)
-		s->on_replacing(s->on_replacing_ctx, slot, old, rec);
-	if (rec) {
-		index_put(&s->index, rec);
-	} else {
-		struct coord c = index_coord(&s->index, slot);
-
-		index_remove(&s->index, &c);
-	}
-	if (s->on_applied)
-		s->on_applied(s->on_applied_ctx, slot, true);
+	return j;
 }
 
 static void reload_finish(struct store *s, int rc, const char *errmsg,
@@ -1293,8 +1126,11 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 		if (w->group) {
 			/* A group's items joined the batch together. */
 			struct store_group *g = w->group;
+			size_t last = g->n - 1;
 
-			held = g->items[g->n - 1].next;
+			while (!g->items[last]->payload)
+				last--; /* one joined: w */
+			held = g->items[last]->next;
 			group_start(s, g);
 			continue;
 		}
@@ -1318,125 +1154,36 @@ static void reload_finish(struct store *s, int rc, const char *errmsg,
 	}
 }
 
-static void probe_done(struct store *s, struct reload_job *j, int rc);
-
-/*
- * What a scan found about conflicts (conflicts_update; apply for a
- * reload): the slots newly conflicted get their held version written,
- * and every conflicted slot counts as seen (it keeps its acknowledged
- * version whatever its file holds). Returns whether a conflict ended;
- * with apply, *ended (n_slots entries) lists the slots and *held their
- * versions before the reload (malloc'd compact JSON or NULL each).
- */
-static bool scan_conflicts(struct store *s, struct reload_job *j, bool apply,
-			   size_t *ended, size_t *n_ended, char **held)
-{
-	struct conflicts *cf = s->conflicts;
-	size_t *fresh, n_fresh = 0, none = 0;
-	bool any;
-
-	*n_ended = 0;
-	if (!cf)
-		return false;
-	if (j->unmerged_rc < 0)
-		set_error(s, "listing git's unmerged files: %s",
-			  j->unmerged_err);
-	fresh = malloc(j->n_slots * sizeof(*fresh));
-	if (!fresh) {
-		set_error(s, "out of memory: conflicts not updated");
-		return false;
-	}
-	any = conflicts_update(cf, &j->unmerged, &j->rep, apply, fresh,
-			       &n_fresh, apply ? ended : fresh,
-			       apply ? n_ended : &none);
-	for (size_t i = 0; i < n_fresh; i++)
-		mark_dirty(s, fresh[i]);
-	for (size_t i = 0; i < cf->n; i++)
-		j->seen[cf->list[i].slot] = 1;
-	for (size_t i = 0; i < *n_ended; i++) {
-		const struct record *r = s->index.slots[ended[i]];
-
-		held[i] = r ? strdup(r->json) : NULL;
-	}
-	free(fresh);
-	if (n_fresh)
-		writer_kick(s, 0);
-	return any;
-}
-
-static bool in_list(const size_t *list, size_t n, size_t v)
-{
-	for (size_t i = 0; i < n; i++)
-		if (list[i] == v)
-			return true;
-	return false;
-}
+static void probe_done(struct store *s, struct rescan_job *j, int status);
 
 static void reload_after_cb(uv_work_t *req, int status)
 {
-	struct reload_job *j = req->data;
+	struct rescan_job *j = req->data;
 	struct store *s = j->s;
 	int rc = status < 0 ? status : j->rc;
-	static const struct vmdir_stamp none;
-	size_t *ended = NULL, n_ended = 0;
-	char **held = NULL;
 
 	s->reload_running = false;
-	if (s->on_report && rc == 0)
+	for (size_t i = 0; i < j->n; i++)
+		if (vmdir_load_report_merge(&j->rep, &j->parts[i].rep) < 0)
+			log_warn("out of memory: a reload's quarantined "
+				 "files are only in this log");
+	if (rc == 0 && s->on_report)
 		s->on_report(s->on_report_ctx, &j->rep);
 	if (j->probe) {
-		probe_done(s, j, rc);
+		probe_done(s, j, status);
 		return;
 	}
-	if (rc == 0 && s->conflicts) {
-		ended = malloc(j->n_slots * sizeof(*ended));
-		held = calloc(j->n_slots, sizeof(*held));
-		if (ended && held)
-			scan_conflicts(s, j, true, ended, &n_ended, held);
-		else
-			set_error(s, "out of memory: conflicts not updated");
+	rescan_parts_end(j, status);
+	writer_kick(s, 0); /* what a kind made pending meanwhile */
+	if (rc < 0) {
+		if (status < 0)
+			snprintf(j->errmsg, sizeof(j->errmsg),
+				 "the reload was cancelled");
+		set_error(s, "reloading the %s files: %s",
+			  j->failed ? j->failed : "record", j->errmsg);
 	}
-	if (rc == 0) {
-		for (size_t slot = 0; j->keep && slot < j->n_slots; slot++) {
-			if (!j->keep[slot])
-				continue;
-			struct coord c = index_coord(&s->index, slot);
-
-			conflicts_z1_restored(s->conflicts, &c);
-			j->seen[slot] = 1;
-			mark_dirty(s, slot); /* its file written again */
-			writer_kick(s, 0);
-		}
-		for (size_t i = 0; i < j->n_changes; i++) {
-			if (j->keep && j->keep[j->changes[i].slot])
-				continue;
-			reload_apply(s, j->changes[i].slot, j->changes[i].rec,
-				     &j->changes[i].stamp,
-				     in_list(ended, n_ended,
-					     j->changes[i].slot));
-			j->changes[i].rec = NULL;
-		}
-		for (size_t slot = 0; slot < j->n_slots; slot++)
-			if (j->present[slot] && !j->seen[slot])
-				reload_apply(s, slot, NULL, &none,
-					     in_list(ended, n_ended, slot));
-		/* A conflict that ended: what the file now says replaced
-		 * the acknowledged version (or kept it). */
-		for (size_t i = 0; i < n_ended; i++) {
-			struct coord c = index_coord(&s->index, ended[i]);
-
-			conflicts_ended(s->conflicts, &c, held[i],
-					s->index.slots[ended[i]]);
-		}
-	} else {
-		set_error(s, "reloading the decision files: %s", j->errmsg);
-	}
-	for (size_t i = 0; i < n_ended; i++)
-		free(held[i]);
-	free(held);
-	free(ended);
 	reload_finish(s, rc, j->errmsg, &j->rep);
-	reload_job_free(j);
+	rescan_job_free(j);
 	check_idle(s);
 }
 
@@ -1445,102 +1192,56 @@ static void probe_reload_done(struct store *s, void *arg, int rc,
 			      const struct vmdir_load_report *rep)
 {
 	(void)arg;
-	if (rc == -EAGAIN) /* git took the tree: look again when it is done */
+	if (rc == -EAGAIN && yielded(s)) /* look again once git is done */
 		s->probe_after_yield = true;
 	else if (rc < 0)
 		log_err("reloading after a change in the repository: %s",
 			errmsg);
 	else
-		log_info("reloaded the decision files after a change in the "
+		log_info("reloaded the files after a change in the "
 			 "repository (%zu quarantined)",
 			 rep ? rep->n_quarantined : 0);
 }
 
-/* A probe saw the files: reload if any differs from what we know (a
- * slot written meanwhile is ours, not a change). */
-static void probe_done(struct store *s, struct reload_job *j, int rc)
+/* A probe saw the files: reload if any kind says they differ from what
+ * it knows. */
+static void probe_done(struct store *s, struct rescan_job *j, int status)
 {
-	bool changed = false;
-	size_t none = 0;
+	bool changed;
 
 	s->probing = false;
-	if (rc == 0)
-		changed = scan_conflicts(s, j, false, NULL, &none, NULL);
-	for (size_t i = 0; rc == 0 && !changed && i < j->n_changes; i++)
-		changed = !s->dirty[j->changes[i].slot] &&
-			  !record_same(s->index.slots[j->changes[i].slot],
-				       j->changes[i].rec);
-	for (size_t slot = 0; rc == 0 && !changed && slot < j->n_slots; slot++)
-		changed = j->present[slot] && !j->seen[slot] &&
-			  s->index.slots[slot] && !s->dirty[slot];
-	if (rc < 0)
-		set_error(s, "checking the decision files: %s", j->errmsg);
-	reload_job_free(j);
-	if (changed && s->conflicts && s->conflicts->yield[0])
+	changed = rescan_parts_end(j, status);
+	writer_kick(s, 0); /* what a kind made pending meanwhile */
+	if (status < 0 || j->rc < 0)
+		set_error(s, "checking the %s files: %s",
+			  j->failed ? j->failed : "record",
+			  status < 0 ? "the check was cancelled" : j->errmsg);
+	rescan_job_free(j);
+	if (changed && yielded(s))
 		s->probe_after_yield = true; /* see store_resume */
 	else if (changed)
 		store_reload(s, probe_reload_done, NULL);
 	check_idle(s);
 }
 
-static struct reload_job *reload_job_new(struct store *s)
-{
-	struct reload_job *j = calloc(1, sizeof(*j));
-
-	if (j) {
-		j->s = s;
-		j->req.data = j;
-		j->n_slots = s->index.n_slots;
-		j->present = calloc(j->n_slots, 1);
-		j->seen = calloc(j->n_slots, 1);
-		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
-	}
-	if (j && (!j->present || !j->seen || !j->stamps)) {
-		reload_job_free(j);
-		j = NULL;
-	}
-	if (!j)
-		return NULL;
-	memcpy(j->stamps, s->stamps, j->n_slots * sizeof(*j->stamps));
-	for (size_t i = 0; i < j->n_slots; i++)
-		j->present[i] = s->index.slots[i] != NULL;
-	if (s->conflicts) {
-		j->z1 = calloc(j->n_slots, sizeof(*j->z1));
-		j->keep = calloc(j->n_slots, 1);
-		for (size_t i = 0; j->z1 && j->keep && i < j->n_slots;
-		     i += VMEM_MAX_Z) /* slot i is z=1 */
-			if (s->index.slots[i] && !conflicts_has(s->conflicts, i) &&
-			    !(j->z1[i] = strdup(s->index.slots[i]->json))) {
-				reload_job_free(j);
-				return NULL;
-			}
-		if (!j->z1 || !j->keep) {
-			reload_job_free(j);
-			return NULL;
-		}
-	}
-	return j;
-}
-
-/* Start a wanted probe once the writer has caught up (its stamps are
- * then current). */
+/* Start a wanted probe once the writer has caught up (the kinds then
+ * know what they wrote). While git has the tree the writer cannot catch
+ * up; a probe runs then all the same (what is pending is ours, not a
+ * change), so that the kinds see what git does (conflicts). */
 static void probe_step(struct store *s)
 {
-	struct reload_job *j;
+	struct rescan_job *j;
 
-	/* While git has the tree the writer cannot catch up; a probe still
-	 * runs then (dirty slots are ours, not changes), to see conflicts. */
 	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
-	    s->writer_busy ||
-	    (s->n_dirty && !(s->conflicts && s->conflicts->yield[0])))
+	    s->writer_busy || (store_unwritten(s) && !yielded(s)))
 		return;
-	j = reload_job_new(s);
+	j = rescan_job_new(s, true);
 	if (!j)
 		return; /* tried again at the next idle check */
-	j->probe = true;
-	if (uv_queue_work(s->loop, &j->req, reload_work_cb, reload_after_cb) <
+	if (uv_queue_work(s->loop, &j->req, rescan_work_cb, reload_after_cb) <
 	    0) {
-		reload_job_free(j);
+		rescan_parts_end(j, -ECANCELED);
+		rescan_job_free(j);
 		return;
 	}
 	s->probe_wanted = false;
@@ -1554,19 +1255,19 @@ void store_check_files(struct store *s)
 	probe_step(s);
 }
 
-/* Move a reload on: files written, log checkpointed, then the load. */
+/* Move a reload on: files written, log checkpointed, then the rescan. */
 static void reload_step(struct store *s)
 {
-	struct reload_job *j;
+	struct rescan_job *j;
 
 	if (!s->reloading || s->reload_running || s->closed)
 		return;
-	if (s->conflicts && s->conflicts->yield[0]) {
+	if (yielded(s)) {
 		/* Git took the tree before the files could be written. */
-		reload_finish(s, -EAGAIN, s->conflicts->yield, NULL);
+		reload_finish(s, -EAGAIN, yielded(s), NULL);
 		return;
 	}
-	if (s->wal_busy || s->writer_busy || s->n_dirty) {
+	if (s->wal_busy || s->writer_busy || store_unwritten(s)) {
 		writer_kick(s, 0);
 		return;
 	}
@@ -1576,14 +1277,15 @@ static void reload_step(struct store *s)
 	}
 	if (s->probing)
 		return; /* its after-callback moves us on */
-	j = reload_job_new(s);
+	j = rescan_job_new(s, false);
 	if (!j) {
 		reload_finish(s, -ENOMEM, "out of memory", NULL);
 		return;
 	}
-	if (uv_queue_work(s->loop, &j->req, reload_work_cb, reload_after_cb) <
+	if (uv_queue_work(s->loop, &j->req, rescan_work_cb, reload_after_cb) <
 	    0) {
-		reload_job_free(j);
+		rescan_parts_end(j, -ECANCELED);
+		rescan_job_free(j);
 		reload_finish(s, -EAGAIN, "cannot start the reload", NULL);
 		return;
 	}
@@ -1641,8 +1343,69 @@ void store_reload(struct store *s, store_reload_fn cb, void *arg)
 	*tail = w;
 }
 
-int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
-	       int max_x, struct conflicts *cf, const struct unmerged_set *u,
+/* ---- open, close ---- */
+
+/* Start-up: every kind materialises what the replay gave it, durably.
+ * *left: a kind left files to git's operation (KIND_LEFT), so the log
+ * must keep them. */
+static int materialise_replay(struct store *s, bool *left, char *errmsg,
+			      size_t errn)
+{
+	*left = false;
+	for (size_t i = 0; i < s->n_kinds; i++) {
+		struct store_kind *k = s->kinds[i];
+		void *snap;
+		int rc;
+
+		if (k->kind->pending(k) == 0)
+			continue;
+		rc = k->kind->snapshot(k, &snap);
+		if (rc < 0) {
+			errmsg_set(errmsg, errn, "out of memory");
+			return rc;
+		}
+		rc = k->kind->write(k, snap, true, errmsg, errn);
+		k->kind->written(k, snap, rc);
+		if (rc < 0)
+			return rc;
+		*left |= rc == KIND_LEFT;
+	}
+	return 0;
+}
+
+/* Register the kinds: their lock slots one after the other, then the
+ * shared key slots; log tags must differ. */
+static int add_kinds(struct store *s, struct store_kind *const *kinds, size_t n,
+		     size_t *n_slots, char *errmsg, size_t errn)
+{
+	size_t slots = 0;
+
+	if (n > STORE_MAX_KINDS) {
+		errmsg_set(errmsg, errn, "too many record kinds (%zu)", n);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		for (size_t j = 0; j < i; j++)
+			if (kinds[j]->kind->log_tag ==
+			    kinds[i]->kind->log_tag) {
+				errmsg_set(errmsg, errn,
+					   "kinds %s and %s share a log tag",
+					   kinds[j]->kind->name,
+					   kinds[i]->kind->name);
+				return -EINVAL;
+			}
+		kinds[i]->store = s;
+		kinds[i]->lock_base = slots;
+		slots += kinds[i]->n_lock_slots;
+		s->kinds[s->n_kinds++] = kinds[i];
+	}
+	s->key_base = slots;
+	*n_slots = slots + STORE_KEY_SLOTS;
+	return 0;
+}
+
+int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
+	       struct store_kind *const *kinds, size_t n_kinds,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	const struct wal_replay replay = {
@@ -1651,48 +1414,39 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 		.ctx = s,
 	};
 	struct wal_report wrep = {0};
-	struct writer_item *items = NULL;
-	size_t n = 0;
+	size_t n_slots = 0;
+	bool left;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
+	memset(rep, 0, sizeof(*rep));
 	s->loop = loop;
-	s->max_x = max_x;
-	s->conflicts = cf;
 	wal_init(&s->wal);
-	rc = index_init(&s->index, max_x);
-	if (rc == 0)
-		rc = locks_init(&s->locks, loop, s->index.n_slots);
-	if (rc == 0)
-		rc = vmdir_init(&s->dir, r->root, &r->state, max_x);
-	s->dir.file_mode = r->file_mode;
-	s->dir.dir_mode = r->dir_mode;
-	if (rc == 0 && cf) {
-		s->dir.interrupt = writer_interrupt;
-		s->dir.interrupt_ctx = cf;
-	}
-	s->dirty = calloc(s->index.n_slots, 1);
-	s->stamps = calloc(s->index.n_slots, sizeof(*s->stamps));
-	s->dirty_list = calloc(s->index.n_slots, sizeof(*s->dirty_list));
-	if (rc < 0 || !s->dirty || !s->dirty_list || !s->stamps) {
-		snprintf(errmsg, errn, "out of memory");
-		return -ENOMEM;
-	}
-	rc = lane_init(&s->wal_lane, loop);
-	if (rc < 0) {
-		snprintf(errmsg, errn, "cannot start the log thread: %s",
-			 uv_strerror(rc));
-		return rc;
-	}
+	/* First, so that store_close can always close them. */
 	uv_timer_init(loop, &s->writer_timer);
 	s->writer_timer.data = s;
 	uv_timer_init(loop, &s->ckpt_timer);
 	s->ckpt_timer.data = s;
+	rc = add_kinds(s, kinds, n_kinds, &n_slots, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	rc = locks_init(&s->locks, loop, n_slots);
+	if (rc < 0) {
+		errmsg_set(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	rc = lane_init(&s->wal_lane, loop);
+	if (rc < 0) {
+		errmsg_set(errmsg, errn, "cannot start the log thread: %s",
+			   uv_strerror(rc));
+		return rc;
+	}
 
 	/* The log first: its writes are newer than any file, and a file it
 	 * covers may be incomplete after a crash (vmdir.h), so they are
 	 * materialised before the files are loaded and judged. */
-	rc = wal_open(&s->wal, &r->state, "wal", &replay, &wrep, errmsg, errn);
+	rc = wal_open(&s->wal, dir, STORE_WAL_NAME, &replay, &wrep, errmsg,
+		      errn);
 	if (rc < 0)
 		return rc;
 	if (wrep.torn_bytes)
@@ -1700,63 +1454,36 @@ int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
 			  "cut a torn tail of %llu bytes off the write-ahead "
 			  "log",
 			  (unsigned long long)wrep.torn_bytes);
-	if (s->n_dirty > 0) {
-		char why[CONFLICTS_YIELD_LEN];
-
-		s->replayed = malloc(s->n_dirty * sizeof(*s->replayed));
-		if (!s->replayed) {
-			snprintf(errmsg, errn, "out of memory");
-			return -ENOMEM;
-		}
-		memcpy(s->replayed, s->dirty_list,
-		       s->n_dirty * sizeof(*s->replayed));
-		s->n_replayed = s->n_dirty;
-		if (cf && conflicts_yield_check(cf, why, sizeof(why))) {
-			/* Git has the tree: the log keeps these writes and
-			 * the writer makes their files once git is done. */
-			s->wal_end = s->wal.end;
-			goto load;
-		}
-		rc = writer_snapshot(s, &items, &n);
-		/* A file in conflict keeps its text: the log's version of it
-		 * is held instead (conflicts_start serves it). */
-		for (size_t i = 0; rc == 0 && i < n; i++)
-			items[i].held = cf && unmerged_find(u, &items[i].coord);
-		s->dir.progress = apply_progress_cb;
-		s->dir.progress_ctx = s;
-		if (rc == 0)
-			rc = writer_run(&s->dir, cf, items, n, true, false,
-					errmsg, errn);
-		s->dir.progress = NULL;
-		/* Git took the tree meanwhile: what it did not write waits,
-		 * in the log, for the writer. */
-		for (size_t i = 0; rc == 0 && i < n; i++) {
-			if (items[i].left) {
-				mark_dirty(s, index_slot(&s->index,
-							 &items[i].coord));
-				s->wal_end = s->wal.end;
-			}
-		}
-		writer_items_free(items, n);
-		if (rc < 0)
-			return rc;
-		if (s->wal_end)
-			goto load;
-	}
-	if (wrep.records > 0 || wrep.torn_bytes > 0) {
+	rc = materialise_replay(s, &left, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	if (left) {
+		/* Git has the tree: the log keeps the writes whose files
+		 * wait, and the writer makes them once git is done. */
+		s->wal_end = s->wal.end;
+	} else if (wrep.records > 0 || wrep.torn_bytes > 0) {
 		rc = wal_truncate(&s->wal);
 		if (rc < 0) {
-			snprintf(errmsg, errn,
-				 "cannot truncate the write-ahead log: %s",
-				 strerror(-rc));
+			errmsg_set(errmsg, errn,
+				   "cannot truncate the write-ahead log: %s",
+				   strerror(-rc));
 			return rc;
 		}
 	}
-load:
-	s->dir.progress = load_progress_cb;
-	rc = vmdir_scan(&s->dir, NULL, load_cb, s, u, rep, errmsg, errn);
-	s->dir.progress = NULL;
-	return rc;
+	for (size_t i = 0; i < s->n_kinds; i++) {
+		struct store_kind *k = s->kinds[i];
+		struct vmdir_load_report part = {0};
+
+		rc = k->kind->load(k, &part, errmsg, errn);
+		if (vmdir_load_report_merge(rep, &part) < 0 && rc == 0) {
+			errmsg_set(errmsg, errn, "out of memory");
+			rc = -ENOMEM;
+		}
+		vmdir_load_report_done(&part);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
 }
 
 void store_resume(struct store *s)
@@ -1794,14 +1521,5 @@ void store_close(struct store *s)
 	lane_close(&s->wal_lane);
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
-	free(s->replayed);
-	s->replayed = NULL;
 	wal_close(&s->wal);
-	vmdir_done(&s->dir);
-	index_done(&s->index);
-	free(s->dirty);
-	free(s->dirty_list);
-	free(s->stamps);
-	s->dirty = NULL;
-	s->dirty_list = NULL;
 }

@@ -1,17 +1,20 @@
 /*
- * The decision store: the index plus the path every write takes to become
- * durable. A write takes its coordinate's lock, is validated against the
- * current state (layer rules, occupancy, if_version), joins the batch
- * being filled for the write-ahead log, and is applied to the index and
- * acknowledged (done callback) only once that batch is fdatasynced. One
- * log job runs at a time, so every write arriving meanwhile shares the
- * next fdatasync (group commit). Applied writes mark their coordinate
- * dirty; a background writer materialises dirty coordinates as files
- * (coalescing repeated writes, without syncing), and checkpoints sync the
- * files and cut the log records they now hold from the log's head.
+ * The write path, for every kind of record (kind.h): a write takes its
+ * lock, is validated and prepared by its kind against the current state,
+ * joins the batch being filled for the write-ahead log, and is applied by
+ * its kind and acknowledged (done callback) only once that batch is
+ * fdatasynced. One log job runs at a time, so every write arriving
+ * meanwhile shares the next fdatasync (group commit). Applied writes
+ * leave their kind something to materialise; a background writer pass
+ * asks every kind for it (coalescing repeated writes, without syncing),
+ * and checkpoints have every kind sync what it wrote, then cut the log
+ * records the files now hold from the log's head.
  *
- * Loop thread only; blocking work runs on the libuv thread pool with its
- * data handed over whole.
+ * The store never names a kind: it loops over writes and over the kinds
+ * registered at store_open.
+ *
+ * Loop thread only; blocking work runs on the libuv thread pool (and the
+ * log's own lane) with its data handed over whole.
  */
 #ifndef VMEM_DAEMON_STORE_H
 #define VMEM_DAEMON_STORE_H
@@ -20,73 +23,90 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "conflicts.h"
-#include "index.h"
+#include "kind.h"
 #include "lane.h"
 #include "locks.h"
-#include "repo.h"
 #include "vmdir.h"
 #include "wal.h"
+
+/* Kinds one store serves at most. */
+#define STORE_MAX_KINDS 8
+/* Lock slots shared by the kinds that lock by key (kind.h). */
+#define STORE_KEY_SLOTS 4096
+/* The write-ahead log's name in the state directory. */
+#define STORE_WAL_NAME "wal"
 
 struct store;
 struct store_write;
 struct store_group;
 
 /*
+ * A kind's place in the store, embedded in the kind's state (which
+ * outlives the store). The kind's init fills kind and n_lock_slots.
+ */
+struct store_kind {
+	const struct kind *kind;
+	size_t n_lock_slots; /* its own lock slots (kind.h, kind_lock) */
+
+	/* Private to the store. */
+	struct store *store;
+	size_t lock_base; /* its first slot in the store's locks */
+};
+
+/*
  * Completion of a write: code 0 on success, else an RPC domain code
- * (errors.h) and a one-line message. The result fields of w are valid only
- * during the call; the callback may free w.
+ * (errors.h) and a one-line message. The result (in the kind's part of
+ * the write) is valid only during the call; the callback may free w.
  */
 typedef void (*store_done_fn)(struct store_write *w, int code, const char *msg);
 
+/*
+ * A write, embedded in the kind's own write struct (the request and the
+ * result: see the kind's header), which the caller owns until done().
+ */
 struct store_write {
-	/* Request, filled by the caller, who owns d's strings and context
-	 * and releases them after done(). For a store, d.content,
-	 * d.content_len, d.agent_id and d.issue_context are required; the
-	 * store sets d.coord, d.timestamp and d.version. */
-	struct coord coord;
-	bool is_delete;
-	struct decision d;
-	bool overwrite;
-	int64_t if_version; /* 0: no compare-and-set */
+	/* Request, filled by the caller. */
+	struct store_kind *kind;
 	uint64_t timeout_ms;
 	const void *owner; /* the writer, for leases (a connection) */
 	store_done_fn done;
 	void *data; /* for the caller */
 
-	/* Result, valid during done(). */
-	const struct record *stored; /* a store's new record */
-	bool existed;		     /* a delete found a decision */
+	/* The log bytes, set by the kind's prepare (kind.h). */
+	const void *payload;
+	size_t payload_len;
 
 	/* Private to the store. */
 	struct store *store;
-	struct store_group *group; /* the store_many it belongs to */
+	struct store_group *group; /* the group it belongs to */
 	struct lock_set lock;
 	size_t lock_slot;
+	struct kind_lock lk; /* what it locks, for messages */
+	bool has_lock;
 	struct store_write *next;
-	struct record *rec; /* the record a store will apply */
-	char *tombstone;    /* a delete's log payload */
 };
 
 /*
  * Completion of a group: code 0 when every item was stored (each item's
- * stored field is then valid during the call), else the RPC domain code
- * and message of the refusal, and the index of the item refused (SIZE_MAX
+ * result is then valid during the call), else the RPC domain code and
+ * message of the refusal, and the index of the item refused (SIZE_MAX
  * when the whole group failed, e.g. in the log).
  */
 typedef void (*store_group_fn)(struct store_group *g, int code, const char *msg,
 			       size_t failed);
 
 /*
- * Stores that succeed or fail together (decision.store_many): all their
- * coordinates are locked (in order), every item is validated, and only
+ * Writes that succeed or fail together (decision.store_many), of any
+ * kinds: all their locks are taken as one set (in order), every item is
+ * prepared in item order against the state before the group, and only
  * then are all logged in one batch; after a crash the log replays all of
- * them or none. Items are stores (not deletes) filled as for
- * store_submit, with distinct coordinates; their done and owner fields
- * are the store's.
+ * them or none. Items are filled as for store_submit; their done and
+ * owner fields are the group's. Items must not share a lock (each sees
+ * the state before the group, not the others' changes): the caller
+ * refuses such groups.
  */
 struct store_group {
-	struct store_write *items;
+	struct store_write **items;
 	size_t n;
 	const void *owner;
 	uint64_t timeout_ms;
@@ -110,7 +130,10 @@ typedef void (*store_reload_fn)(struct store *s, void *arg, int rc,
 				const char *errmsg,
 				const struct vmdir_load_report *rep);
 
-struct wal_batch;
+/* Told of every change a kind applied (a write, or a reload), during the
+ * call; not of the log's replay at start-up (each kind keeps what it
+ * replayed, for whoever starts commits). */
+typedef void (*store_change_fn)(void *ctx, const struct kind_change *ch);
 
 /*
  * A wait for the files (store_wait): done runs once, with 0 when its
@@ -134,12 +157,12 @@ struct store_reload_wait {
 
 struct store {
 	uv_loop_t *loop;
-	int max_x;
-	struct index index;
+	struct store_kind *kinds[STORE_MAX_KINDS]; /* registered, borrowed */
+	size_t n_kinds;
+	size_t key_base; /* the first of the STORE_KEY_SLOTS */
 	struct locks locks;
 	struct wal wal;
 	struct lane wal_lane; /* log jobs: never behind the thread pool */
-	struct vmdir dir;
 
 	/* Group commit: writes waiting for the next log job. */
 	struct store_write *filling_head, *filling_tail;
@@ -149,11 +172,7 @@ struct store {
 	uint64_t wal_end; /* log bytes, as of the last finished log job */
 	size_t in_flight; /* writes inside the running log job */
 
-	/* Materialisation of dirty coordinates. */
-	uint8_t *dirty;		    /* one flag per index slot */
-	struct vmdir_stamp *stamps; /* per slot: its file as we last saw it */
-	size_t *dirty_list;	    /* slots with the flag set */
-	size_t n_dirty;
+	/* The file writer: one pass (or a checkpoint's sync) at a time. */
 	bool writer_busy;
 	uv_timer_t writer_timer;
 	unsigned writer_retry_ms;
@@ -171,13 +190,8 @@ struct store {
 	char last_error[512];
 	uint64_t n_errors; /* failures so far (last_error is the newest) */
 
-	/* Told of every write applied to the index and of every slot a
-	 * reload changed (reloaded true); the slots the log replay changed
-	 * at start-up are listed in replayed instead. */
-	void (*on_applied)(void *ctx, size_t slot, bool reloaded);
-	void *on_applied_ctx;
-	size_t *replayed; /* slots changed by the replay (owned) */
-	size_t n_replayed;
+	store_change_fn on_change; /* NULL: nobody listens yet */
+	void *on_change_ctx;
 
 	/* A reload from the files (store_reload), and a probe for changes
 	 * made under us (store_check_files). */
@@ -190,22 +204,19 @@ struct store {
 	struct store_reload_wait *reload_next;	  /* came while it read */
 	uint64_t reloads_done;			  /* reloads finished */
 
-	/* A reload is about to put rec (NULL: none) where old was, for a
-	 * change under us that is no conflict's end (old is still in the
-	 * index during the call). */
-	void (*on_replacing)(void *ctx, size_t slot, const struct record *old,
-			     const struct record *rec);
-	void *on_replacing_ctx;
-
-	/* What a probe or a reload found (quarantined, conflicted files):
-	 * every report goes here, to be logged and shown in health. */
+	/* What a probe or a reload found (quarantined files, files in
+	 * conflict), every kind's: each report goes here, to be logged and
+	 * shown in health. NULL: nobody listens. */
 	void (*on_report)(void *ctx, const struct vmdir_load_report *rep);
 	void *on_report_ctx;
 
-	/* Git conflicts and operations (conflicts.h), or NULL: conflicted
-	 * coordinates refuse writes and are held, not written; while git
-	 * has the tree the writer writes nothing there and reloads wait. */
-	struct conflicts *conflicts;
+	/* Why git has the working tree now (an operation runs: conflicts.h),
+	 * or NULL; NULL hook: never. Meanwhile the kinds leave the files of
+	 * the tree alone (KIND_LEFT), the writer looks again every
+	 * WRITER_YIELD_MS (store.c), reloads are refused with -EAGAIN, and
+	 * probes run even with writes pending; store_resume ends it. */
+	const char *(*tree_yielded)(void *ctx);
+	void *tree_yielded_ctx;
 
 	/* A pending store_flush, and store_waits. */
 	store_idle_fn idle_cb;
@@ -215,21 +226,19 @@ struct store {
 };
 
 /*
- * Replay the write-ahead log onto the files and empty it, then load every
- * decision file (quarantining bad ones, see vmdir.h) into the index.
- * With cf, the files in conflict (unmerged, listed in u, or holding
- * markers) are neither written nor loaded: the replay keeps their
- * versions as held records and rep->conflicted lists them (for
- * conflicts_start). Blocking; called once at start-up. Returns 0 or
- * -errno with errmsg.
+ * Open the write-ahead log (STORE_WAL_NAME in the state directory dir,
+ * which must outlive the store) for the kinds given (at most
+ * STORE_MAX_KINDS, each initialised by its kind, borrowed until
+ * store_close): replay it through the kinds (a record of a kind not
+ * given stops the start), have every kind materialise what it replayed
+ * durably, empty the log, then have every kind load its state (what
+ * they quarantined goes into rep, which is zeroed first). Blocking;
+ * called once at start-up, before the loop runs. Returns 0 or -errno
+ * with errmsg; store_close releases what was set up either way.
  */
-int store_open(struct store *s, uv_loop_t *loop, const struct repo *r,
-	       int max_x, struct conflicts *cf, const struct unmerged_set *u,
+int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
+	       struct store_kind *const *kinds, size_t n_kinds,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
-
-/* Git gave the tree back (the yield ended): write what waits, and look
- * at the files. */
-void store_resume(struct store *s);
 
 /* Submit a write; w->done runs exactly once, never before this returns
  * for a write that has to wait for the log. */
@@ -249,56 +258,78 @@ bool store_cancel(struct store *s, struct store_write *w);
 void store_submit_group(struct store *s, struct store_group *g);
 
 /* Why a wait for the set's locks ended with status (see locks.h): an RPC
- * domain code and a message naming the coordinate. */
+ * domain code and a message naming what it waited for. */
 int store_lock_error(struct store *s, const struct lock_set *set, int status,
 		     char *msg, size_t n);
+
+/* The store's lock slot of one of the kind's own slots (for leases). */
+size_t store_kind_slot(const struct store_kind *k, size_t slot);
+
+/* For kinds: the server-assigned timestamp of a record being prepared,
+ * in microseconds since the epoch, strictly increasing across every
+ * kind (even when the clock steps back). */
+int64_t store_timestamp(struct store_kind *k);
+
+/* For kinds: report a change applied to their state (on_change). */
+void store_changed(struct store_kind *k, enum kind_change_type type,
+		   const void *detail);
+
+/* For kinds: have the files looked at (store_check_files) once the
+ * current step is over and the writer has caught up. */
+void store_probe_soon(struct store_kind *k);
 
 /* Call cb once no write is in flight, every applied write is in synced
  * files and the log is empty (used for a graceful stop). */
 void store_flush(struct store *s, store_idle_fn cb, void *arg);
 
 /*
- * Make the index what the files say (after a checkout, a pull, a reset):
- * new writes are held, every acknowledged write is written and
+ * Make every kind's state what the files say (after a checkout, a pull,
+ * a reset): new writes are held, every acknowledged write is written and
  * checkpointed (so the log can never bring it back over the new files),
- * then the files are loaded afresh on the thread pool and swapped in;
- * coordinates that changed are reported through on_applied, and the
- * writes held meanwhile are validated again against the new state. cb
- * runs once. Calls coalesce: a call made before a reload starts reading
- * the files shares that reload's result; a call made while it reads waits
- * for the next reload, which starts as soon as that one ends. Every cb of
- * one reload gets the same rep; reloads_done counts reloads, so a caller
- * can tell whether it saw this rep already.
- * -EAGAIN (through cb) while git has the working tree (a merge, a
- * rebase... in progress; the files are looked at again when it ends).
+ * then the kinds rescan their files on the thread pool and swap the
+ * result in, reporting what changed (KIND_RELOADED), and the writes held
+ * meanwhile are validated again against the new state. cb runs once.
+ * Calls coalesce: a call made before a reload starts reading the files
+ * shares that reload's result; a call made while it reads waits for the
+ * next reload, which starts as soon as that one ends. Every cb of one
+ * reload gets the same rep; reloads_done counts reloads, so a caller can
+ * tell whether it saw this rep already. -EAGAIN (through cb) while git
+ * has the working tree (tree_yielded; the files are looked at again
+ * when it ends).
  */
 void store_reload(struct store *s, store_reload_fn cb, void *arg);
 
+/* Git gave the tree back (tree_yielded ended): write what waits, and
+ * look at the files if a change was seen meanwhile. */
+void store_resume(struct store *s);
+
 /*
- * Files may have changed under us (a checkout, a pull): rescan them by
- * stamp without holding writes, and reload (store_reload) only if a file
- * differs from what we last saw or wrote. Cheap when nothing changed.
+ * Files may have changed under us (a checkout, a pull): have the kinds
+ * probe them without holding writes, and reload (store_reload) only if
+ * one says they differ from what it last saw or wrote. Cheap when
+ * nothing changed.
  */
 void store_check_files(struct store *s);
 
 /*
- * w->done(w, 0) once every write applied before this call is in its file
- * (a writer pass that started after the call has succeeded), or, with
- * w->idle, once the store is idle as for a stop (nothing in flight, every
- * file written and synced, the log empty). The files are written now
- * rather than after the coalescing delay, and with idle a checkpoint
- * starts now. done may run before this returns. Waits still pending when
- * the store closes get -ESHUTDOWN.
+ * w->done(w, 0) once every write applied before this call is
+ * materialised (a writer pass that started after the call has
+ * succeeded), or, with w->idle, once the store is idle as for a stop
+ * (nothing in flight, every file written and synced, the log empty). The
+ * files are written now rather than after the coalescing delay, and with
+ * idle a checkpoint starts now. done may run before this returns. Waits
+ * still pending when the store closes get -ESHUTDOWN.
  */
 void store_wait(struct store *s, struct store_wait *w);
 
 /* Forget a wait whose done has not run (its caller gave up). */
 void store_wait_cancel(struct store *s, struct store_wait *w);
 
-/* True when every applied write is in its file (synced or not). */
+/* True when every applied write of the committed kinds is in its file
+ * (synced or not): what a commit may take from the tree. */
 bool store_files_written(const struct store *s);
 
-/* Write the dirty files now rather than after the coalescing delay. */
+/* Run the file writer now rather than after the coalescing delay. */
 void store_write_files_now(struct store *s);
 
 /* True while a job of the store runs on another thread. */
@@ -307,11 +338,16 @@ bool store_jobs_running(const struct store *s);
 /* True while the log or the file writer is failing (and retrying). */
 bool store_failing(const struct store *s);
 
-/* Writes accepted but not yet in synced files. */
+/* Applied writes not yet handed to a writer pass, over all kinds. */
+size_t store_unwritten(const struct store *s);
+
+/* Writes accepted but not yet materialised: being logged, or applied
+ * and not yet handed to a writer pass. */
 size_t store_pending(const struct store *s);
 
 /* Release everything; waiting writes fail with UnavailableError. The
- * loop must run afterwards to close the store's handles. */
+ * loop must run afterwards to close the store's handles. The kinds'
+ * states are their owners' to release, after this. */
 void store_close(struct store *s);
 
 #endif

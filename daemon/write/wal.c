@@ -211,7 +211,8 @@ static bool all_zero(const unsigned char *p, size_t n)
 
 /* Replay the records of one complete batch, buf[from..to). */
 static int replay_batch(const unsigned char *buf, size_t from, size_t to,
-			const struct wal_replay *replay, struct wal_report *rep)
+			const struct wal_replay *replay, struct wal_report *rep,
+			char *why, size_t whyn)
 {
 	wal_replay_fn cb = replay ? replay->record : NULL;
 	size_t rl;
@@ -223,7 +224,7 @@ static int replay_batch(const unsigned char *buf, size_t from, size_t to,
 		if (cb) {
 			int ret = cb(replay->ctx,
 				     (const char *)buf + from + WAL_HDR,
-				     rl - WAL_HDR);
+				     rl - WAL_HDR, why, whyn);
 
 			if (ret < 0)
 				return ret;
@@ -245,6 +246,7 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 	uint64_t b, last = 0;
 	bool have_last = false, created = false, end, cut = false;
 	char tmp[WAL_NAME_MAX + 8];
+	char why[256];
 	int fd = -1, ret;
 
 	wal_init(w);
@@ -311,12 +313,15 @@ int wal_open(struct wal *w, const struct statedir *dir, const char *name,
 		off += rl;
 		if (!end)
 			continue;
-		ret = replay_batch(buf, batch_start, off, replay, rep);
+		why[0] = '\0';
+		ret = replay_batch(buf, batch_start, off, replay, rep, why,
+				   sizeof(why));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn,
 				   "%s/%s: replay stopped in the batch at "
-				   "offset %zu (%d)",
-				   dir->path, name, batch_start, ret);
+				   "offset %zu: %s",
+				   dir->path, name, batch_start,
+				   why[0] ? why : strerror(-ret));
 			goto out;
 		}
 		batch_start = off;

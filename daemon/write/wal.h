@@ -44,8 +44,10 @@ struct wal_report {
 	uint64_t torn_bytes; /* bytes cut off the tail */
 };
 
-/* Called for each valid record in log order; a negative return aborts. */
-typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len);
+/* Called for each valid record in log order; a negative return aborts,
+ * with a reason in errmsg (errn bytes; may be NULL). */
+typedef int (*wal_replay_fn)(void *ctx, const char *payload, size_t len,
+			     char *errmsg, size_t errn);
 
 /* Called before the replay of a non-empty log and then after every
  * WAL_PROGRESS_BYTES or so of it: bytes replayed so far out of the file's

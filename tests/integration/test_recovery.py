@@ -7,6 +7,7 @@ hand edit, and the documented outcome of each case (docs/reliability.md):
 | our temp files in .vector-memory, a wal.tmp         | removed            |
 | a torn log tail (truncated, or zeroed)              | cut, reported      |
 | a corrupt record followed by a later complete batch | refuses to start   |
+| a record of a kind this vmemd does not know         | refuses to start   |
 | a zero-byte, a truncated, a non-UTF-8 decision file | quarantined        |
 | a record at the wrong path, a stray name            | quarantined        |
 | a stale .git/index.lock                             | commits deferred   |
@@ -16,6 +17,7 @@ hand edit, and the documented outcome of each case (docs/reliability.md):
 degraded) and a line in the daemon's log. Nothing is ever lost silently.
 """
 
+import json
 import os
 import re
 import struct
@@ -44,6 +46,25 @@ def wal_records(data):
         recs.append((off, batch, length, bool(lenf & 0x80000000)))
         off += WAL_HDR + length
     return recs
+
+
+def crc32c(data, crc=0):
+    """CRC-32C (Castagnoli), as the log's records carry it."""
+    crc ^= 0xffffffff
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82f63b78 if crc & 1 else crc >> 1
+    return crc ^ 0xffffffff
+
+
+def wal_record(batch, payload, last=True):
+    """One valid record of the log (docs/architecture.md, section 4)."""
+    head = struct.pack("<QI", batch,
+                       len(payload) | (0x80000000 if last else 0))
+    crc = crc32c(payload, crc32c(head))
+    return struct.pack("<I", 0x32574d56) + head + struct.pack("<I", crc) \
+        + payload
 
 
 class Matrix(vt.VmemTestCase):
@@ -192,6 +213,36 @@ class Matrix(vt.VmemTestCase):
         # Nothing was cut or rewritten: the evidence stays for a human.
         self.assertEqual(self.read_wal(), bytes(data))
         self.assertFalse(self.repo.lock_held())
+
+    def test_record_of_an_unknown_kind_refused(self):
+        # A complete batch after the last one, of a kind a newer vmemd
+        # would write (its first byte names it): never skipped.
+        early, last, recs = self.crash_with_log()
+        off, batch, length, _ = recs[-1]
+        end = off + WAL_HDR + length
+        rec = wal_record(batch + 1, b'E{"context":"from a newer vmemd"}')
+        data = bytearray(self.read_wal())
+        data[end:end + len(rec)] = rec
+        with open(wal_path(self.repo), "wb") as f:
+            f.write(data)
+        d = self.daemon.spawn()
+        rc = d.wait()
+        self.assertEqual(rc, 1, d.stderr())
+        err = d.stderr()
+        self.assertIn(wal_path(self.repo), err)
+        self.assertIn("a record of a kind this vmemd does not know "
+                      "(first byte 0x45", err)
+        self.assertIn("refusing to start rather than drop it", err)
+        self.assertEqual(self.read_wal(), bytes(data))
+        self.assertFalse(self.repo.lock_held())
+        # A record of a kind we know at that place replays as usual.
+        rec = wal_record(batch + 1, json.dumps(
+            dict(last, version=2), separators=(",", ":")).encode())
+        data[end:] = rec + bytes(max(0, len(data) - end - len(rec)))
+        with open(wal_path(self.repo), "wb") as f:
+            f.write(data)
+        self.daemon.start()
+        self.assertEqual(self.connect().get(9, 1, 3)["version"], 2)
 
     # -- decision files
 

@@ -48,14 +48,15 @@ START_TEST(markers_sides)
 	static const char diff3[] = "a\n<<<<<<< ours\nO\n||||||| base\nB\n"
 				    "=======\nT\n>>>>>>> theirs\nz\n";
 	size_t n = 0;
-	char *o = markers_side(conflicted, strlen(conflicted), MARKERS_OURS,
-			       &n);
+	char *o =
+		markers_side(conflicted, strlen(conflicted), MARKERS_OURS, &n);
 	char *t = markers_side(conflicted, strlen(conflicted), MARKERS_THEIRS,
 			       &n);
 
-	ck_assert_str_eq(o, "{\n  \"content\": \"ours\",\n  \"version\": 1\n}\n");
-	ck_assert_str_eq(t,
-			 "{\n  \"content\": \"theirs\",\n  \"version\": 1\n}\n");
+	ck_assert_str_eq(o,
+			 "{\n  \"content\": \"ours\",\n  \"version\": 1\n}\n");
+	ck_assert_str_eq(
+		t, "{\n  \"content\": \"theirs\",\n  \"version\": 1\n}\n");
 	ck_assert_uint_eq(n, strlen(t));
 	free(o);
 	free(t);
@@ -67,8 +68,8 @@ START_TEST(markers_sides)
 	free(t);
 	/* unbalanced blocks are refused */
 	errno = 0;
-	ck_assert_ptr_null(markers_side("<<<<<<< a\nx\n", 12, MARKERS_OURS,
-					&n));
+	ck_assert_ptr_null(
+		markers_side("<<<<<<< a\nx\n", 12, MARKERS_OURS, &n));
 	ck_assert_int_eq(errno, EINVAL);
 	ck_assert_ptr_null(markers_side("=======\nx\n", 10, MARKERS_OURS, &n));
 	ck_assert_ptr_null(
@@ -91,9 +92,9 @@ START_TEST(record_round_trip)
 	struct coord c = {7, 2, 1};
 	char msg[VMEM_ERRMSG_LEN], name[CONFLICT_NAME_MAX];
 	size_t len = 0;
-	char *text = conflict_record_text(CONFLICT_KIND_DRIVER, &c,
-					  1767225600000003, "first writer",
-					  kept, lost, &len);
+	char *text =
+		conflict_record_text(CONFLICT_KIND_DRIVER, &c, 1767225600000003,
+				     "first writer", kept, lost, &len);
 	json_t *rec;
 
 	ck_assert_ptr_nonnull(text);
@@ -105,9 +106,8 @@ START_TEST(record_round_trip)
 			 "merge-driver");
 	ck_assert_str_eq(json_string_value(json_object_get(rec, "path")),
 			 ".vector-memory/x-007/y-2-z-1.json");
-	ck_assert_str_eq(
-		json_string_value(json_object_get(rec, "recorded_at")),
-		"2026-01-01T00:00:00.000003Z");
+	ck_assert_str_eq(json_string_value(json_object_get(rec, "recorded_at")),
+			 "2026-01-01T00:00:00.000003Z");
 	ck_assert_str_eq(json_string_value(json_object_get(
 				 json_object_get(rec, "lost"), "content")),
 			 "second");
@@ -126,10 +126,10 @@ START_TEST(record_round_trip)
 			 0);
 	ck_assert_str_eq(name, "held-x-007-y-2-z-1.json");
 	conflict_record_name(CONFLICT_KIND_RESOLVE, &c, 5, name, sizeof(name));
-	ck_assert_str_eq(name, "0000000000000005-resolution-x-007-y-2-z-1.json");
-	ck_assert_int_eq(conflict_record_name(CONFLICT_KIND_HELD, &c, 0, name,
-					      8),
-			 -1);
+	ck_assert_str_eq(name,
+			 "0000000000000005-resolution-x-007-y-2-z-1.json");
+	ck_assert_int_eq(
+		conflict_record_name(CONFLICT_KIND_HELD, &c, 0, name, 8), -1);
 }
 END_TEST
 
@@ -141,11 +141,11 @@ START_TEST(record_refused)
 	char *text;
 
 	ck_assert_ptr_null(conflict_record_parse("[]", 2, 1000, msg));
-	ck_assert_ptr_null(conflict_record_parse("{\"kind\":\"x\"}", 12, 1000,
-						 msg));
+	ck_assert_ptr_null(
+		conflict_record_parse("{\"kind\":\"x\"}", 12, 1000, msg));
 	/* a side of another coordinate */
-	text = conflict_record_text(CONFLICT_KIND_RESOLVE, &other, 1, "r",
-				    kept, NULL, &len);
+	text = conflict_record_text(CONFLICT_KIND_RESOLVE, &other, 1, "r", kept,
+				    NULL, &len);
 	ck_assert_ptr_nonnull(text);
 	ck_assert_ptr_null(conflict_record_parse(text, len, 1000, msg));
 	free(text);
@@ -251,7 +251,8 @@ START_TEST(unmerged_entries)
 
 	make_tmp();
 	snprintf(gitdir, sizeof(gitdir), "%s/.git", tmpl);
-	sh(tmpl, "git init -q -b main && git config user.name u && "
+	sh(tmpl,
+	   "git init -q -b main && git config user.name u && "
 	   "git config user.email u@x && mkdir -p .vector-memory/x-007 && "
 	   "echo base > .vector-memory/x-007/y-2-z-2.json && "
 	   "echo base > notes.txt && git add -A && git commit -qm base && "
@@ -262,9 +263,9 @@ START_TEST(unmerged_entries)
 	   "echo main > .vector-memory/x-007/y-2-z-2.json && "
 	   "echo main > notes.txt && git commit -qam main && "
 	   "(git merge -q side >/dev/null 2>&1; true)");
-	ck_assert_int_eq(unmerged_list(tmpl, gitdir, 1000, &u, errmsg,
-				       sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		unmerged_list(tmpl, gitdir, 1000, &u, errmsg, sizeof(errmsg)),
+		0);
 	ck_assert_uint_eq(u.n, 1);
 	e = unmerged_find(&u, &(struct coord){7, 2, 2});
 	ck_assert_ptr_nonnull(e);
@@ -284,9 +285,9 @@ START_TEST(unmerged_entries)
 					true, errmsg, sizeof(errmsg)),
 			 0);
 	unmerged_set_done(&u);
-	ck_assert_int_eq(unmerged_list(tmpl, gitdir, 1000, &u, errmsg,
-				       sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		unmerged_list(tmpl, gitdir, 1000, &u, errmsg, sizeof(errmsg)),
+		0);
 	ck_assert_uint_eq(u.n, 0);
 	unmerged_set_done(&u);
 	/* a split index reads alike */
@@ -296,9 +297,9 @@ START_TEST(unmerged_entries)
 		 "git commit -qam other && "
 		 "(git merge -q main >/dev/null 2>&1; true) && "
 		 "ls .git/sharedindex.* >/dev/null");
-	ck_assert_int_eq(unmerged_list(tmpl, gitdir, 1000, &u, errmsg,
-				       sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		unmerged_list(tmpl, gitdir, 1000, &u, errmsg, sizeof(errmsg)),
+		0);
 	ck_assert_uint_eq(u.n, 1);
 	ck_assert_uint_eq(u.e[0].stages, 0xe);
 	unmerged_set_done(&u);
@@ -308,8 +309,8 @@ START_TEST(unmerged_entries)
 	/* index.lock held: -EBUSY (git takes it only to change something) */
 	sh(tmpl, "echo changed > notes.txt");
 	touch(gitdir, "index.lock");
-	ck_assert_int_eq(unmerged_stage(tmpl, gitdir, "notes.txt", true,
-					errmsg, sizeof(errmsg)),
+	ck_assert_int_eq(unmerged_stage(tmpl, gitdir, "notes.txt", true, errmsg,
+					sizeof(errmsg)),
 			 -EBUSY);
 	rm_tmp();
 }
@@ -332,9 +333,8 @@ START_TEST(records_on_disk)
 
 	make_tmp();
 	/* tmpl plays the git directory: the state directory is tmpl/vmem */
-	ck_assert_int_eq(statedir_init(&sd, tmpl, NULL, 0, errmsg,
-				       sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		statedir_init(&sd, tmpl, NULL, 0, errmsg, sizeof(errmsg)), 0);
 	/* no directory yet: nothing, and reads say so */
 	ck_assert_int_eq(records_list(&sd, 1000, 10, &list, &total, errmsg,
 				      sizeof(errmsg)),
@@ -347,8 +347,8 @@ START_TEST(records_on_disk)
 	ck_assert_int_eq(records_write(&sd, "held-x-007-y-2-z-1.json", "{}\n",
 				       3, errmsg, sizeof(errmsg)),
 			 0);
-	ck_assert_int_eq(records_write(&sd, "0001-resolution-x.json", "{}\n",
-				       3, errmsg, sizeof(errmsg)),
+	ck_assert_int_eq(records_write(&sd, "0001-resolution-x.json", "{}\n", 3,
+				       errmsg, sizeof(errmsg)),
 			 0);
 	ck_assert_int_eq(records_read(&sd, "held-x-007-y-2-z-1.json", &text,
 				      &len, errmsg, sizeof(errmsg)),
@@ -367,7 +367,8 @@ START_TEST(records_on_disk)
 	ck_assert_str_eq(json_string_value(json_object_get(
 				 json_array_get(list, 0), "file")),
 			 "held-x-007-y-2-z-1.json");
-	ck_assert_ptr_nonnull(json_object_get(json_array_get(list, 0), "error"));
+	ck_assert_ptr_nonnull(
+		json_object_get(json_array_get(list, 0), "error"));
 	json_decref(list);
 	ck_assert_int_eq(records_remove(&sd, "held-x-007-y-2-z-1.json", errmsg,
 					sizeof(errmsg)),
@@ -378,9 +379,9 @@ START_TEST(records_on_disk)
 	/* a directory writable by others is refused */
 	snprintf(dir, sizeof(dir), "%s/vmem/conflicts", tmpl);
 	ck_assert_int_eq(chmod(dir, 0777), 0);
-	ck_assert_int_eq(records_write(&sd, "x.json", "{}", 2, errmsg,
-				       sizeof(errmsg)),
-			 -EPERM);
+	ck_assert_int_eq(
+		records_write(&sd, "x.json", "{}", 2, errmsg, sizeof(errmsg)),
+		-EPERM);
 	ck_assert_ptr_nonnull(strstr(errmsg, "writable by group or other"));
 	statedir_done(&sd);
 	rm_tmp();

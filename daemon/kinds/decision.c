@@ -1,0 +1,928 @@
+/*
+ * Decisions as a record kind (see decision.h; the table's contract is in
+ * kind.h).
+ *
+ * Invariants: the index holds only what the log made durable; a slot is
+ * dirty from its write's apply until a writer pass snapshots it (a
+ * failed pass makes it dirty again unless a newer write did); stamps[slot]
+ * is the file as we last wrote or loaded it, so a rescan reads only the
+ * files someone else changed.
+ */
+#include "decision.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "errmsg.h"
+#include "progress.h"
+#include "protocol/errors.h"
+
+static struct decisions *of(struct store_kind *k)
+{
+	return KIND_CONTAINER(k, struct decisions, sk);
+}
+
+static struct decision_write *decision_write_of(struct store_write *w)
+{
+	return KIND_CONTAINER(w, struct decision_write, w);
+}
+
+size_t decisions_lock_slot(const struct decisions *ds, const struct coord *c)
+{
+	return store_kind_slot(&ds->sk, index_slot(&ds->index, c));
+}
+
+static void mark_dirty(struct decisions *ds, size_t slot)
+{
+	if (ds->dirty[slot])
+		return;
+	ds->dirty[slot] = 1;
+	ds->dirty_list[ds->n_dirty++] = slot;
+}
+
+/* Tell the daemon (commit queue, subscribers) about a slot's change. */
+static void report(struct decisions *ds, size_t slot,
+		   enum kind_change_type type)
+{
+	struct decision_change ch = {slot, index_coord(&ds->index, slot),
+				     ds->index.slots[slot]};
+
+	store_changed(&ds->sk, type, &ch);
+}
+
+/* ---- a write ---- */
+
+static int lock(struct store_kind *k, const struct store_write *w,
+		struct kind_lock *out)
+{
+	const struct decision_write *dw =
+		KIND_CONTAINER(w, struct decision_write, w);
+
+	out->slot = index_slot(&of(k)->index, &dw->coord);
+	out->key = NULL;
+	out->key_len = 0;
+	return 1;
+}
+
+static void slot_name(struct store_kind *k, size_t slot, char *buf, size_t n)
+{
+	struct coord c = index_coord(&of(k)->index, slot);
+
+	snprintf(buf, n, "(%d, %d, %d)", c.x, c.y, c.z);
+}
+
+/*
+ * The decision rules, against the current index with the coordinate's
+ * lock held: layer z=1 write-once, if_version, occupancy. A store gets
+ * its version and timestamp and is serialised once (its compact JSON is
+ * both the log payload and what the index keeps); a delete becomes the
+ * tombstone payload.
+ */
+static int prepare(struct store_kind *k, struct store_write *w, char *msg,
+		   size_t n)
+{
+	struct decisions *ds = of(k);
+	struct decision_write *dw = decision_write_of(w);
+	const struct record *cur = index_get(&ds->index, &dw->coord);
+	int x = dw->coord.x, y = dw->coord.y, z = dw->coord.z;
+
+	dw->stored = NULL;
+	dw->existed = false;
+	if (ds->conflicts) {
+		int rc = conflicts_refuse(
+			ds->conflicts, index_slot(&ds->index, &dw->coord),
+			&dw->coord, cur != NULL, dw->is_delete, msg, n);
+
+		if (rc)
+			return rc;
+	}
+	if (z == 1 && (cur || dw->is_delete)) {
+		/* "Cannot modify decision" and "immutable": the seed's
+		 * words, which its users match on. */
+		snprintf(msg, n,
+			 dw->is_delete
+				 ? "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once), it cannot be deleted"
+				 : "Cannot modify decision at (%d, %d, %d): "
+				   "layer z=1 (Architecture) is immutable "
+				   "(write-once) and already holds a decision",
+			 x, y, z);
+		return RPC_IMMUTABLE_LAYER;
+	}
+	if (dw->if_version > 0 && (!cur || cur->version != dw->if_version)) {
+		if (cur)
+			snprintf(msg, n,
+				 "if_version %lld does not match version "
+				 "%lld at (%d, %d, %d)",
+				 (long long)dw->if_version,
+				 (long long)cur->version, x, y, z);
+		else
+			snprintf(msg, n,
+				 "if_version %lld given but (%d, %d, %d) is "
+				 "empty",
+				 (long long)dw->if_version, x, y, z);
+		return RPC_CONCURRENCY;
+	}
+	if (dw->is_delete) {
+		if (!cur)
+			return KIND_NOOP;
+		if (asprintf(&dw->tombstone,
+			     "{\"deleted\":{\"x\":%d,\"y\":%d,\"z\":%d}}", x, y,
+			     z) < 0) {
+			dw->tombstone = NULL;
+			snprintf(msg, n, "out of memory");
+			return RPC_INTERNAL_ERROR;
+		}
+		w->payload = dw->tombstone;
+		w->payload_len = strlen(dw->tombstone);
+		return KIND_LOG;
+	}
+	if (cur && !dw->overwrite && dw->if_version == 0) {
+		snprintf(msg, n,
+			 "(%d, %d, %d) already holds version %lld; pass "
+			 "overwrite or if_version to replace it",
+			 x, y, z, (long long)cur->version);
+		return RPC_COORDINATE_OCCUPIED;
+	}
+	dw->d.coord = dw->coord;
+	dw->d.version = cur ? cur->version + 1 : 1;
+	timestamp_format(store_timestamp(k), dw->d.timestamp);
+	dw->rec = record_new(&dw->d);
+	if (!dw->rec) {
+		snprintf(msg, n, "out of memory");
+		return RPC_INTERNAL_ERROR;
+	}
+	w->payload = dw->rec->json;
+	w->payload_len = dw->rec->json_len;
+	return KIND_LOG;
+}
+
+static void unprepare(struct store_kind *k, struct store_write *w)
+{
+	struct decision_write *dw = decision_write_of(w);
+
+	(void)k;
+	record_free(dw->rec);
+	dw->rec = NULL;
+	free(dw->tombstone);
+	dw->tombstone = NULL;
+}
+
+static void apply(struct store_kind *k, struct store_write *w)
+{
+	struct decisions *ds = of(k);
+	struct decision_write *dw = decision_write_of(w);
+	size_t slot = index_slot(&ds->index, &dw->coord);
+
+	if (dw->is_delete) {
+		dw->existed = index_remove(&ds->index, &dw->coord) == 1;
+		free(dw->tombstone);
+		dw->tombstone = NULL;
+	} else {
+		index_put(&ds->index, dw->rec);
+		dw->stored = dw->rec;
+		dw->rec = NULL;
+	}
+	mark_dirty(ds, slot);
+	report(ds, slot, dw->is_delete ? KIND_DELETED : KIND_STORED);
+}
+
+/* ---- start-up ---- */
+
+/* Replayed slots are remembered (once each) for the first commit. */
+static void mark_replayed(struct decisions *ds, size_t slot)
+{
+	if (!ds->dirty[slot])
+		ds->replayed[ds->n_replayed++] = slot;
+	mark_dirty(ds, slot);
+}
+
+/* A log payload: a record, or a {"deleted": coordinate}. */
+static int replay(struct store_kind *k, const char *payload, size_t len,
+		  char *msg, size_t n)
+{
+	struct decisions *ds = of(k);
+	struct decision d;
+	struct coord c;
+	struct record *r;
+	char why[VMEM_ERRMSG_LEN];
+	json_t *doc = json_loadb(payload, len, JSON_REJECT_DUPLICATES, NULL);
+	json_t *del = doc ? json_object_get(doc, "deleted") : NULL;
+	int rc;
+
+	if (!ds->replayed) {
+		ds->replayed =
+			malloc(ds->index.n_slots * sizeof(*ds->replayed));
+		if (!ds->replayed) {
+			json_decref(doc);
+			errmsg_set(msg, n, "out of memory");
+			return -ENOMEM;
+		}
+	}
+	if (del) {
+		rc = coord_from_json(del, ds->max_x, &c, why);
+		json_decref(doc);
+		if (rc != 0) {
+			errmsg_set(msg, n, "a decision's deletion: %s", why);
+			return -EBADMSG;
+		}
+		index_remove(&ds->index, &c);
+		mark_replayed(ds, index_slot(&ds->index, &c));
+		return 0;
+	}
+	json_decref(doc);
+	if (decision_parse(payload, len, ds->max_x, &d, why) != 0) {
+		errmsg_set(msg, n, "a decision: %s", why);
+		return -EBADMSG;
+	}
+	r = record_new(&d);
+	decision_done(&d);
+	if (!r) {
+		errmsg_set(msg, n, "out of memory");
+		return -ENOMEM;
+	}
+	index_put(&ds->index, r);
+	mark_replayed(ds, index_slot(&ds->index, &r->coord));
+	return 0;
+}
+
+/* Start-up load: each decision into the index, with its file's stamp. */
+static int load_cb(void *ctx, struct decision *d,
+		   const struct vmdir_stamp *stamp)
+{
+	struct decisions *ds = ctx;
+	struct record *r;
+
+	/* The log's version, still to be written (git had the tree). */
+	if (ds->dirty[index_slot(&ds->index, &d->coord)]) {
+		decision_done(d);
+		return 0;
+	}
+	r = record_new(d);
+	if (!r)
+		return -ENOMEM;
+	decision_done(d);
+	ds->stamps[index_slot(&ds->index, &r->coord)] = *stamp;
+	index_put(&ds->index, r);
+	return 0;
+}
+
+/* Start-up progress (progress.h) of the replay's files... */
+static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			      uint64_t files)
+{
+	(void)ctx;
+	(void)files;
+	if (progress_due())
+		progress_say("writing the replayed decisions to their files: "
+			     "%llu of %llu",
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+/* ... and of the load. */
+static void load_progress_cb(void *ctx, uint64_t done, uint64_t total,
+			     uint64_t files)
+{
+	(void)ctx;
+	if (progress_due())
+		progress_say("loading the decision files: %llu loaded, %llu of "
+			     "%llu entries of " VMDIR_DIRNAME,
+			     (unsigned long long)files,
+			     (unsigned long long)done,
+			     (unsigned long long)total);
+}
+
+/* The last step of the start: after it, the files are written on the
+ * thread pool only, where progress is not reported (vmdir.h). */
+static int load(struct store_kind *k, struct vmdir_load_report *rep,
+		char *errmsg, size_t n)
+{
+	struct decisions *ds = of(k);
+	int rc;
+
+	ds->dir.progress = load_progress_cb;
+	rc = vmdir_scan(&ds->dir, NULL, load_cb, ds, ds->unmerged, rep, errmsg,
+			n);
+	ds->dir.progress = NULL;
+	ds->unmerged = NULL; /* the start-up is over */
+	return rc;
+}
+
+/* ---- materialisation ---- */
+
+/* One coordinate handed to the file writer: its compact JSON, or a
+ * deletion when json is NULL. */
+struct writer_item {
+	struct coord coord;
+	char *json;
+	size_t json_len;
+	char *file; /* filled by the worker */
+	size_t file_len;
+	struct vmdir_stamp stamp;  /* of the file written (worker) */
+	struct vmdir_stamp expect; /* of the file as we last saw it */
+	bool held;		   /* conflicted: held, its file left alone */
+	bool left;		   /* not written: git has the tree (worker) */
+	bool conflicted; /* its file turned out to be in conflict (worker) */
+	bool superseded; /* z=1 first written by someone else (worker) */
+};
+
+struct snapshot {
+	struct writer_item *items;
+	size_t n;
+	char yield[CONFLICTS_YIELD_LEN]; /* git had the tree (worker) */
+};
+
+static void snapshot_free(struct snapshot *sn)
+{
+	for (size_t i = 0; i < sn->n; i++) {
+		free(sn->items[i].json);
+		free(sn->items[i].file);
+	}
+	free(sn->items);
+	free(sn);
+}
+
+static size_t pending(const struct store_kind *k)
+{
+	return KIND_CONTAINER(k, struct decisions, sk)->n_dirty;
+}
+
+/* The dirty coordinates' current state, clearing their flags. */
+static int snapshot(struct store_kind *k, void **out)
+{
+	struct decisions *ds = of(k);
+	struct snapshot *sn = calloc(1, sizeof(*sn));
+	size_t n = ds->n_dirty;
+
+	if (!sn)
+		return -ENOMEM;
+	sn->items = calloc(n ? n : 1, sizeof(*sn->items));
+	if (!sn->items) {
+		free(sn);
+		return -ENOMEM;
+	}
+	sn->n = n;
+	for (size_t i = 0; i < n; i++) {
+		size_t slot = ds->dirty_list[i];
+		const struct record *r = ds->index.slots[slot];
+
+		sn->items[i].coord = index_coord(&ds->index, slot);
+		sn->items[i].expect = ds->stamps[slot];
+		sn->items[i].held =
+			conflicts_has(ds->conflicts, slot) ||
+			(ds->unmerged &&
+			 unmerged_find(ds->unmerged, &sn->items[i].coord));
+		if (!r)
+			continue;
+		sn->items[i].json = strdup(r->json);
+		sn->items[i].json_len = r->json_len;
+		if (!sn->items[i].json) {
+			snapshot_free(sn);
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		ds->dirty[ds->dirty_list[i]] = 0;
+	ds->n_dirty = 0;
+	*out = sn;
+	return 0;
+}
+
+/*
+ * Blocking: render the file text of each item (re-indenting the cached
+ * compact record, no parsing) and write the files (durably with sync,
+ * see vmdir_apply). Conflicted items, and those whose file turns out to
+ * hold conflict markers, are kept as held versions (conflicts_hold)
+ * instead; while git has the tree (checked first, then between files)
+ * no file is written and the items are left (KIND_LEFT).
+ */
+static int write_files(struct store_kind *k, void *snap, bool sync,
+		       char *errmsg, size_t errn)
+{
+	struct decisions *ds = of(k);
+	struct conflicts *cf = ds->conflicts;
+	struct snapshot *sn = snap;
+	struct writer_item *items = sn->items;
+	struct vmdir_op *ops = calloc(sn->n ? sn->n : 1, sizeof(*ops));
+	size_t *op_of = calloc(sn->n ? sn->n : 1, sizeof(*op_of)), n_ops = 0;
+	bool yield =
+		cf && conflicts_yield_check(cf, sn->yield, sizeof(sn->yield));
+	bool left = false;
+	int rc = 0;
+
+	if (!ops || !op_of) {
+		errmsg_set(errmsg, errn, "out of memory");
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < sn->n; i++) {
+		struct vmdir_op *op = &ops[n_ops];
+
+		if (items[i].held || yield) {
+			items[i].left = !items[i].held;
+			continue;
+		}
+		op_of[n_ops++] = i;
+		op->coord = items[i].coord;
+		op->guard = cf != NULL;
+		op->expect = items[i].expect;
+		if (!items[i].json)
+			continue;
+		items[i].file = decision_file_from_compact(
+			items[i].json, items[i].json_len, &items[i].file_len);
+		if (!items[i].file) {
+			errmsg_set(errmsg, errn, "out of memory");
+			rc = -ENOMEM;
+			goto out;
+		}
+		op->text = items[i].file;
+		op->len = items[i].file_len;
+	}
+	if (n_ops) /* (nothing to create while git has the tree) */
+		rc = vmdir_apply(&ds->dir, ops, n_ops, sync, errmsg, errn);
+	for (size_t i = 0; rc == 0 && i < n_ops; i++) {
+		struct writer_item *it = &items[op_of[i]];
+
+		it->stamp = ops[i].stamp;
+		it->conflicted = it->held = ops[i].skipped;
+		it->left = ops[i].interrupted;
+		it->superseded = ops[i].superseded;
+	}
+	for (size_t i = 0; rc == 0 && i < sn->n; i++) {
+		left |= items[i].left;
+		if (items[i].held)
+			rc = conflicts_hold(cf, &items[i].coord, items[i].json,
+					    errmsg, errn);
+	}
+	/* Interrupted on the way: say why. */
+	if (rc == 0 && left && !sn->yield[0])
+		conflicts_yield_check(cf, sn->yield, sizeof(sn->yield));
+out:
+	free(ops);
+	free(op_of);
+	return rc < 0 ? rc : left ? KIND_LEFT : 0;
+}
+
+static void written(struct store_kind *k, void *snap, int rc)
+{
+	struct decisions *ds = of(k);
+	struct snapshot *sn = snap;
+	bool probe = false;
+
+	for (size_t i = 0; i < sn->n; i++) {
+		const struct writer_item *it = &sn->items[i];
+		size_t slot = index_slot(&ds->index, &it->coord);
+
+		if (rc < 0 || it->left) {
+			/* (unless a newer write did) failed, or git had the
+			 * tree: the next pass writes it */
+			mark_dirty(ds, slot);
+		} else if (it->conflicted) {
+			/* its held version is written: a conflict now */
+			conflicts_markers_found(ds->conflicts, slot);
+		} else if (it->superseded) {
+			/* the first writer's z=1 came with git: a look at
+			 * the files takes it (ours is kept in a record, see
+			 * on_replacing) */
+			probe = true;
+		} else if (!it->held && !ds->dirty[slot]) {
+			/* What we wrote is what a rescan will find, unless
+			 * a newer write is already on its way. */
+			ds->stamps[slot] = it->stamp;
+		}
+	}
+	if (rc >= 0 && ds->conflicts)
+		conflicts_set_yield(ds->conflicts, sn->yield);
+	if (probe)
+		store_probe_soon(k);
+	snapshot_free(sn);
+}
+
+static int sync_files(struct store_kind *k, char *errmsg, size_t n)
+{
+	return vmdir_sync(&of(k)->dir, errmsg, n);
+}
+
+/* ---- reload ---- */
+
+/* A change a rescan found: the slot's new record (NULL: none). */
+struct reload_change {
+	size_t slot;
+	struct record *rec;
+	struct vmdir_stamp stamp;
+};
+
+/* Handed over whole: snapshots of what the loop knows, and the changes
+ * the worker found. */
+struct rescan_job {
+	const struct decisions *ds; /* index_slot, dir, conflicts' paths in
+				       the worker */
+	size_t n_slots;
+	uint8_t *present;	    /* per slot: the index holds a decision */
+	struct vmdir_stamp *stamps; /* per slot: as last seen */
+	uint8_t *seen;		    /* per slot: found on disk (worker) */
+	struct reload_change *changes;
+	size_t n_changes, cap_changes;
+	/* With conflicts: */
+	struct unmerged_set unmerged; /* git's unmerged files (worker) */
+	int unmerged_rc;
+	char unmerged_err[256];
+	char **z1;     /* per slot: a z=1 decision's compact JSON (owned) */
+	uint8_t *keep; /* per slot: z=1 kept over the tree (worker) */
+};
+
+static void rescan_job_free(struct rescan_job *j)
+{
+	for (size_t i = 0; i < j->n_changes; i++)
+		record_free(j->changes[i].rec);
+	free(j->changes);
+	free(j->present);
+	free(j->stamps);
+	free(j->seen);
+	for (size_t i = 0; j->z1 && i < j->n_slots; i++)
+		free(j->z1[i]);
+	free(j->z1);
+	free(j->keep);
+	unmerged_set_done(&j->unmerged);
+	free(j);
+}
+
+/* The z=1 decisions a rescan may have to keep (conflicts_in_head): not
+ * those in conflict. 0 or -ENOMEM. */
+static int z1_snapshot(const struct decisions *ds, struct rescan_job *j)
+{
+	j->z1 = calloc(j->n_slots, sizeof(*j->z1));
+	j->keep = calloc(j->n_slots, 1);
+	if (!j->z1 || !j->keep)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->n_slots; i += VMEM_MAX_Z) /* slot i: z=1 */
+		if (ds->index.slots[i] && !conflicts_has(ds->conflicts, i) &&
+		    !(j->z1[i] = strdup(ds->index.slots[i]->json)))
+			return -ENOMEM;
+	return 0;
+}
+
+static int rescan_begin(struct store_kind *k, bool probe, void **out)
+{
+	struct decisions *ds = of(k);
+	struct rescan_job *j = calloc(1, sizeof(*j));
+
+	(void)probe; /* both compare against the same snapshot */
+	if (j) {
+		j->ds = ds;
+		j->n_slots = ds->index.n_slots;
+		j->present = calloc(j->n_slots, 1);
+		j->seen = calloc(j->n_slots, 1);
+		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
+	}
+	if (j && (!j->present || !j->seen || !j->stamps ||
+		  (ds->conflicts && z1_snapshot(ds, j) < 0))) {
+		rescan_job_free(j);
+		j = NULL;
+	}
+	if (!j)
+		return -ENOMEM;
+	memcpy(j->stamps, ds->stamps, j->n_slots * sizeof(*j->stamps));
+	for (size_t i = 0; i < j->n_slots; i++)
+		j->present[i] = ds->index.slots[i] != NULL;
+	*out = j;
+	return 0;
+}
+
+static bool stamp_eq(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+{
+	return a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+static bool known_cb(void *ctx, const struct coord *c,
+		     const struct vmdir_stamp *stamp)
+{
+	struct rescan_job *j = ctx;
+	size_t slot = index_slot(&j->ds->index, c);
+
+	if (!j->present[slot] || !stamp_eq(&j->stamps[slot], stamp))
+		return false;
+	j->seen[slot] = 1;
+	return true;
+}
+
+static int changed_cb(void *ctx, struct decision *d,
+		      const struct vmdir_stamp *stamp)
+{
+	struct rescan_job *j = ctx;
+	struct record *r = record_new(d);
+
+	if (!r)
+		return -ENOMEM;
+	if (j->n_changes == j->cap_changes) {
+		size_t cap = j->cap_changes ? j->cap_changes * 2 : 64;
+		struct reload_change *c = realloc(j->changes, cap * sizeof(*c));
+
+		if (!c) {
+			record_free(r);
+			return -ENOMEM;
+		}
+		j->changes = c;
+		j->cap_changes = cap;
+	}
+	decision_done(d);
+	j->seen[index_slot(&j->ds->index, &r->coord)] = 1;
+	j->changes[j->n_changes++] = (struct reload_change){
+		index_slot(&j->ds->index, &r->coord), r, *stamp};
+	return 0;
+}
+
+/*
+ * Blocking: stat every file, read only those whose stamp changed; with
+ * conflicts, git's unmerged files first (reported, not read), and which
+ * write-once decisions stay over what the tree says (conflicts_in_head:
+ * no commit changed them).
+ */
+static int rescan(struct store_kind *k, void *job,
+		  struct vmdir_load_report *rep, char *errmsg, size_t n)
+{
+	struct decisions *ds = of(k);
+	struct rescan_job *j = job;
+	int rc;
+
+	if (ds->conflicts)
+		j->unmerged_rc = conflicts_unmerged(ds->conflicts, &j->unmerged,
+						    j->unmerged_err,
+						    sizeof(j->unmerged_err));
+	rc = vmdir_scan(&ds->dir, known_cb, changed_cb, j, &j->unmerged, rep,
+			errmsg, n);
+	for (size_t i = 0; rc == 0 && j->z1 && i < j->n_changes; i++) {
+		size_t slot = j->changes[i].slot;
+
+		if (j->z1[slot] &&
+		    strcmp(j->z1[slot], j->changes[i].rec->json) != 0 &&
+		    conflicts_in_head(ds->conflicts, j->z1[slot]))
+			j->keep[slot] = 1;
+	}
+	for (size_t slot = 0; rc == 0 && j->z1 && slot < j->n_slots; slot++)
+		if (j->z1[slot] && !j->seen[slot] &&
+		    conflicts_in_head(ds->conflicts, j->z1[slot]))
+			j->keep[slot] = 1;
+	return rc;
+}
+
+static bool record_same(const struct record *a, const struct record *b)
+{
+	if (!a || !b)
+		return a == b;
+	return a->json_len == b->json_len &&
+	       memcmp(a->json, b->json, a->json_len) == 0;
+}
+
+/* Put a slot's new state (rec NULL: none) into the index; report it
+ * when it really changed (to on_replacing too, unless a conflict's end
+ * explains it). */
+static void reload_apply(struct decisions *ds, size_t slot, struct record *rec,
+			 const struct vmdir_stamp *stamp, bool conflict_ended)
+{
+	const struct record *old = ds->index.slots[slot];
+
+	ds->stamps[slot] = *stamp;
+	if (record_same(old, rec)) {
+		record_free(rec);
+		return;
+	}
+	if (old && !conflict_ended && ds->on_replacing)
+		ds->on_replacing(ds->on_replacing_ctx, slot, old, rec);
+	if (rec) {
+		index_put(&ds->index, rec);
+	} else {
+		struct coord c = index_coord(&ds->index, slot);
+
+		index_remove(&ds->index, &c);
+	}
+	report(ds, slot, KIND_RELOADED);
+}
+
+/* A probe's verdict: does a file differ from what we know (a slot
+ * written meanwhile is ours, not a change)? */
+static bool probe_changed(const struct decisions *ds,
+			  const struct rescan_job *j)
+{
+	for (size_t i = 0; i < j->n_changes; i++)
+		if (!ds->dirty[j->changes[i].slot] &&
+		    !record_same(ds->index.slots[j->changes[i].slot],
+				 j->changes[i].rec))
+			return true;
+	for (size_t slot = 0; slot < j->n_slots; slot++)
+		if (j->present[slot] && !j->seen[slot] &&
+		    ds->index.slots[slot] && !ds->dirty[slot])
+			return true;
+	return false;
+}
+
+/*
+ * What a rescan found about conflicts (conflicts_update; apply for a
+ * reload): the slots newly conflicted get their held version written
+ * (made pending), and every conflicted slot counts as seen (it keeps its
+ * acknowledged version whatever its file holds). Returns whether a
+ * conflict ended; with apply, ended (n_slots entries) lists the slots
+ * and held their versions before the reload (malloc'd compact JSON or
+ * NULL each).
+ */
+static bool scan_conflicts(struct decisions *ds, struct rescan_job *j,
+			   const struct vmdir_load_report *rep, bool apply,
+			   size_t *ended, size_t *n_ended, char **held)
+{
+	struct conflicts *cf = ds->conflicts;
+	size_t *fresh, n_fresh = 0, none = 0;
+	bool any;
+
+	*n_ended = 0;
+	if (j->unmerged_rc < 0)
+		conflicts_fail(cf, "listing git's unmerged files: %s",
+			       j->unmerged_err);
+	fresh = malloc(j->n_slots * sizeof(*fresh));
+	if (!fresh) {
+		conflicts_fail(cf, "out of memory: conflicts not updated");
+		return false;
+	}
+	any = conflicts_update(cf, &j->unmerged, rep, apply, fresh, &n_fresh,
+			       apply ? ended : fresh, apply ? n_ended : &none);
+	for (size_t i = 0; i < n_fresh; i++)
+		mark_dirty(ds, fresh[i]);
+	for (size_t i = 0; i < cf->n; i++)
+		j->seen[cf->list[i].slot] = 1;
+	for (size_t i = 0; i < *n_ended; i++) {
+		const struct record *r = ds->index.slots[ended[i]];
+
+		held[i] = r ? strdup(r->json) : NULL;
+	}
+	free(fresh);
+	return any;
+}
+
+static bool in_list(const size_t *list, size_t n, size_t v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (list[i] == v)
+			return true;
+	return false;
+}
+
+/* A reload's result into the index: write-once decisions kept over the
+ * tree, the changes, what went away, and the conflicts that ended. */
+static void reload_end(struct decisions *ds, struct rescan_job *j,
+		       const struct vmdir_load_report *rep)
+{
+	static const struct vmdir_stamp none;
+	size_t *ended = NULL, n_ended = 0;
+	char **held = NULL;
+
+	if (ds->conflicts) {
+		ended = malloc(j->n_slots * sizeof(*ended));
+		held = calloc(j->n_slots, sizeof(*held));
+		if (ended && held)
+			scan_conflicts(ds, j, rep, true, ended, &n_ended, held);
+		else
+			conflicts_fail(ds->conflicts,
+				       "out of memory: conflicts not updated");
+	}
+	for (size_t slot = 0; j->keep && slot < j->n_slots; slot++) {
+		struct coord c;
+
+		if (!j->keep[slot])
+			continue;
+		c = index_coord(&ds->index, slot);
+		conflicts_z1_restored(ds->conflicts, &c);
+		j->seen[slot] = 1;
+		mark_dirty(ds, slot); /* its file written again */
+	}
+	for (size_t i = 0; i < j->n_changes; i++) {
+		size_t slot = j->changes[i].slot;
+
+		if (j->keep && j->keep[slot])
+			continue;
+		reload_apply(ds, slot, j->changes[i].rec, &j->changes[i].stamp,
+			     in_list(ended, n_ended, slot));
+		j->changes[i].rec = NULL;
+	}
+	for (size_t slot = 0; slot < j->n_slots; slot++)
+		if (j->present[slot] && !j->seen[slot])
+			reload_apply(ds, slot, NULL, &none,
+				     in_list(ended, n_ended, slot));
+	/* A conflict that ended: what the file now says replaced the
+	 * acknowledged version (or kept it). */
+	for (size_t i = 0; i < n_ended; i++) {
+		struct coord c = index_coord(&ds->index, ended[i]);
+
+		conflicts_ended(ds->conflicts, &c, held[i],
+				ds->index.slots[ended[i]]);
+		free(held[i]);
+	}
+	free(held);
+	free(ended);
+}
+
+static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
+		      const struct vmdir_load_report *rep)
+{
+	struct decisions *ds = of(k);
+	struct rescan_job *j = job;
+	size_t none = 0;
+	int changed = 0;
+
+	if (rc == 0 && probe) {
+		/* a conflict that ended is a change: a reload applies it */
+		changed =
+			(ds->conflicts && scan_conflicts(ds, j, rep, false,
+							 NULL, &none, NULL)) ||
+			probe_changed(ds, j);
+	} else if (rc == 0) {
+		reload_end(ds, j, rep);
+	}
+	rescan_job_free(j);
+	return changed;
+}
+
+const struct kind decision_kind = {
+	.name = "decision",
+	.committed = true,
+	.log_tag = '{',
+	.lock = lock,
+	.slot_name = slot_name,
+	.prepare = prepare,
+	.unprepare = unprepare,
+	.apply = apply,
+	.replay = replay,
+	.load = load,
+	.pending = pending,
+	.snapshot = snapshot,
+	.write = write_files,
+	.written = written,
+	.sync = sync_files,
+	.rescan_begin = rescan_begin,
+	.rescan = rescan,
+	.rescan_end = rescan_end,
+};
+
+/* ---- set-up ---- */
+
+int decisions_init(struct decisions *ds, const char *root,
+		   const struct statedir *state, int max_x)
+{
+	int rc;
+
+	memset(ds, 0, sizeof(*ds));
+	ds->sk.kind = &decision_kind;
+	ds->max_x = max_x;
+	rc = index_init(&ds->index, max_x);
+	if (rc < 0)
+		return rc;
+	ds->sk.n_lock_slots = ds->index.n_slots;
+	rc = vmdir_init(&ds->dir, root, state, max_x);
+	if (rc < 0)
+		return rc;
+	/* Start-up writes the replay's files on this thread: say how far
+	 * it got (load ends it). */
+	ds->dir.progress = apply_progress_cb;
+	ds->dirty = calloc(ds->index.n_slots, 1);
+	ds->dirty_list = calloc(ds->index.n_slots, sizeof(*ds->dirty_list));
+	ds->stamps = calloc(ds->index.n_slots, sizeof(*ds->stamps));
+	if (!ds->dirty || !ds->dirty_list || !ds->stamps)
+		return -ENOMEM;
+	return 0;
+}
+
+/* The file writer's check between files (any thread): has git taken the
+ * working tree since the pass began? */
+static bool writer_interrupt(void *ctx)
+{
+	char why[CONFLICTS_YIELD_LEN];
+
+	return conflicts_yield_check(ctx, why, sizeof(why));
+}
+
+void decisions_use_conflicts(struct decisions *ds, struct conflicts *cf,
+			     const struct unmerged_set *u)
+{
+	ds->conflicts = cf;
+	ds->unmerged = u;
+	ds->dir.interrupt = writer_interrupt;
+	ds->dir.interrupt_ctx = cf;
+}
+
+void decisions_done(struct decisions *ds)
+{
+	index_done(&ds->index);
+	vmdir_done(&ds->dir);
+	free(ds->dirty);
+	free(ds->dirty_list);
+	free(ds->stamps);
+	free(ds->replayed);
+	ds->dirty = NULL;
+	ds->dirty_list = NULL;
+	ds->stamps = NULL;
+	ds->replayed = NULL;
+	ds->n_dirty = ds->n_replayed = 0;
+}

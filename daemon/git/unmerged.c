@@ -169,7 +169,8 @@ int unmerged_list(const char *root, const char *gitdir, int max_x,
 					 path);
 		}
 	}
-	qsort(out->e, out->n, sizeof(*out->e), entry_cmp);
+	if (out->n) /* (e is NULL without entries) */
+		qsort(out->e, out->n, sizeof(*out->e), entry_cmp);
 	rc = 0;
 out:
 	child_result_done(&res);

@@ -785,18 +785,33 @@ static int find_vmem(char *out, size_t n)
 	return -ENOENT;
 }
 
-/* Is the repository a clone (does it have a remote)? */
+/*
+ * Is the repository a clone (does its configuration name a remote's
+ * url)? The entries are walked without a pattern: libgit2's
+ * git_remote_list matches them with a regex whose match data it leaks.
+ */
 static bool has_remote(const char *root)
 {
 	git_repository *repo = NULL;
-	git_strarray names = {0};
+	git_config *conf = NULL;
+	git_config_iterator *it = NULL;
+	git_config_entry *e;
 	bool yes = false;
 
 	if (git_repository_open_ext(&repo, root, GIT_REPOSITORY_OPEN_NO_SEARCH,
 				    NULL) == 0 &&
-	    git_remote_list(&names, repo) == 0)
-		yes = names.count > 0;
-	git_strarray_dispose(&names);
+	    git_repository_config_snapshot(&conf, repo) == 0 &&
+	    git_config_iterator_new(&it, conf) == 0) {
+		while (!yes && git_config_next(&e, it) == 0) {
+			size_t n = strlen(e->name);
+
+			/* remote.<name>.url (names are lowercase here) */
+			yes = strncmp(e->name, "remote.", 7) == 0 && n > 11 &&
+			      strcmp(e->name + n - 4, ".url") == 0;
+		}
+	}
+	git_config_iterator_free(it);
+	git_config_free(conf);
 	git_repository_free(repo);
 	return yes;
 }

@@ -966,6 +966,13 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 	else
 		printf("%-13s%s\n", "last commit:", "none yet");
 	print_opt_line("deferred:", json_object_get(h, "commit_deferred"));
+	print_opt_line("stopped:", json_object_get(h, "commits_stopped"));
+	q = json_object_get(h, "git_locks");
+	json_array_foreach(q, i, item)
+	{
+		printf("%-13s%s (left alone: not ours)\n", "git lock:",
+		       json_string_value(item));
+	}
 	print_opt_line("last error:", json_object_get(h, "last_error"));
 	print_opt_line("files wait:", json_object_get(h, "files_wait_for_git"));
 	q = json_object_get(h, "conflicts");

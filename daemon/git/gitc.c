@@ -2,78 +2,105 @@
  * Git for the memory through libgit2: batched commits of .vector-memory on
  * the current branch and the read side of its history.
  *
- * A commit is built from the branch tip with treebuilders only (the tip's
- * tree, its .vector-memory subtree and the touched x-NNN subtrees), so the
- * user's index plays no part in it; the branch is then moved with a
- * compare-and-swap against that tip, and rebuilt on the new tip when it
- * moved. Only afterwards is the index updated, for our paths only, from a
- * fresh read of the index file, so the user's other staged and unstaged
- * changes stay exactly as they were.
+ * A commit follows git's lock protocol end to end. The files of the batch
+ * are read from the working tree and written as blobs first (no lock
+ * needed). Then index.lock is taken (O_EXCL; held by someone else: the
+ * commit is deferred), and held while the new index is prepared from the
+ * index as it is now (gitidx.c), the commit is built on the branch tip
+ * with treebuilders (the big .vector-memory tree kept in memory between
+ * commits), the branch is moved under its own ref lock with a
+ * compare-and-swap against that tip (rebuilt on the new tip when it
+ * moved), and finally the prepared index is renamed over the index. A
+ * user's git command meanwhile fails on the lock as it would against any
+ * other git process, and nothing of it is lost; an index that cannot be
+ * prepared stops the commit before the branch moves.
+ *
+ * Every lock we create is recorded in the commit marker (gitlock.h), so
+ * that start-up after a crash removes ours and only ours.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <git2.h>
+#include <git2/sys/odb_backend.h>
+#include <jansson.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "errmsg.h"
 #include "gitc.h"
+#include "gitidx.h"
+#include "gitlock.h"
 #include "gitop.h"
+#include "gitpack.h"
+#include "gitproc.h"
 
 #define VM_DIR	       ".vector-memory"
+#define VM_PREFIX      VM_DIR "/"
 #define METADATA       "metadata.json"
-#define METADATA_TEXT  "{\n  \"format\": 1\n}\n"
 #define REFLOG_MSG     "vector-memory: commit"
 #define FALLBACK_NAME  "vmemd"
 #define FALLBACK_EMAIL "vmemd@localhost"
-#define MAX_TRIES      5
-#define PATH_MAX_VM    64 /* ".vector-memory/x-NNN.../y-Y-z-Z.json" */
-#define ANY_X	       1000000
+/* Pack files libgit2 may keep open at once. */
+#define GITC_PACK_FDS 32
+#define MAX_TRIES     5
+#define PATH_MAX_VM   64 /* ".vector-memory/x-NNN.../y-Y-z-Z.json" */
+#define ANY_X	      1000000
+#define FILE_MAX      (256u << 20) /* the largest file we commit */
+#define READ_TRIES    5
+/* Loose objects are written at zlib's fastest level: the big trees of a
+ * commit are SHA-1 ids that hardly compress, and gc packs them anyway. */
+#define LOOSE_LEVEL    1 /* Z_BEST_SPEED */
+#define LOOSE_PRIORITY 3 /* above libgit2's own loose (1) and pack (2) */
+/* From this many new files on, a batch's blobs go into one pack. */
+#define PACK_MIN 256
+/* Files read (and their bytes held) at a time: one pack each. */
+#define READ_SLICE 65536
 /* A git command running longer than this is a reader (a pager), no
- * operation about to move the branch: commits do not wait for it. */
+ * operation about to take index.lock or move the branch: commits do not
+ * wait for it. */
 #define GIT_RUNNING_MAX_AGE_S 5.0
-/* A lock of ours is made within this long after its commit began. */
-#define STALE_LOCK_WINDOW_S 5
 
 struct gitc {
 	git_repository *repo;
-	char *gitdir;  /* with a trailing slash, as libgit2 gives it */
-	char *workdir; /* likewise */
-	const struct statedir *state; /* holds the marker (borrowed) */
-	void (*hook)(void *ctx);
+	char *gitdir;	 /* with a trailing slash, as libgit2 gives it */
+	char *workdir;	 /* likewise */
+	char *commondir; /* likewise */
+	const struct statedir
+		*state; /* ours: the marker, the lock files
+			   made there, the index copy (borrowed) */
+	int workfd;	/* the working tree, for openat2 */
+	struct gitmark mark;
+	void (*hook)(void *ctx, enum gitc_step step);
 	void *hook_ctx;
+	bool way_forced;
+	enum gitidx_way way;
+	/* The .vector-memory tree of the last commit, kept for the next. */
+	git_treebuilder *vm;
+	git_oid vm_id;
+	bool vm_valid;
 };
 
-#define MARKER "committing"
-
-/*
- * The marker of a commit in progress, <gitdir>/vmem/committing: present
- * (and fresh) while a commit may hold git's lock files, removed after.
- * Failures are ignored: without it a crash's locks are only not cleaned.
- */
-static void marker_set(struct gitc *g, bool on)
-{
-	int fd;
-
-	if (!on) {
-		(void)statedir_unlink(g->state, MARKER);
-		return;
-	}
-	fd = statedir_open(g->state, MARKER, O_WRONLY | O_CREAT | O_TRUNC, 0600,
-			   NULL, 0);
-	if (fd >= 0)
-		close(fd);
-}
-
-/* One x-NNN directory being rebuilt. */
-struct xdir {
-	int x;
-	git_treebuilder *b;
+/* One path of a commit, as read from the working tree. */
+struct item {
+	char *full;		/* ".vector-memory/" + path (owned) */
+	struct gitc_change *ch; /* NULL for metadata.json added by us */
+	bool present;
+	char *bytes; /* owned, until its blob is written */
+	size_t len;
+	char *agent; /* a decision's agent_id, for the message (owned) */
+	struct stat st;
+	git_oid id;
+	bool packed; /* its blob goes into the batch's pack */
+	bool changed;
 };
 
 /* libgit2 error code to -errno. */
@@ -113,10 +140,19 @@ static void hex(const git_oid *id, char out[41])
 	git_oid_tostr(out, 41, id);
 }
 
+static void hook(struct gitc *g, enum gitc_step step)
+{
+	if (g->hook)
+		g->hook(g->hook_ctx, step);
+}
+
 int gitc_open(struct gitc **out, const char *workdir,
 	      const struct statedir *state, char *errmsg, size_t errn)
 {
 	struct gitc *g = NULL;
+	git_odb *odb = NULL;
+	git_odb_backend *fast = NULL;
+	char objects[PATH_MAX];
 	const char *p;
 	int ret, e;
 
@@ -124,14 +160,22 @@ int gitc_open(struct gitc **out, const char *workdir,
 	e = git_libgit2_init();
 	if (e < 0)
 		return git_fail(e, "libgit2 init", errmsg, errn);
-	/* Durable commits: objects, refs and the index are fsynced. */
-	git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, 1);
+	/* Durability is ours: objects are flushed with one syncfs() before
+	 * a branch may point to them (never a ref to a missing object); the
+	 * ref and the index are renamed into place unsynced, as git does by
+	 * default: after a power loss they may be older, never broken, and
+	 * the start-up scan finds what HEAD lacks. */
+	git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, 0);
+	/* libgit2 keeps every pack it has read open (no limit by default);
+	 * big commits add a pack each, so bound the descriptors it holds. */
+	git_libgit2_opts(GIT_OPT_SET_MWINDOW_FILE_LIMIT, (size_t)GITC_PACK_FDS);
 	g = calloc(1, sizeof(*g));
 	if (!g) {
 		ret = -ENOMEM;
 		errmsg_set(errmsg, errn, "out of memory");
 		goto out;
 	}
+	g->workfd = -1;
 	e = git_repository_open_ext(&g->repo, workdir,
 				    GIT_REPOSITORY_OPEN_NO_SEARCH, NULL);
 	if (e < 0) {
@@ -146,10 +190,37 @@ int gitc_open(struct gitc **out, const char *workdir,
 	}
 	g->workdir = strdup(p);
 	g->gitdir = strdup(git_repository_path(g->repo));
+	g->commondir = strdup(git_repository_commondir(g->repo));
 	g->state = state;
-	if (!g->workdir || !g->gitdir) {
+	if (!g->workdir || !g->gitdir || !g->commondir) {
 		ret = -ENOMEM;
 		errmsg_set(errmsg, errn, "out of memory");
+		goto out;
+	}
+	ret = gitmark_init(&g->mark, state);
+	if (ret < 0) {
+		errmsg_set(errmsg, errn, "our own process start time: %s",
+			   strerror(-ret));
+		goto out;
+	}
+	g->workfd = open(g->workdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (g->workfd < 0) {
+		ret = -errno;
+		errmsg_set(errmsg, errn, "%s: %s", g->workdir, strerror(errno));
+		goto out;
+	}
+	snprintf(objects, sizeof(objects), "%sobjects", g->commondir);
+	e = git_repository_odb(&odb, g->repo);
+	if (e == 0)
+		e = git_odb_backend_loose(&fast, objects, LOOSE_LEVEL, 0, 0, 0);
+	if (e == 0) {
+		e = git_odb_add_backend(odb, fast, LOOSE_PRIORITY);
+		if (e < 0)
+			fast->free(fast);
+	}
+	git_odb_free(odb);
+	if (e < 0) {
+		ret = git_fail(e, "the object database", errmsg, errn);
 		goto out;
 	}
 	*out = g;
@@ -169,17 +240,28 @@ void gitc_free(struct gitc *g)
 {
 	if (!g)
 		return;
+	git_treebuilder_free(g->vm);
 	git_repository_free(g->repo);
+	if (g->workfd >= 0)
+		close(g->workfd);
 	free(g->gitdir);
 	free(g->workdir);
+	free(g->commondir);
 	free(g);
 	git_libgit2_shutdown();
 }
 
-void gitc_set_hook(struct gitc *g, void (*fn)(void *ctx), void *ctx)
+void gitc_set_hook(struct gitc *g, void (*fn)(void *ctx, enum gitc_step step),
+		   void *ctx)
 {
 	g->hook = fn;
 	g->hook_ctx = ctx;
+}
+
+void gitc_force_index_way(struct gitc *g, int way)
+{
+	g->way_forced = way >= 0;
+	g->way = way == GITC_INDEX_GIT ? GITIDX_GIT : GITIDX_OWN;
 }
 
 static void range(FILE *f, const char *axis, int lo, int hi)
@@ -190,30 +272,46 @@ static void range(FILE *f, const char *axis, int lo, int hi)
 		fprintf(f, "%s %d-%d", axis, lo, hi);
 }
 
-char *gitc_message(const struct gitc_change *ch, size_t n)
+/* The decision a path names ("x-005/y-2-z-1.json"), if it names one. */
+static bool path_coord(const char *path, struct coord *c)
 {
-	struct coord lo, hi;
-	char path[PATH_MAX_VM];
+	char dir[32];
+	const char *slash = strchr(path, '/');
+
+	if (!slash || (size_t)(slash - path) >= sizeof(dir) ||
+	    strchr(slash + 1, '/'))
+		return false;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return coord_from_path(dir, slash + 1, ANY_X, c) == 0;
+}
+
+char *gitc_message(const struct gitc_msgline *l, size_t n)
+{
+	struct coord lo = {0}, hi = {0}, c;
 	char *buf = NULL;
-	size_t len = 0, i;
+	size_t len = 0, i, nd = 0;
 	FILE *f;
 
 	f = open_memstream(&buf, &len);
 	if (!f)
 		return NULL;
-	fprintf(f, "vector-memory: %zu decisions", n);
-	if (n > 0) {
-		lo = hi = ch[0].coord;
-		for (i = 1; i < n; i++) {
-			const struct coord *c = &ch[i].coord;
-
-			lo.x = c->x < lo.x ? c->x : lo.x;
-			lo.y = c->y < lo.y ? c->y : lo.y;
-			lo.z = c->z < lo.z ? c->z : lo.z;
-			hi.x = c->x > hi.x ? c->x : hi.x;
-			hi.y = c->y > hi.y ? c->y : hi.y;
-			hi.z = c->z > hi.z ? c->z : hi.z;
+	for (i = 0; i < n; i++) {
+		if (!path_coord(l[i].path, &c))
+			continue;
+		if (nd++ == 0) {
+			lo = hi = c;
+			continue;
 		}
+		lo.x = c.x < lo.x ? c.x : lo.x;
+		lo.y = c.y < lo.y ? c.y : lo.y;
+		lo.z = c.z < lo.z ? c.z : lo.z;
+		hi.x = c.x > hi.x ? c.x : hi.x;
+		hi.y = c.y > hi.y ? c.y : hi.y;
+		hi.z = c.z > hi.z ? c.z : hi.z;
+	}
+	fprintf(f, "vector-memory: %zu decisions", nd);
+	if (nd > 0) {
 		fputs(" (", f);
 		range(f, "x", lo.x, hi.x);
 		fputs(", ", f);
@@ -226,13 +324,13 @@ char *gitc_message(const struct gitc_change *ch, size_t n)
 	for (i = 0; i < n; i++) {
 		if (i == 0)
 			fputs("\n", f);
-		if (coord_path(&ch[i].coord, path, sizeof(path)) < 0)
-			strcpy(path, "?");
-		if (!ch[i].text)
-			fprintf(f, "%s deleted\n", path);
+		if (l[i].deleted)
+			fprintf(f, "%s deleted\n", l[i].path);
+		else if (path_coord(l[i].path, &c))
+			fprintf(f, "%s by %s\n", l[i].path,
+				l[i].agent ? l[i].agent : "unknown");
 		else
-			fprintf(f, "%s by %s\n", path,
-				ch[i].agent_id ? ch[i].agent_id : "unknown");
+			fprintf(f, "%s\n", l[i].path);
 	}
 	if (ferror(f)) {
 		fclose(f);
@@ -246,6 +344,32 @@ char *gitc_message(const struct gitc_change *ch, size_t n)
 	return buf;
 }
 
+/*
+ * Is a user's `git commit` in progress here? git takes no lock while its
+ * editor is open (a commit of the index as it is releases index.lock
+ * first), but it moves the branch afterwards with a compare-and-swap
+ * against the tip it started from, which a commit of ours meanwhile would
+ * make fail. It writes COMMIT_EDITMSG before the editor starts: only when
+ * that file is newer than HEAD's last move (its reflog) are processes
+ * looked at. The pid goes to *pid.
+ */
+static bool commit_in_progress(struct gitc *g, long *pid)
+{
+	char path[PATH_MAX];
+	struct stat msg, moved;
+
+	snprintf(path, sizeof(path), "%sCOMMIT_EDITMSG", g->gitdir);
+	if (stat(path, &msg) < 0)
+		return false;
+	snprintf(path, sizeof(path), "%slogs/HEAD", g->gitdir);
+	if (stat(path, &moved) == 0 &&
+	    (moved.st_mtim.tv_sec > msg.st_mtim.tv_sec ||
+	     (moved.st_mtim.tv_sec == msg.st_mtim.tv_sec &&
+	      moved.st_mtim.tv_nsec >= msg.st_mtim.tv_nsec)))
+		return false;
+	return gitop_git_in_tree(g->workdir, 0, "commit", pid);
+}
+
 /* 1 with why when a commit must wait, 0 when it may go, or -errno. */
 static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 		    size_t errn)
@@ -253,6 +377,7 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 	const char *reason = NULL;
 	char lock[PATH_MAX];
 	struct stat st;
+	long pid = 0;
 	int e;
 
 	switch (git_repository_state(g->repo)) {
@@ -293,187 +418,314 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 			reason = "HEAD is detached";
 	}
 	if (!reason) {
-		if ((size_t)snprintf(lock, sizeof(lock), "%sindex.lock",
-				     g->gitdir) >= sizeof(lock)) {
-			errmsg_set(errmsg, errn, "git directory path too long");
-			return -ENAMETOOLONG;
-		}
+		/* A cheap look before the files are read; the lock itself
+		 * is what decides (gitlock_take). */
+		snprintf(lock, sizeof(lock), "%sindex.lock", g->gitdir);
 		if (lstat(lock, &st) == 0)
 			reason = "index.lock is held by another process";
 	}
-	/* A git command that has read HEAD but taken no lock yet. */
-	if (!reason &&
-	    gitop_git_running(g->workdir, GIT_RUNNING_MAX_AGE_S, why, whyn))
+	if (!reason && commit_in_progress(g, &pid)) {
+		errmsg_set(why, whyn,
+			   "a git commit is in progress (pid %ld: its editor "
+			   "may be open)",
+			   pid);
 		return 1;
+	}
+	/* A git command that has read HEAD or the index but taken no lock
+	 * yet: our index.lock would make it fail. */
+	if (!reason &&
+	    gitop_git_in_tree(g->workdir, GIT_RUNNING_MAX_AGE_S, NULL, &pid)) {
+		errmsg_set(why, whyn,
+			   "a git command runs in the tree (pid %ld)", pid);
+		return 1;
+	}
 	if (!reason)
 		return 0;
 	errmsg_set(why, whyn, "%s", reason);
 	return 1;
 }
 
-/* The builder of directory x-NNN, made from the existing one if any. */
-static int xdir_get(git_repository *repo, git_treebuilder *vb, struct xdir *xs,
-		    size_t *nx, int x, git_treebuilder **out)
+/* open(2) of a path under the working tree that follows no symlink. */
+static int open_beneath(struct gitc *g, const char *rel)
 {
-	const git_tree_entry *e;
-	git_tree *t = NULL;
-	char name[32];
-	size_t i;
-	int rc;
+	struct open_how how = {
+		.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH,
+	};
+	long fd = syscall(SYS_openat2, g->workfd, rel, &how, sizeof(how));
 
-	for (i = 0; i < *nx; i++) {
-		if (xs[i].x == x) {
-			*out = xs[i].b;
-			return 0;
-		}
-	}
-	snprintf(name, sizeof(name), "x-%03d", x);
-	e = git_treebuilder_get(vb, name);
-	if (e && git_tree_entry_type(e) == GIT_OBJECT_TREE) {
-		rc = git_tree_lookup(&t, repo, git_tree_entry_id(e));
-		if (rc < 0)
-			return rc;
-	}
-	rc = git_treebuilder_new(&xs[*nx].b, repo, t);
-	git_tree_free(t);
-	if (rc < 0)
-		return rc;
-	xs[*nx].x = x;
-	*out = xs[(*nx)++].b;
-	return 0;
+	if (fd < 0 && errno == ENOSYS)
+		fd = openat(g->workfd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return (int)fd;
 }
 
-/* The subtree named name of tree (NULL when absent or not a tree). */
-static int subtree(git_repository *repo, const git_tree *tree, const char *name,
-		   git_tree **out)
+static bool same_stat(const struct stat *a, const struct stat *b)
 {
-	const git_tree_entry *e;
-
-	*out = NULL;
-	if (!tree)
-		return 0;
-	e = git_tree_entry_byname(tree, name);
-	if (!e || git_tree_entry_type(e) != GIT_OBJECT_TREE)
-		return 0;
-	return git_tree_lookup(out, repo, git_tree_entry_id(e));
+	return a->st_ino == b->st_ino && a->st_dev == b->st_dev &&
+	       a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+	       a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+	       a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
 /*
- * The root tree of root (NULL: empty) with .vector-memory rebuilt from its
- * own plus the changes (blob ids in ids[]). *meta_added when metadata.json
- * had to be added. Returns 0 or a libgit2 error.
+ * The bytes of the working file of it (or its absence), with the stat of
+ * exactly those bytes: read again if the file changed while being read.
  */
-static int build_tree(git_repository *repo, const git_tree *root,
-		      const struct gitc_change *ch, const git_oid *ids,
-		      size_t n, const git_oid *meta_id, git_oid *out,
-		      bool *meta_added)
+static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 {
-	git_treebuilder *vb = NULL, *rb = NULL, *b;
-	struct xdir *xs = NULL;
-	git_tree *vm = NULL;
-	char path[PATH_MAX_VM], name[32];
-	size_t nx = 0, i;
-	git_oid id;
+	struct stat after;
+	int fd = -1, rc = 0;
+
+	for (int tries = 0; tries < READ_TRIES; tries++) {
+		size_t got = 0;
+
+		free(it->bytes);
+		it->bytes = NULL;
+		it->present = false;
+		fd = open_beneath(g, it->full);
+		if (fd < 0) {
+			if (errno == ENOENT)
+				return 0;
+			rc = -errno;
+			errmsg_set(errmsg, errn, "%s: %s", it->full,
+				   errno == ELOOP || errno == EXDEV
+					   ? "a symbolic link is in the way"
+					   : strerror(errno));
+			return rc;
+		}
+		if (fstat(fd, &it->st) < 0 || !S_ISREG(it->st.st_mode) ||
+		    (size_t)it->st.st_size > FILE_MAX) {
+			rc = S_ISREG(it->st.st_mode) ? -EFBIG : -EINVAL;
+			errmsg_set(errmsg, errn, "%s: %s", it->full,
+				   rc == -EFBIG ? "too large to commit"
+						: "not a regular file");
+			goto out;
+		}
+		it->bytes = malloc((size_t)it->st.st_size + 1);
+		if (!it->bytes) {
+			rc = -ENOMEM;
+			errmsg_set(errmsg, errn, "out of memory");
+			goto out;
+		}
+		while (got <= (size_t)it->st.st_size) {
+			ssize_t r = read(fd, it->bytes + got,
+					 (size_t)it->st.st_size + 1 - got);
+
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0) {
+				rc = -errno;
+				errmsg_set(errmsg, errn, "%s: %s", it->full,
+					   strerror(errno));
+				goto out;
+			}
+			if (r == 0)
+				break;
+			got += (size_t)r;
+		}
+		if (fstat(fd, &after) < 0) {
+			rc = -errno;
+			goto out;
+		}
+		close(fd);
+		fd = -1;
+		if (got == (size_t)it->st.st_size &&
+		    same_stat(&it->st, &after)) {
+			it->len = got;
+			it->present = true;
+			return 0;
+		}
+	}
+	rc = -EAGAIN;
+	errmsg_set(errmsg, errn, "%s kept changing while it was read",
+		   it->full);
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* ---- trees ---- */
+
+/* A builder of tree id (NULL or absent: empty). */
+static int builder_of(git_repository *repo, const git_oid *id,
+		      git_treebuilder **out)
+{
+	git_tree *t = NULL;
 	int rc;
 
-	*meta_added = false;
-	xs = calloc(n ? n : 1, sizeof(*xs));
-	if (!xs) {
-		git_error_set_oom();
-		rc = GIT_ERROR;
-		goto out;
-	}
-	rc = subtree(repo, root, VM_DIR, &vm);
-	if (rc < 0)
-		goto out;
-	rc = git_treebuilder_new(&vb, repo, vm);
-	if (rc < 0)
-		goto out;
-	for (i = 0; i < n; i++) {
-		const char *file;
-
-		if (coord_path(&ch[i].coord, path, sizeof(path)) < 0) {
-			git_error_set_str(GIT_ERROR_INVALID, "bad coordinate");
-			rc = GIT_EINVALID;
-			goto out;
-		}
-		file = strchr(path, '/') + 1;
-		rc = xdir_get(repo, vb, xs, &nx, ch[i].coord.x, &b);
+	if (id) {
+		rc = git_tree_lookup(&t, repo, id);
 		if (rc < 0)
-			goto out;
-		if (ch[i].text) {
-			rc = git_treebuilder_insert(NULL, b, file, &ids[i],
-						    GIT_FILEMODE_BLOB);
-		} else if (git_treebuilder_get(b, file)) {
-			rc = git_treebuilder_remove(b, file);
-		}
-		if (rc < 0)
-			goto out;
+			return rc;
 	}
-	for (i = 0; i < nx; i++) {
-		snprintf(name, sizeof(name), "x-%03d", xs[i].x);
-		if (git_treebuilder_entrycount(xs[i].b) == 0) {
-			if (git_treebuilder_get(vb, name))
-				rc = git_treebuilder_remove(vb, name);
-		} else {
-			rc = git_treebuilder_write(&id, xs[i].b);
-			if (rc == 0)
-				rc = git_treebuilder_insert(NULL, vb, name, &id,
-							    GIT_FILEMODE_TREE);
-		}
-		if (rc < 0)
-			goto out;
-	}
-	if (!git_treebuilder_get(vb, METADATA)) {
-		rc = git_treebuilder_insert(NULL, vb, METADATA, meta_id,
-					    GIT_FILEMODE_BLOB);
-		if (rc < 0)
-			goto out;
-		*meta_added = true;
-	}
-	rc = git_treebuilder_new(&rb, repo, root);
-	if (rc < 0)
-		goto out;
-	if (git_treebuilder_entrycount(vb) == 0) {
-		if (git_treebuilder_get(rb, VM_DIR))
-			rc = git_treebuilder_remove(rb, VM_DIR);
-	} else {
-		rc = git_treebuilder_write(&id, vb);
-		if (rc == 0)
-			rc = git_treebuilder_insert(NULL, rb, VM_DIR, &id,
-						    GIT_FILEMODE_TREE);
-	}
-	if (rc < 0)
-		goto out;
-	rc = git_treebuilder_write(out, rb);
-out:
-	for (i = 0; i < nx; i++)
-		git_treebuilder_free(xs[i].b);
-	free(xs);
-	git_treebuilder_free(vb);
-	git_treebuilder_free(rb);
-	git_tree_free(vm);
+	rc = git_treebuilder_new(out, repo, t);
+	git_tree_free(t);
 	return rc;
 }
 
 /*
- * Objects are written without an fsync each (objects_fsync(false)); before
- * the branch may point to them, one syncfs() of the object directory's file
- * system makes them all durable at once: a commit of 1,000 decisions costs
- * one flush, not 1,000. Refs and the index keep libgit2's own fsync.
+ * Apply its[0..n) (sorted; paths from off on relative to b's tree) to b,
+ * setting each item's changed. Directories are rebuilt recursively, and
+ * dropped when they end up empty (git keeps no empty tree).
  */
-static void objects_fsync(bool on)
+static int edit(git_repository *repo, git_treebuilder *b, struct item **its,
+		size_t n, size_t off)
 {
-	git_libgit2_opts(GIT_OPT_ENABLE_FSYNC_GITDIR, on ? 1 : 0);
+	size_t i = 0;
+	int rc = 0;
+
+	while (i < n && rc == 0) {
+		const char *p = its[i]->full + off, *slash = strchr(p, '/');
+		size_t clen = slash ? (size_t)(slash - p) : strlen(p), k;
+		char name[NAME_MAX + 1];
+		const git_tree_entry *e;
+
+		if (clen == 0 || clen > NAME_MAX) {
+			git_error_set_str(GIT_ERROR_INVALID, "bad path");
+			return GIT_EINVALID;
+		}
+		memcpy(name, p, clen);
+		name[clen] = '\0';
+		e = git_treebuilder_get(b, name);
+		if (!slash) {
+			struct item *it = its[i++];
+
+			if (it->present) {
+				it->changed =
+					!e ||
+					git_tree_entry_filemode(e) !=
+						GIT_FILEMODE_BLOB ||
+					!git_oid_equal(git_tree_entry_id(e),
+						       &it->id);
+				if (it->changed)
+					rc = git_treebuilder_insert(
+						NULL, b, name, &it->id,
+						GIT_FILEMODE_BLOB);
+			} else {
+				it->changed = e != NULL;
+				if (e)
+					rc = git_treebuilder_remove(b, name);
+			}
+			continue;
+		}
+		/* The run of items inside directory name. */
+		for (k = i; k < n; k++) {
+			const char *q = its[k]->full + off;
+
+			if (strncmp(q, name, clen) != 0 || q[clen] != '/')
+				break;
+		}
+		{
+			git_treebuilder *sub = NULL;
+			bool any = false;
+			git_oid id;
+
+			rc = builder_of(repo,
+					e && git_tree_entry_type(e) ==
+								GIT_OBJECT_TREE
+						? git_tree_entry_id(e)
+						: NULL,
+					&sub);
+			if (rc == 0)
+				rc = edit(repo, sub, its + i, k - i,
+					  off + clen + 1);
+			for (size_t j = i; j < k; j++)
+				any |= its[j]->changed;
+			if (rc == 0 && any) {
+				if (git_treebuilder_entrycount(sub) == 0) {
+					if (e)
+						rc = git_treebuilder_remove(
+							b, name);
+				} else {
+					rc = git_treebuilder_write(&id, sub);
+					if (rc == 0)
+						rc = git_treebuilder_insert(
+							NULL, b, name, &id,
+							GIT_FILEMODE_TREE);
+				}
+			}
+			git_treebuilder_free(sub);
+		}
+		i = k;
+	}
+	return rc;
 }
 
+/*
+ * The root tree of root (NULL: empty) with .vector-memory edited by the
+ * items. The .vector-memory level is kept in g->vm between commits (its
+ * entries grow with the memory; the trees below stay small), reused when
+ * the tip's .vector-memory is the one we last wrote. *any: an item
+ * changed. Returns 0 or a libgit2 error.
+ */
+static int build_tree(struct gitc *g, const git_tree *root, struct item **its,
+		      size_t n, git_oid *out, bool *any)
+{
+	const git_tree_entry *ve =
+		root ? git_tree_entry_byname(root, VM_DIR) : NULL;
+	const git_oid *vm_id = ve && git_tree_entry_type(ve) == GIT_OBJECT_TREE
+				       ? git_tree_entry_id(ve)
+				       : NULL;
+	git_treebuilder *rb = NULL;
+	git_oid id;
+	int rc;
+
+	*any = false;
+	if (!g->vm || !g->vm_valid || !vm_id ||
+	    !git_oid_equal(vm_id, &g->vm_id)) {
+		git_treebuilder_free(g->vm);
+		g->vm = NULL;
+		g->vm_valid = false;
+		rc = builder_of(g->repo, vm_id, &g->vm);
+		if (rc < 0)
+			return rc;
+	}
+	g->vm_valid = false; /* until written again */
+	rc = edit(g->repo, g->vm, its, n, strlen(VM_PREFIX));
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		*any |= its[i]->changed;
+	if (!*any) {
+		/* The builder still holds the tip's tree, unwritten. */
+		if (vm_id) {
+			g->vm_id = *vm_id;
+			g->vm_valid = true;
+		}
+		return 0;
+	}
+	rc = git_treebuilder_new(&rb, g->repo, root);
+	if (rc < 0)
+		return rc;
+	if (git_treebuilder_entrycount(g->vm) == 0) {
+		if (ve)
+			rc = git_treebuilder_remove(rb, VM_DIR);
+	} else {
+		rc = git_treebuilder_write(&id, g->vm);
+		if (rc == 0) {
+			g->vm_id = id;
+			g->vm_valid = true;
+			rc = git_treebuilder_insert(NULL, rb, VM_DIR, &id,
+						    GIT_FILEMODE_TREE);
+		}
+	}
+	if (rc == 0)
+		rc = git_treebuilder_write(out, rb);
+	git_treebuilder_free(rb);
+	return rc;
+}
+
+/* Objects are written unsynced; one syncfs() of their file system makes
+ * them all durable before a branch may point to them. */
 static int objects_durable(struct gitc *g)
 {
 	char path[PATH_MAX];
 	int fd, rc = 0;
 
-	snprintf(path, sizeof(path), "%sobjects",
-		 git_repository_commondir(g->repo));
+	snprintf(path, sizeof(path), "%sobjects", g->commondir);
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0 || syncfs(fd) < 0) {
 		git_error_set(GIT_ERROR_OS, "cannot sync %s: %s", path,
@@ -482,289 +734,135 @@ static int objects_durable(struct gitc *g)
 	}
 	if (fd >= 0)
 		close(fd);
-	objects_fsync(true);
 	return rc;
 }
 
-/*
- * One attempt: build on the current tip and move the branch. 0 with *cid
- * (all zero when the tree did not change), 1 with why when HEAD became
- * detached, -EAGAIN when the tip moved under us, or -errno.
- */
-static int commit_once(struct gitc *g, const struct gitc_change *ch,
-		       const git_oid *ids, size_t n, const git_oid *meta_id,
-		       const char *message, const git_signature *sig,
-		       git_oid *cid, bool *meta_added, char *why, size_t whyn,
-		       char *errmsg, size_t errn)
-{
-	git_reference *head = NULL, *ref = NULL;
-	git_commit *tip = NULL;
-	git_tree *tip_tree = NULL, *tree = NULL;
-	const git_commit *parents[1];
-	char *branch = NULL;
-	git_oid tip_id, tree_id;
-	bool unborn = false;
-	int rc, e;
+/* ---- the branch ---- */
 
-	memset(cid, 0, sizeof(*cid));
-	e = git_reference_lookup(&head, g->repo, "HEAD");
-	if (e < 0) {
-		rc = git_fail(e, "HEAD", errmsg, errn);
-		goto out;
+/* mkdir -p of the directory part of path (for a new ref or log). */
+static void make_parents(const char *path)
+{
+	char dir[PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	for (char *s = strchr(dir + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		mkdir(dir, 0777);
+		*s = '/';
 	}
-	if (git_reference_type(head) != GIT_REFERENCE_SYMBOLIC) {
-		errmsg_set(why, whyn, "HEAD is detached");
-		rc = 1;
-		goto out;
-	}
-	branch = strdup(git_reference_symbolic_target(head));
-	if (!branch) {
-		errmsg_set(errmsg, errn, "out of memory");
-		rc = -ENOMEM;
-		goto out;
-	}
-	e = git_reference_name_to_id(&tip_id, g->repo, branch);
-	if (e == GIT_ENOTFOUND) {
-		unborn = true;
-	} else if (e < 0) {
-		rc = git_fail(e, branch, errmsg, errn);
-		goto out;
-	} else {
-		e = git_commit_lookup(&tip, g->repo, &tip_id);
-		if (e == 0)
-			e = git_commit_tree(&tip_tree, tip);
-		if (e < 0) {
-			rc = git_fail(e, "branch tip", errmsg, errn);
-			goto out;
-		}
-	}
-	e = build_tree(g->repo, tip_tree, ch, ids, n, meta_id, &tree_id,
-		       meta_added);
-	if (e < 0) {
-		rc = git_fail(e, "building the tree", errmsg, errn);
-		goto out;
-	}
-	if (tip_tree && git_oid_equal(&tree_id, git_tree_id(tip_tree))) {
-		rc = 0;
-		goto out;
-	}
-	e = git_tree_lookup(&tree, g->repo, &tree_id);
-	if (e == 0) {
-		parents[0] = tip;
-		e = git_commit_create(cid, g->repo, NULL, sig, sig, NULL,
-				      message, tree, unborn ? 0 : 1, parents);
-	}
-	if (e == 0)
-		e = objects_durable(g);
-	if (e < 0) {
-		rc = git_fail(e, "creating the commit", errmsg, errn);
-		goto out;
-	}
-	/* A git operation that began while the commit was built owns the
-	 * branch now (a rebase would fail to move it at its end), as does a
-	 * git command that has read HEAD but created no lock yet. */
-	rc = deferral(g, why, whyn, errmsg, errn);
-	if (rc != 0) {
-		memset(cid, 0, sizeof(*cid));
-		goto out;
-	}
-	/* (The test hook: git starting between this check and the CAS.) */
-	if (g->hook)
-		g->hook(g->hook_ctx);
-	if (unborn)
-		e = git_reference_create(&ref, g->repo, branch, cid, 0,
-					 REFLOG_MSG);
-	else
-		e = git_reference_create_matching(&ref, g->repo, branch, cid, 1,
-						  &tip_id, REFLOG_MSG);
-	if (e == GIT_EMODIFIED || e == GIT_EEXISTS) {
-		memset(cid, 0, sizeof(*cid));
-		rc = -EAGAIN;
-		goto out;
-	}
-	if (e < 0) {
-		memset(cid, 0, sizeof(*cid));
-		rc = git_fail(e, branch, errmsg, errn);
-		goto out;
-	}
-	rc = 0;
-out:
-	git_reference_free(ref);
-	git_reference_free(head);
-	git_tree_free(tree);
-	git_tree_free(tip_tree);
-	git_commit_free(tip);
-	free(branch);
-	return rc;
 }
 
-/*
- * Fill an index entry's stat data from the working file when it holds
- * exactly text; otherwise leave it zero so that git re-hashes the file.
- */
-static void entry_stat(struct gitc *g, const char *path, const char *text,
-		       size_t len, git_index_entry *ie)
+/* Should ref updates of this repository be logged (core.logAllRefUpdates,
+ * true by default in a repository with a working tree)? 1 always, 0 only
+ * where a log exists. */
+static int log_all(git_repository *repo)
 {
-	char full[PATH_MAX];
-	struct stat st;
-	char *buf = NULL;
-	ssize_t r;
-	size_t got = 0;
+	git_config *cfg = NULL;
+	git_buf v = {0};
+	int on = 1, b;
+
+	if (git_repository_config_snapshot(&cfg, repo) < 0)
+		return 1;
+	if (git_config_get_string_buf(&v, cfg, "core.logAllRefUpdates") == 0) {
+		if (strcasecmp(v.ptr, "always") == 0)
+			on = 1;
+		else if (git_config_parse_bool(&b, v.ptr) == 0)
+			on = b;
+	}
+	git_buf_dispose(&v);
+	git_config_free(cfg);
+	return on;
+}
+
+/* Append one reflog line to the log at path, as git writes them. */
+static void reflog_append(const char *path, bool create, const char *line)
+{
 	int fd;
 
-	if ((size_t)snprintf(full, sizeof(full), "%s%s", g->workdir, path) >=
-	    sizeof(full))
-		return;
-	fd = open(full, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (create)
+		make_parents(path);
+	fd = open(path,
+		  O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW |
+			  (create ? O_CREAT : 0),
+		  0666);
 	if (fd < 0)
-		return;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (size_t)st.st_size != len)
-		goto out;
-	buf = malloc(len + 1);
-	if (!buf)
-		goto out;
-	while (got <= len) {
-		r = read(fd, buf + got, len + 1 - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
+		return; /* a log we may not keep is no reason to fail */
+	if (write(fd, line, strlen(line)) < 0) {
+		/* likewise */
 	}
-	if (got != len || memcmp(buf, text, len) != 0)
-		goto out;
-	ie->ctime.seconds = (int32_t)st.st_ctim.tv_sec;
-	ie->ctime.nanoseconds = (uint32_t)st.st_ctim.tv_nsec;
-	ie->mtime.seconds = (int32_t)st.st_mtim.tv_sec;
-	ie->mtime.nanoseconds = (uint32_t)st.st_mtim.tv_nsec;
-	ie->dev = (uint32_t)st.st_dev;
-	ie->ino = (uint32_t)st.st_ino;
-	ie->uid = (uint32_t)st.st_uid;
-	ie->gid = (uint32_t)st.st_gid;
-out:
-	free(buf);
 	close(fd);
 }
 
-static int index_put(struct gitc *g, git_index *idx, const char *path,
-		     const git_oid *id, const char *text, size_t len)
-{
-	git_index_entry ie;
-
-	memset(&ie, 0, sizeof(ie));
-	ie.path = path;
-	ie.id = *id;
-	ie.mode = GIT_FILEMODE_BLOB;
-	ie.file_size = (uint32_t)len;
-	entry_stat(g, path, text, len, &ie);
-	return git_index_add(idx, &ie);
-}
-
 /*
- * Stage our committed paths, and only them, in the repository index as
- * it is on disk now. 0 or -errno (errmsg).
+ * Move branch (e.g. "refs/heads/main") from old (NULL: it must not exist)
+ * to new, as git does: take the ref's lock, check under it that the
+ * branch is still at old (compare-and-swap), write the lock,
+ * append to the branch's and HEAD's reflogs, rename the lock over the
+ * ref. -EAGAIN when the branch moved, -EBUSY when its lock is held by
+ * another process, or -errno.
  */
-static int update_index(struct gitc *g, const struct gitc_change *ch,
-			const git_oid *ids, size_t n, const git_oid *meta_id,
-			bool meta_added, char *errmsg, size_t errn)
+static int move_branch(struct gitc *g, const char *branch, const git_oid *old,
+		       const git_oid *new, const git_signature *sig,
+		       char *errmsg, size_t errn)
 {
-	char path[PATH_MAX_VM + 16], rel[PATH_MAX_VM];
-	git_index *idx = NULL;
-	size_t i;
-	int e, rc;
+	char path[PATH_MAX], line[1024], oh[41], nh[41];
+	struct gitlock rl;
+	git_oid cur;
+	bool create;
+	int rc, e;
 
-	e = git_repository_index(&idx, g->repo);
-	if (e == 0)
-		e = git_index_read(idx, 1);
-	if (e < 0) {
-		rc = git_fail(e, "reading the index", errmsg, errn);
+	gitlock_init(&rl);
+	if ((size_t)snprintf(path, sizeof(path), "%s%s", g->commondir,
+			     branch) >= sizeof(path)) {
+		errmsg_set(errmsg, errn, "%s: path too long", branch);
+		return -ENAMETOOLONG;
+	}
+	if (!old)
+		make_parents(path);
+	rc = gitlock_take(&rl, path, &g->mark);
+	if (rc == -EEXIST)
+		return -EBUSY; /* another process moves it right now */
+	if (rc < 0) {
+		errmsg_set(errmsg, errn, "%s.lock: %s", path, strerror(-rc));
+		return rc;
+	}
+	e = git_reference_name_to_id(&cur, g->repo, branch);
+	if ((old && (e < 0 || !git_oid_equal(&cur, old))) ||
+	    (!old && e != GIT_ENOTFOUND)) {
+		rc = e < 0 && e != GIT_ENOTFOUND
+			     ? git_fail(e, branch, errmsg, errn)
+			     : -EAGAIN;
 		goto out;
 	}
-	for (i = 0; i < n; i++) {
-		coord_path(&ch[i].coord, rel, sizeof(rel));
-		snprintf(path, sizeof(path), VM_DIR "/%s", rel);
-		if (ch[i].text) {
-			e = index_put(g, idx, path, &ids[i], ch[i].text,
-				      ch[i].len);
-		} else {
-			e = git_index_remove_bypath(idx, path);
-			if (e == GIT_ENOTFOUND)
-				e = 0;
-		}
-		if (e < 0) {
-			rc = git_fail(e, path, errmsg, errn);
-			goto out;
-		}
-	}
-	if (meta_added) {
-		e = index_put(g, idx, VM_DIR "/" METADATA, meta_id,
-			      METADATA_TEXT, strlen(METADATA_TEXT));
-		if (e < 0) {
-			rc = git_fail(e, METADATA, errmsg, errn);
-			goto out;
-		}
-	}
-	e = git_index_write(idx);
-	if (e < 0) {
-		rc = git_fail(e, "writing the index", errmsg, errn);
+	hex(new, nh);
+	if (old)
+		hex(old, oh);
+	else
+		memset(oh, '0', 40), oh[40] = '\0';
+	snprintf(line, sizeof(line), "%s\n", nh);
+	if (pwrite(rl.fd, line, 41, 0) != 41) {
+		rc = -errno;
+		errmsg_set(errmsg, errn, "%s.lock: %s", path, strerror(errno));
 		goto out;
 	}
-	rc = 0;
+	snprintf(line, sizeof(line), "%s %s %s <%s> %lld %c%02d%02d\t%s\n", oh,
+		 nh, sig->name, sig->email, (long long)sig->when.time,
+		 sig->when.offset < 0 ? '-' : '+', abs(sig->when.offset) / 60,
+		 abs(sig->when.offset) % 60, REFLOG_MSG);
+	create = log_all(g->repo) == 1;
+	snprintf(path, sizeof(path), "%slogs/%s", g->commondir, branch);
+	reflog_append(path, create, line);
+	snprintf(path, sizeof(path), "%slogs/HEAD", g->gitdir);
+	reflog_append(path, create, line);
+	rc = gitlock_commit(&rl, false);
+	if (rc < 0)
+		errmsg_set(errmsg, errn, "%s: %s", branch, strerror(-rc));
 out:
-	git_index_free(idx);
+	gitlock_release(&rl);
 	return rc;
 }
 
-static int blob_at(const git_commit *c, const char *path, git_oid *id,
-		   bool *found);
-static int head_commit(git_repository *repo, git_commit **out);
-
-/*
- * Keep only the changes that differ from HEAD, compacting ch and ids in
- * place (changed set on the kept ones). Returns how many are kept, or a
- * libgit2 error.
- */
-static int keep_changed(git_repository *repo, struct gitc_change *ch,
-			git_oid *ids, size_t n, size_t *kept)
-{
-	git_commit *head = NULL;
-	char rel[64], path[96];
-	size_t i, k = 0;
-	int e = head_commit(repo, &head);
-
-	for (i = 0; e == 0 && i < n; i++) {
-		git_oid id;
-		bool found = false;
-
-		ch[i].changed = ch[i].text != NULL;
-		if (head) {
-			coord_path(&ch[i].coord, rel, sizeof(rel));
-			snprintf(path, sizeof(path), VM_DIR "/%s", rel);
-			e = blob_at(head, path, &id, &found);
-			ch[i].changed =
-				ch[i].text
-					? !found || !git_oid_equal(&id, &ids[i])
-					: found;
-		}
-	}
-	git_commit_free(head);
-	if (e < 0)
-		return e;
-	*kept = 0;
-	for (i = 0; i < n; i++)
-		if (ch[i].changed)
-			k++;
-	*kept = k;
-	return 0;
-}
-
-int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
-		const char *message, struct gitc_result *res, char *errmsg,
-		size_t errn)
-{
-	return gitc_commit_as(g, NULL, ch, n, message, res, errmsg, errn);
-}
+/* ---- a commit ---- */
 
 /* The configured identity, else the repository's, else the fallback. */
 static int signature(git_signature **sig, git_repository *repo,
@@ -777,19 +875,304 @@ static int signature(git_signature **sig, git_repository *repo,
 	return git_signature_now(sig, FALLBACK_NAME, FALLBACK_EMAIL);
 }
 
+/* The agent a decision file names (malloc'd), or NULL. */
+static char *agent_of(const struct item *it)
+{
+	json_t *doc = json_loadb(it->bytes, it->len, 0, NULL);
+	const char *a = json_string_value(json_object_get(doc, "agent_id"));
+	char *r = a ? strdup(a) : NULL;
+
+	json_decref(doc);
+	return r;
+}
+
+/* The generated message for the changed items (malloc'd). */
+static char *message_of(struct item **its, size_t n)
+{
+	struct gitc_msgline *l = calloc(n ? n : 1, sizeof(*l));
+	size_t k = 0;
+	char *m = NULL;
+
+	if (!l)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		if (!its[i]->changed || !its[i]->ch)
+			continue;
+		l[k].path = its[i]->full + strlen(VM_PREFIX);
+		l[k].deleted = !its[i]->present;
+		l[k].agent = its[i]->agent; /* borrowed */
+		k++;
+	}
+	m = gitc_message(l, k);
+	free(l);
+	return m;
+}
+
+static int item_cmp(const void *a, const void *b)
+{
+	return strcmp((*(struct item *const *)a)->full,
+		      (*(struct item *const *)b)->full);
+}
+
+/* The version of a new index, as git would pick it. */
+static unsigned new_index_version(git_repository *repo, bool *want_git)
+{
+	git_config *cfg = NULL;
+	int32_t v = 0;
+	int b = 0;
+	unsigned version = 2;
+
+	*want_git = false;
+	if (git_repository_config_snapshot(&cfg, repo) < 0)
+		return version;
+	if (git_config_get_bool(&b, cfg, "feature.manyFiles") == 0 && b)
+		version = 4;
+	if (git_config_get_int32(&v, cfg, "index.version") == 0 && v >= 2 &&
+	    v <= 4)
+		version = (unsigned)v;
+	if ((git_config_get_bool(&b, cfg, "core.splitIndex") == 0 && b) ||
+	    (git_config_get_bool(&b, cfg, "core.untrackedCache") == 0 && b))
+		*want_git = true;
+	git_config_free(cfg);
+	return version;
+}
+
+/*
+ * Under index.lock: build on the tip and move the branch, rebuilt when the
+ * tip moved. 0 with *cid (zero when the tree stays as it is), 1 with why,
+ * or -errno.
+ */
+static int commit_tries(struct gitc *g, struct item **its, size_t n,
+			const char *message, const git_signature *sig,
+			git_oid *cid, char *why, size_t whyn, char *errmsg,
+			size_t errn)
+{
+	git_reference *head = NULL;
+	git_commit *tip = NULL;
+	git_tree *tip_tree = NULL, *tree = NULL;
+	const git_commit *parents[1];
+	char *branch = NULL, *msg = NULL;
+	git_oid tip_id, tree_id;
+	bool unborn, any;
+	int rc = -EAGAIN, e, tries;
+
+	memset(cid, 0, sizeof(*cid));
+	for (tries = 0; tries < MAX_TRIES && rc == -EAGAIN; tries++) {
+		git_reference_free(head);
+		git_commit_free(tip);
+		git_tree_free(tip_tree);
+		git_tree_free(tree);
+		free(branch);
+		free(msg);
+		head = NULL, tip = NULL, tip_tree = NULL, tree = NULL;
+		branch = NULL, msg = NULL;
+		unborn = false;
+		e = git_reference_lookup(&head, g->repo, "HEAD");
+		if (e < 0) {
+			rc = git_fail(e, "HEAD", errmsg, errn);
+			break;
+		}
+		if (git_reference_type(head) != GIT_REFERENCE_SYMBOLIC) {
+			errmsg_set(why, whyn, "HEAD is detached");
+			rc = 1;
+			break;
+		}
+		branch = strdup(git_reference_symbolic_target(head));
+		if (!branch) {
+			errmsg_set(errmsg, errn, "out of memory");
+			rc = -ENOMEM;
+			break;
+		}
+		e = git_reference_name_to_id(&tip_id, g->repo, branch);
+		if (e == GIT_ENOTFOUND) {
+			unborn = true;
+		} else if (e < 0) {
+			rc = git_fail(e, branch, errmsg, errn);
+			break;
+		} else {
+			e = git_commit_lookup(&tip, g->repo, &tip_id);
+			if (e == 0)
+				e = git_commit_tree(&tip_tree, tip);
+			if (e < 0) {
+				rc = git_fail(e, "branch tip", errmsg, errn);
+				break;
+			}
+		}
+		e = build_tree(g, tip_tree, its, n, &tree_id, &any);
+		if (e < 0) {
+			rc = git_fail(e, "building the tree", errmsg, errn);
+			break;
+		}
+		if (!any || (tip_tree &&
+			     git_oid_equal(&tree_id, git_tree_id(tip_tree)))) {
+			rc = 0; /* nothing differs from the tip */
+			break;
+		}
+		if (!message) {
+			msg = message_of(its, n);
+			if (!msg) {
+				errmsg_set(errmsg, errn, "out of memory");
+				rc = -ENOMEM;
+				break;
+			}
+		}
+		e = git_tree_lookup(&tree, g->repo, &tree_id);
+		if (e == 0) {
+			parents[0] = tip;
+			e = git_commit_create(cid, g->repo, NULL, sig, sig,
+					      NULL, message ? message : msg,
+					      tree, unborn ? 0 : 1, parents);
+		}
+		if (e == 0)
+			e = objects_durable(g);
+		if (e < 0) {
+			rc = git_fail(e, "creating the commit", errmsg, errn);
+			break;
+		}
+		hook(g, GITC_STEP_BEFORE_CAS);
+		rc = move_branch(g, branch, unborn ? NULL : &tip_id, cid, sig,
+				 errmsg, errn);
+		if (rc == -EBUSY) {
+			/* Held by someone else: wait, as for index.lock. */
+			errmsg_set(why, whyn,
+				   "%s.lock is held by another process",
+				   branch);
+			rc = 1;
+		}
+	}
+	if (rc == -EAGAIN)
+		errmsg_set(errmsg, errn,
+			   "the branch kept moving during %d attempts",
+			   MAX_TRIES);
+	if (rc != 0)
+		memset(cid, 0, sizeof(*cid));
+	git_reference_free(head);
+	git_commit_free(tip);
+	git_tree_free(tip_tree);
+	git_tree_free(tree);
+	free(branch);
+	free(msg);
+	return rc;
+}
+
+static void items_free(struct item *its, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(its[i].full);
+		free(its[i].bytes);
+		free(its[i].agent);
+	}
+	free(its);
+}
+
+static int oid_cmp(const void *a, const void *b)
+{
+	return git_oid_cmp(&(*(struct item *const *)a)->id,
+			   &(*(struct item *const *)b)->id);
+}
+
+/*
+ * The blobs of the present items: loose objects, or for a big batch one
+ * pack of those the repository lacks (each content once). The files'
+ * bytes are released once written; a decision's agent is kept for the
+ * message. 0 or -errno (errmsg).
+ */
+static int write_blobs(struct gitc *g, struct item **its, size_t n,
+		       char *errmsg, size_t errn)
+{
+	struct gitpack *pack = NULL;
+	git_odb *odb = NULL;
+	char packdir[PATH_MAX];
+	size_t present = 0, count = 0;
+	int rc = 0, e;
+
+	for (size_t i = 0; i < n; i++) {
+		struct item *it = its[i];
+
+		if (!it->present)
+			continue;
+		present++;
+		if (it->ch && path_coord(it->full + strlen(VM_PREFIX),
+					 &(struct coord){0}))
+			it->agent = agent_of(it);
+	}
+	if (present < PACK_MIN) {
+		for (size_t i = 0; i < n; i++) {
+			if (!its[i]->present)
+				continue;
+			e = git_blob_create_from_buffer(&its[i]->id, g->repo,
+							its[i]->bytes,
+							its[i]->len);
+			if (e < 0)
+				return git_fail(e, "writing a blob", errmsg,
+						errn);
+			free(its[i]->bytes);
+			its[i]->bytes = NULL;
+		}
+		return 0;
+	}
+	e = git_repository_odb(&odb, g->repo);
+	if (e < 0)
+		return git_fail(e, "the object database", errmsg, errn);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (!its[i]->present)
+			continue;
+		e = git_odb_hash(&its[i]->id, its[i]->bytes, its[i]->len,
+				 GIT_OBJECT_BLOB);
+		if (e < 0)
+			rc = git_fail(e, "hashing a blob", errmsg, errn);
+		else
+			its[i]->packed = !git_odb_exists(odb, &its[i]->id);
+	}
+	/* Each content once: the same bytes at two paths are one object. */
+	qsort(its, n, sizeof(*its), oid_cmp);
+	for (size_t i = 0, last = SIZE_MAX; i < n && rc == 0; i++) {
+		if (!its[i]->packed)
+			continue;
+		if (last != SIZE_MAX &&
+		    git_oid_equal(&its[last]->id, &its[i]->id))
+			its[i]->packed = false;
+		else
+			last = i;
+		count += its[i]->packed;
+	}
+	snprintf(packdir, sizeof(packdir), "%sobjects/pack", g->commondir);
+	if (rc == 0 && count)
+		rc = gitpack_begin(&pack, odb, packdir, count, errmsg, errn);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		if (its[i]->packed)
+			rc = gitpack_add(pack, GIT_OBJECT_BLOB, its[i]->bytes,
+					 its[i]->len, errmsg, errn);
+		free(its[i]->bytes);
+		its[i]->bytes = NULL;
+	}
+	if (rc == 0 && pack)
+		rc = gitpack_commit(pack, errmsg, errn);
+	if (rc == 0 && pack && git_odb_refresh(odb) < 0)
+		rc = git_fail(GIT_ERROR, "the new pack", errmsg, errn);
+	gitpack_free(pack);
+	git_odb_free(odb);
+	qsort(its, n, sizeof(*its), item_cmp);
+	return rc;
+}
+
 int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		   struct gitc_change *ch, size_t n, const char *message,
 		   struct gitc_result *res, char *errmsg, size_t errn)
 {
+	struct gitidx_ctx ic = {0};
+	struct gitidx_result ir;
+	struct gitidx_update *up = NULL;
+	struct item *its = NULL, **sorted = NULL;
 	git_signature *sig = NULL;
-	git_oid *ids = NULL, *idk = NULL, meta_id, cid;
-	struct gitc_change *chk = NULL;
-	size_t kept = 0, k;
-	char *msg = NULL;
-	bool meta_added = false;
-	int rc, e, tries;
-	size_t i;
+	struct gitlock il;
+	char index[PATH_MAX];
+	bool have_meta = false;
+	size_t ni = 0;
+	git_oid cid;
+	int rc, e;
 
+	gitlock_init(&il);
 	memset(res, 0, sizeof(*res));
 	if (errmsg && errn)
 		errmsg[0] = '\0';
@@ -798,100 +1181,162 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	rc = deferral(g, res->deferred, sizeof(res->deferred), errmsg, errn);
 	if (rc != 0)
 		goto out;
-	objects_fsync(false); /* until objects_durable(), see there */
-	ids = calloc(n ? n : 1, sizeof(*ids));
-	if (!ids) {
-		errmsg_set(errmsg, errn, "out of memory");
+	/* The files as they are now: read, and written as blobs. */
+	its = calloc(n + 1, sizeof(*its));
+	sorted = calloc(n + 1, sizeof(*sorted));
+	if (!its || !sorted) {
 		rc = -ENOMEM;
+		errmsg_set(errmsg, errn, "out of memory");
 		goto out;
 	}
-	for (i = 0; i < n; i++) {
-		if (!ch[i].text)
-			continue;
-		e = git_blob_create_from_buffer(&ids[i], g->repo, ch[i].text,
-						ch[i].len);
-		if (e < 0) {
-			rc = git_fail(e, "writing a blob", errmsg, errn);
-			goto out;
-		}
-	}
-	e = git_blob_create_from_buffer(&meta_id, g->repo, METADATA_TEXT,
-					strlen(METADATA_TEXT));
-	if (e < 0) {
-		rc = git_fail(e, "writing a blob", errmsg, errn);
-		goto out;
-	}
-	e = keep_changed(g->repo, ch, ids, n, &kept);
-	if (e < 0) {
-		rc = git_fail(e, "comparing with HEAD", errmsg, errn);
-		goto out;
-	}
-	if (kept == 0) {
-		rc = 0; /* the files already match HEAD: nothing to commit */
-		goto out;
-	}
-	if (kept < n) {
-		/* Commit (and describe) only the real differences. */
-		chk = calloc(kept, sizeof(*chk));
-		idk = calloc(kept, sizeof(*idk));
-		if (!chk || !idk) {
-			errmsg_set(errmsg, errn, "out of memory");
+	for (size_t i = 0; i <= n; i++) {
+		const char *path = i < n ? ch[i].path : METADATA;
+
+		if (i == n && have_meta)
+			break;
+		have_meta |= strcmp(path, METADATA) == 0;
+		if (asprintf(&its[ni].full, VM_PREFIX "%s", path) < 0) {
+			its[ni].full = NULL;
 			rc = -ENOMEM;
-			goto out;
-		}
-		for (i = 0, k = 0; i < n; i++) {
-			if (!ch[i].changed)
-				continue;
-			chk[k] = ch[i];
-			idk[k++] = ids[i];
-		}
-		ch = chk;
-		n = kept;
-		free(ids);
-		ids = idk;
-		idk = NULL;
-	}
-	if (!message) {
-		msg = gitc_message(ch, n);
-		if (!msg) {
 			errmsg_set(errmsg, errn, "out of memory");
-			rc = -ENOMEM;
 			goto out;
 		}
+		its[ni].ch = i < n ? &ch[i] : NULL;
+		sorted[ni] = &its[ni];
+		ni++;
+	}
+	qsort(sorted, ni, sizeof(*sorted), item_cmp);
+	for (size_t i = 1; i < ni; i++)
+		if (strcmp(sorted[i - 1]->full, sorted[i]->full) == 0) {
+			rc = -EINVAL;
+			errmsg_set(errmsg, errn, "%s named twice",
+				   sorted[i]->full);
+			goto out;
+		}
+	/* Read and written in slices, so a first commit of the whole
+	 * memory holds one slice of file bytes at a time (one pack each). */
+	for (size_t start = 0; start < ni; start += READ_SLICE) {
+		size_t end = start + READ_SLICE < ni ? start + READ_SLICE : ni;
+
+		for (size_t i = start; i < end; i++) {
+			rc = read_item(g, sorted[i], errmsg, errn);
+			if (rc < 0)
+				goto out;
+		}
+		rc = write_blobs(g, sorted + start, end - start, errmsg, errn);
+		if (rc < 0)
+			goto out;
+	}
+	/* metadata.json is added when there, never removed by us */
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < ni; i++)
+			if (sorted[i]->ch || sorted[i]->present)
+				sorted[k++] = sorted[i];
+		ni = k;
 	}
 	e = signature(&sig, g->repo, who);
 	if (e < 0) {
 		rc = git_fail(e, "signature", errmsg, errn);
 		goto out;
 	}
-	/* From here on git's lock files may be ours for a moment: a marker
-	 * says so, for a start-up after a crash (gitc_clear_stale_locks). */
-	marker_set(g, true);
-	rc = -EAGAIN;
-	for (tries = 0; tries < MAX_TRIES && rc == -EAGAIN; tries++)
-		rc = commit_once(g, ch, ids, n, &meta_id,
-				 message ? message : msg, sig, &cid,
-				 &meta_added, res->deferred,
-				 sizeof(res->deferred), errmsg, errn);
-	if (rc == -EAGAIN)
-		errmsg_set(errmsg, errn,
-			   "the branch kept moving during %d attempts",
-			   MAX_TRIES);
-	if (rc != 0 || git_oid_is_zero(&cid))
+	/* git's lock, held from reading the index to writing it. */
+	rc = gitmark_begin(&g->mark);
+	if (rc < 0) {
+		errmsg_set(errmsg, errn, "%s/committing: %s", g->state->path,
+			   strerror(-rc));
 		goto out;
-	hex(&cid, res->commit);
-	res->committed_at = (int64_t)sig->when.time;
-	/* The commit exists: an index failure is reported, not returned. */
-	update_index(g, ch, ids, n, &meta_id, meta_added, errmsg, errn);
+	}
+	snprintf(index, sizeof(index), "%sindex", g->gitdir);
+	rc = gitlock_take(&il, index, &g->mark);
+	if (rc == -EEXIST) {
+		errmsg_set(res->deferred, sizeof(res->deferred),
+			   "index.lock is held by another process");
+		rc = 1;
+		goto out;
+	}
+	if (rc < 0) {
+		errmsg_set(errmsg, errn, "%s.lock: %s", index, strerror(-rc));
+		res->index_error = true;
+		goto out;
+	}
+	hook(g, GITC_STEP_LOCKED);
+	up = calloc(ni ? ni : 1, sizeof(*up));
+	if (!up) {
+		rc = -ENOMEM;
+		errmsg_set(errmsg, errn, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < ni; i++) {
+		up[i].path = sorted[i]->full;
+		up[i].present = sorted[i]->present;
+		memcpy(up[i].oid, sorted[i]->id.id, 20);
+		up[i].st = sorted[i]->st;
+	}
+	ic.gitdir = g->gitdir;
+	ic.workdir = g->workdir;
+	ic.state = g->state;
+	ic.git = "git";
+	ic.new_version = new_index_version(g->repo, &ic.force_git);
+	ic.forced = g->way_forced;
+	ic.force_way = g->way;
+	rc = gitidx_sync(&ic, &il, &g->mark, up, ni, &ir, errmsg, errn);
+	res->index_way = ir.way == GITIDX_GIT ? GITC_INDEX_GIT : GITC_INDEX_OWN;
+	snprintf(res->index_why, sizeof(res->index_why), "%s", ir.why);
+	if (rc < 0) {
+		res->index_error = true;
+		goto out;
+	}
+	if (ir.conflict) {
+		errmsg_set(res->deferred, sizeof(res->deferred),
+			   "conflict in %s", ir.conflict_path);
+		rc = 1;
+		goto out;
+	}
+	hook(g, GITC_STEP_INDEX_READY);
+	rc = commit_tries(g, sorted, ni, message, sig, &cid, res->deferred,
+			  sizeof(res->deferred), errmsg, errn);
+	if (rc != 0)
+		goto out;
+	if (!git_oid_is_zero(&cid)) {
+		hex(&cid, res->commit);
+		res->committed_at = (int64_t)sig->when.time;
+		hook(g, GITC_STEP_MOVED);
+	}
+	if (ir.changed) {
+		rc = gitlock_commit(&il, false);
+		if (rc < 0) {
+			/* The branch moved; the index could not follow. The
+			 * caller syncs it again (its paths stay ours). */
+			errmsg_set(errmsg, errn, "writing the index: %s",
+				   strerror(-rc));
+			res->index_error = true;
+			rc = res->commit[0] ? 0 : rc;
+		}
+		res->index_written = rc == 0 && !res->index_error;
+	}
+	for (size_t i = 0; i < ni; i++)
+		if (its[i].ch) {
+			its[i].ch->present = its[i].present;
+			its[i].ch->changed = res->commit[0] && its[i].changed;
+		}
 out:
-	marker_set(g, false);
-	objects_fsync(true);
+	gitlock_release(&il);
+	gitmark_end(&g->mark);
 	git_signature_free(sig);
-	free(ids);
-	free(idk);
-	free(chk);
-	free(msg);
+	free(up);
+	free(sorted);
+	if (its)
+		items_free(its, n + 1);
 	return rc;
+}
+
+int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
+		const char *message, struct gitc_result *res, char *errmsg,
+		size_t errn)
+{
+	return gitc_commit_as(g, NULL, ch, n, message, res, errmsg, errn);
 }
 
 /* The id of the entry of the given type at path in a commit's tree;
@@ -919,10 +1364,19 @@ static int entry_at(const git_commit *c, const char *path, git_object_t type,
 	return rc;
 }
 
-static int blob_at(const git_commit *c, const char *path, git_oid *id,
-		   bool *found)
+/* The subtree named name of tree (NULL when absent or not a tree). */
+static int subtree(git_repository *repo, const git_tree *tree, const char *name,
+		   git_tree **out)
 {
-	return entry_at(c, path, GIT_OBJECT_BLOB, id, found);
+	const git_tree_entry *e;
+
+	*out = NULL;
+	if (!tree)
+		return 0;
+	e = git_tree_entry_byname(tree, name);
+	if (!e || git_tree_entry_type(e) != GIT_OBJECT_TREE)
+		return 0;
+	return git_tree_lookup(out, repo, git_tree_entry_id(e));
 }
 
 /* HEAD's commit, or NULL with 0 when HEAD is unborn. */
@@ -1200,109 +1654,6 @@ int gitc_log(struct gitc *g, size_t limit, gitc_commit_fn cb, void *ctx,
 			    errmsg, errn);
 }
 
-/* Remove lock at path if it was made within the window after since. */
-static bool remove_if_ours(const char *path, const struct timespec *since,
-			   char *removed, size_t n)
-{
-	struct stat st;
-	size_t len = strlen(removed);
-
-	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    st.st_mtim.tv_sec < since->tv_sec - 1 ||
-	    st.st_mtim.tv_sec > since->tv_sec + STALE_LOCK_WINDOW_S ||
-	    unlink(path) < 0)
-		return false;
-	snprintf(removed + len, n - len, "%s%s", len ? ", " : "", path);
-	return true;
-}
-
-struct restage {
-	struct gitc *g;
-	git_index *idx;
-	int rc;
-};
-
-static int restage_cb(const char *root, const git_tree_entry *te, void *arg)
-{
-	struct restage *r = arg;
-	char path[PATH_MAX_VM + 16];
-	git_blob *blob = NULL;
-	int e;
-
-	if (git_tree_entry_type(te) != GIT_OBJECT_BLOB)
-		return 0;
-	snprintf(path, sizeof(path), VM_DIR "/%s%s", root,
-		 git_tree_entry_name(te));
-	e = git_blob_lookup(&blob, r->g->repo, git_tree_entry_id(te));
-	if (e == 0)
-		e = index_put(r->g, r->idx, path, git_tree_entry_id(te),
-			      git_blob_rawcontent(blob),
-			      (size_t)git_blob_rawsize(blob));
-	git_blob_free(blob);
-	r->rc = e;
-	return e < 0 ? -1 : 0;
-}
-
-/*
- * A commit cut short between moving the branch and staging its paths
- * leaves the index behind HEAD for our directory: make its entries there
- * HEAD's again (nothing else of the index is touched).
- */
-static int restage_ours(struct gitc *g)
-{
-	struct restage r = {g, NULL, 0};
-	git_object *obj = NULL;
-	int e;
-
-	e = git_repository_index(&r.idx, g->repo);
-	if (e == 0)
-		e = git_index_read(r.idx, 1);
-	if (e == 0)
-		e = git_index_remove_directory(r.idx, VM_DIR, 0);
-	if (e == 0) {
-		e = git_revparse_single(&obj, g->repo, "HEAD:" VM_DIR);
-		if (e == GIT_ENOTFOUND || e == GIT_EUNBORNBRANCH)
-			e = 0; /* no memory in HEAD: none in the index */
-		else if (e == 0 && git_object_type(obj) == GIT_OBJECT_TREE &&
-			 git_tree_walk((git_tree *)obj, GIT_TREEWALK_PRE,
-				       restage_cb, &r) < 0)
-			e = r.rc < 0 ? r.rc : -1;
-	}
-	if (e == 0)
-		e = git_index_write(r.idx);
-	git_object_free(obj);
-	git_index_free(r.idx);
-	return e < 0 ? git2errno(e) : 0;
-}
-
-int gitc_clear_stale_locks(struct gitc *g, char *removed, size_t n)
-{
-	const char *common = git_repository_commondir(g->repo);
-	char path[PATH_MAX];
-	git_reference *head = NULL;
-	struct stat st;
-	int count = 0;
-
-	removed[0] = '\0';
-	if (statedir_stat(g->state, MARKER, &st) < 0)
-		return 0;
-	snprintf(path, sizeof(path), "%sindex.lock", g->gitdir);
-	count += remove_if_ours(path, &st.st_mtim, removed, n);
-	snprintf(path, sizeof(path), "%spacked-refs.lock", common);
-	count += remove_if_ours(path, &st.st_mtim, removed, n);
-	if (git_reference_lookup(&head, g->repo, "HEAD") == 0 &&
-	    git_reference_type(head) == GIT_REFERENCE_SYMBOLIC &&
-	    (size_t)snprintf(path, sizeof(path), "%s%s.lock", common,
-			     git_reference_symbolic_target(head)) <
-		    sizeof(path))
-		count += remove_if_ours(path, &st.st_mtim, removed, n);
-	git_reference_free(head);
-	/* Only once no lock of ours is in the way. */
-	if (restage_ours(g) == 0)
-		(void)statedir_unlink(g->state, MARKER);
-	return count;
-}
-
 int gitc_head_coords(struct gitc *g, int max_x, gitc_coord_fn cb, void *ctx)
 {
 	git_object *obj = NULL;
@@ -1341,5 +1692,70 @@ int gitc_head_coords(struct gitc *g, int max_x, gitc_coord_fn cb, void *ctx)
 		git_tree_free(xt);
 	}
 	git_tree_free(vm);
+	return rc;
+}
+
+int gitc_clear_stale_locks(struct gitc *g, struct gitlock_stale *out)
+{
+	return gitlock_clear_stale(&g->mark, gitidx_private_files, out);
+}
+
+/* The path of a porcelain v2 record: after the given number of fields. */
+static const char *record_path(const char *rec, int fields)
+{
+	for (; fields > 0 && rec; fields--) {
+		rec = strchr(rec, ' ');
+		if (rec)
+			rec++;
+	}
+	return rec;
+}
+
+int gitc_scan(struct gitc *g, gitc_path_fn cb, void *ctx, char *errmsg,
+	      size_t errn)
+{
+	static const char *const args[] = {"status",
+					   "--porcelain=v2",
+					   "-z",
+					   "--no-renames",
+					   "--untracked-files=all",
+					   "--ignore-submodules=all",
+					   "--",
+					   VM_DIR,
+					   NULL};
+	struct gitproc gp = {"git", g->gitdir, g->workdir, NULL, true};
+	char *out = NULL;
+	size_t len = 0, off = 0;
+	int rc;
+
+	rc = gitproc_run(&gp, args, NULL, 0, &out, &len, errmsg, errn);
+	if (rc < 0)
+		return rc;
+	while (off < len && rc == 0) {
+		const char *rec = out + off, *path = NULL;
+
+		off += strlen(rec) + 1;
+		switch (rec[0]) {
+		case '1':
+			path = record_path(rec, 8);
+			break;
+		case 'u':
+			path = record_path(rec, 10);
+			break;
+		case '?':
+		case '!':
+			path = record_path(rec, 1);
+			break;
+		case '2': /* a rename (not asked for): its origin follows */
+			path = record_path(rec, 9);
+			off += strlen(out + off) + 1;
+			break;
+		default:
+			break;
+		}
+		if (path && strncmp(path, VM_PREFIX, strlen(VM_PREFIX)) == 0)
+			rc = cb(ctx, path + strlen(VM_PREFIX));
+	}
+	free(out);
 	return rc;
 }

@@ -1,14 +1,15 @@
 /*
- * Git for the memory, through libgit2 only (never the git program):
+ * Git for the memory, through libgit2 (and git's own plumbing where
+ * libgit2 cannot keep the user's index as git writes it, see gitidx.h):
  * commits of .vector-memory on the current branch, and the read side of
- * its history. A commit's tree is the branch tip's tree with the
- * .vector-memory subtree rebuilt from the tip's one plus the changes
- * (treebuilders, never the repository index); the repository index is
- * then updated for the changed .vector-memory paths only, so every other
- * staged or unstaged change of the user stays as it was. The branch is
- * moved with a compare-and-swap against the tip the commit was built on;
- * if the tip moved meanwhile, the commit is rebuilt on the new tip, so
- * nobody's commit is ever overwritten.
+ * its history. A commit commits the bytes that are in the working tree at
+ * the paths it is given (or their absence), under git's lock protocol:
+ * index.lock is held from reading the index, through moving the branch
+ * (under the branch's own ref lock, a compare-and-swap against the tip
+ * the commit was built on, rebuilt on the new tip if it moved), to
+ * writing the new index. Only our paths change in the index, with the
+ * stat data of the files committed; the user's other staged and unstaged
+ * changes stay exactly as they were, and so does the index's format.
  *
  * Blocking; a struct gitc is used by one thread at a time (the daemon's
  * one git job).
@@ -20,61 +21,80 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gitlock.h"
 #include "protocol/decision.h"
 #include "statedir.h"
 
 struct gitc;
 
-/* One coordinate of a commit: its file bytes, or a deletion. */
+/* One path of a commit. */
 struct gitc_change {
-	struct coord coord;
-	const char *text; /* exact file bytes; NULL: the file is deleted */
-	size_t len;
-	const char *agent_id; /* who wrote it, for the message body; may be
-				 NULL for a deletion */
-	bool changed;	      /* set by gitc_commit: it differs from HEAD */
+	const char *path; /* relative to .vector-memory: "x-005/y-2-z-1.json",
+			     "experiences/a/2025-01-06.jsonl" (borrowed) */
+	bool present;	  /* set by gitc_commit: the file was there */
+	bool changed;	  /* set by gitc_commit: it differed from HEAD and
+			     is in the commit made */
 };
+
+/* How the index was brought in line. */
+enum { GITC_INDEX_OWN = 0, GITC_INDEX_GIT = 1 };
 
 struct gitc_result {
 	char commit[41];      /* hex id of the new commit, "" if none */
 	int64_t committed_at; /* seconds since the epoch */
 	char deferred[160];   /* why nothing was committed, "" if it was */
+	bool index_error;     /* the index could not be brought in line
+				 (errmsg says why); see gitc_commit */
+	bool index_written;   /* the index changed */
+	int index_way;	      /* GITC_INDEX_OWN or GITC_INDEX_GIT */
+	char index_why[64];   /* why git's plumbing was used */
 };
 
 /*
  * Open the repository of a working tree (its root; no search upwards).
- * state (borrowed, outlives the handle) holds the marker of a commit in
- * progress. Also turns libgit2's gitdir fsync option on (process-wide).
+ * state (borrowed, outlives the handle) holds the commit marker and the
+ * files a commit keeps there for a moment (gitlock.h, gitidx.h).
  * 0 or -errno (errmsg).
  */
 int gitc_open(struct gitc **out, const char *workdir,
 	      const struct statedir *state, char *errmsg, size_t errn);
 void gitc_free(struct gitc *g);
 
-/*
- * The generated message for a batch: subject
- * "vector-memory: N decisions (x A-B, y C-D, z E-F)" (N = n, ranges over
- * the batch; a single value prints as "x 5"), a blank line, then one line
- * per change "x-005/y-2-z-1.json by AGENT" (or "... deleted").
- * malloc'd, caller frees; NULL on allocation failure.
- */
-char *gitc_message(const struct gitc_change *ch, size_t n);
+/* One line of a generated message: a path relative to .vector-memory. */
+struct gitc_msgline {
+	const char *path;
+	char *agent; /* who wrote a decision (NULL: "unknown") */
+	bool deleted;
+};
 
 /*
- * Commit the changes on the current branch with message (NULL: the
- * generated one). Changes equal to HEAD's content (the same bytes, or a
- * deletion of an absent file) are left out, and counted out of the
- * generated message; each change's `changed` says which were kept. Returns 0
- * with res->commit set; 1 when the commit must wait (res->deferred says why: a
- * merge, rebase, cherry-pick, revert or bisect in progress, a detached HEAD,
- * index.lock held by someone else) — then nothing was written; or -errno with
- * errmsg. An unborn branch (empty repository) gets a root commit. Author and
- * committer: user.name and user.email from the repository's config, else "vmemd
- * <vmemd@localhost>". When the commit was made but the index could not
- * be updated (index.lock taken meanwhile), 0 is returned and errmsg says
- * so (errmsg is "" otherwise). The changes' coordinates are assumed valid.
- * n == 0, or changes that leave the tip's tree as it is, commit nothing:
- * 0 with res->commit "".
+ * The generated message for a batch: subject
+ * "vector-memory: N decisions (x A-B, y C-D, z E-F)" (N counts the
+ * decision files, the ranges are over them; a single value prints as
+ * "x 5"), a blank line, then one line per path: "x-005/y-2-z-1.json by
+ * AGENT", another path as itself, either with " deleted" for a deletion.
+ * malloc'd, caller frees; NULL on allocation failure.
+ */
+char *gitc_message(const struct gitc_msgline *l, size_t n);
+
+/*
+ * Commit the working tree's bytes at the changes' paths (a missing file:
+ * a deletion) on the current branch with message (NULL: the generated
+ * one), and bring the index in line for those paths. metadata.json is
+ * added when the tree lacks it and the file is there. Paths equal to
+ * HEAD's are left out of the commit and of the generated message; each
+ * change's changed says which went in. Returns 0 with res->commit set (""
+ * when nothing differed from the tip: the index may still have been
+ * brought in line); 1 when the commit must wait (res->deferred says why: a
+ * merge, rebase, cherry-pick, revert or bisect in progress, a detached
+ * HEAD, index.lock held by someone else, a conflict at one of our paths)
+ * — then no ref and no index was written; or -errno with errmsg, and
+ * res->index_error when the index could not be brought in line (then the
+ * branch was not moved either). If the branch moved but the prepared
+ * index could not be installed, 0 is returned with the commit,
+ * res->index_error and errmsg. An unborn branch gets a root commit.
+ * Author and committer: user.name and user.email from the repository's
+ * config, else "vmemd <vmemd@localhost>".
  */
 int gitc_commit(struct gitc *g, struct gitc_change *ch, size_t n,
 		const char *message, struct gitc_result *res, char *errmsg,
@@ -96,12 +116,23 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		   struct gitc_change *ch, size_t n, const char *message,
 		   struct gitc_result *res, char *errmsg, size_t errn);
 
-/*
- * For tests: fn(ctx) runs at every attempt after the commit object is
- * written and the last deferral check, before the branch is moved (e.g.
- * to move the branch under us). NULL clears it.
- */
-void gitc_set_hook(struct gitc *g, void (*fn)(void *ctx), void *ctx);
+/* The steps of a commit, for tests (gitc_set_hook). */
+enum gitc_step {
+	GITC_STEP_LOCKED,      /* index.lock taken */
+	GITC_STEP_INDEX_READY, /* the new index prepared in the lock */
+	GITC_STEP_BEFORE_CAS,  /* the commit written, the branch not moved
+				  (at every attempt) */
+	GITC_STEP_MOVED,       /* the branch moved, the index not renamed */
+};
+
+/* For tests: fn(ctx, step) runs at each step of a commit. NULL clears. */
+void gitc_set_hook(struct gitc *g, void (*fn)(void *ctx, enum gitc_step step),
+		   void *ctx);
+
+/* For tests and benchmarks: bring the index in line this way
+ * (GITC_INDEX_OWN or GITC_INDEX_GIT) whatever its format; -1: by its
+ * format. */
+void gitc_force_index_way(struct gitc *g, int way);
 
 /* One version of a decision in history, newest first: text NULL for a
  * deletion, else NUL-terminated (borrowed for the call). A non-zero
@@ -152,14 +183,24 @@ int gitc_head_coords(struct gitc *g, int max_x, gitc_coord_fn cb, void *ctx);
 
 /*
  * At start-up, before any commit: if the previous run died while
- * committing (its marker is still there), remove the git lock files it
- * left (index.lock, the branch's ref lock, packed-refs.lock) — only those
- * made within a few seconds after that commit began, so a lock of a git
- * command started since is left alone — and make the index's entries
- * under .vector-memory HEAD's again (the commit may have moved the branch
- * without staging). Their paths go to removed (n bytes,
- * comma-separated). Returns how many were removed.
+ * committing (its marker is there and its process is gone), remove the git
+ * lock files the marker proves it made (same device and inode), and the
+ * private files it left; any other lock stays and is listed in out->kept.
+ * 0 or -errno.
  */
-int gitc_clear_stale_locks(struct gitc *g, char *removed, size_t n);
+int gitc_clear_stale_locks(struct gitc *g, struct gitlock_stale *out);
+
+/* The committable paths of HEAD's .vector-memory that a git status
+ * reports different (see gitc_scan). */
+typedef int (*gitc_path_fn)(void *ctx, const char *path);
+
+/*
+ * What may differ from HEAD under .vector-memory, as git sees it: `git
+ * status` of that directory (stat data against the index, the index
+ * against HEAD, untracked files), without taking index.lock. cb gets each
+ * path, relative to .vector-memory. 0 or -errno (errmsg).
+ */
+int gitc_scan(struct gitc *g, gitc_path_fn cb, void *ctx, char *errmsg,
+	      size_t errn);
 
 #endif

@@ -115,7 +115,23 @@ static double uptime_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-bool gitop_git_running(const char *root, double max_age_s, char *why, size_t n)
+/* Does the NUL-separated command line of pid hold the argument arg? */
+static bool has_arg(long pid, const char *arg)
+{
+	char path[64], cmd[1024];
+	ssize_t len;
+
+	snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
+	len = proc_read(path, cmd, sizeof(cmd));
+	/* (the first string is the program itself) */
+	for (const char *p = cmd; len > 0 && p < cmd + len; p += strlen(p) + 1)
+		if (p != cmd && strcmp(p, arg) == 0)
+			return true;
+	return false;
+}
+
+bool gitop_git_in_tree(const char *root, double max_age_s,
+		       const char *subcommand, long *pid_out)
 {
 	char path[64], buf[1024], cwd[PATH_MAX];
 	size_t rlen = strlen(root);
@@ -156,9 +172,10 @@ bool gitop_git_running(const char *root, double max_age_s, char *why, size_t n)
 			f = strchr(f + 1, ' ');
 		if (f)
 			start = strtoull(f + 1, NULL, 10);
-		/* long-lived readers (a pager, an editor's cat-file --batch)
-		 * are no operation about to move the branch */
-		if (hz > 0 && now - (double)start / hz > max_age_s)
+		if (max_age_s > 0 && hz > 0 &&
+		    now - (double)start / hz > max_age_s)
+			continue;
+		if (subcommand && !has_arg(pid, subcommand))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%ld/cwd", pid);
 		len = readlink(path, cwd, sizeof(cwd) - 1);
@@ -167,10 +184,8 @@ bool gitop_git_running(const char *root, double max_age_s, char *why, size_t n)
 		cwd[len] = '\0';
 		found = strncmp(cwd, root, rlen) == 0 &&
 			(cwd[rlen] == '\0' || cwd[rlen] == '/');
-		if (found)
-			snprintf(why, n,
-				 "a git command runs in the tree (pid %ld)",
-				 pid);
+		if (found && pid_out)
+			*pid_out = pid;
 	}
 	closedir(proc);
 	return found;

@@ -31,16 +31,16 @@
 bool gitop_busy(const char *gitdir, char *why, size_t n);
 
 /*
- * True when a git process of ours (same user), other than our own
- * children and started at most max_age_s ago, runs in the working tree
- * root (its current directory is root or below it): a git command may
- * have read HEAD and the index before it creates any lock or state file,
- * and moving the branch under it would make it fail at its end (a
- * rebase, a commit). Older ones (a pager, an editor's long-lived git
- * cat-file) are not counted. Scans /proc: a millisecond or two, for the
- * start of a commit and the moment before it moves the branch. why says
- * which.
+ * True when a git process of ours (same user), other than ourselves and
+ * our own children, runs in the working tree root (its current directory
+ * is root or below it): one started at most max_age_s ago (0: of any
+ * age), running subcommand (one of its arguments, e.g. "commit") unless
+ * that is NULL; its pid in *pid (may be NULL). A git command may have read
+ * HEAD and the index before it creates any lock or state file, and a
+ * commit of ours meanwhile would make it fail (on our index.lock, or
+ * when it moves the branch). Scans /proc: a millisecond or two.
  */
-bool gitop_git_running(const char *root, double max_age_s, char *why, size_t n);
+bool gitop_git_in_tree(const char *root, double max_age_s,
+		       const char *subcommand, long *pid);
 
 #endif

@@ -1,15 +1,19 @@
 /*
- * Commit batching. Invariants: a slot is pending from the write's apply
- * until a commit job that snapshotted it succeeds (a deferred or failed
- * job puts its slots back); one job runs at a time; a git.sync is answered
- * by the first job that started after it was called, so that job's
- * snapshot holds every write acknowledged before the call.
+ * Commit batching. Invariants: a path is pending from its mark until a
+ * commit job that took it succeeds (a deferred or failed job puts its
+ * paths back); one job runs at a time (the start-up scan counts as one);
+ * a job takes only paths whose file the file writer has written since the
+ * mark (the pass after the mark has finished), so it commits the newest
+ * bytes and never loses a write to a file not written yet, and commits go
+ * on while writers keep the file writer busy; a git.sync is answered by
+ * the first job that started after it was called, and that job waits for
+ * the file writer's pass that holds every write acknowledged before the
+ * call.
  */
 #include "gitq.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +21,28 @@
 #include "log.h"
 #include "protocol/errors.h"
 
-#define RETRY_FIRST_MS 250
-#define RETRY_MAX_MS   5000
-#define FILES_WAIT_MS  5
+#define RETRY_FIRST_MS	  250
+#define RETRY_MAX_MS	  5000
+#define RETRY_LOCK_MAX_MS 1000
+#define FILES_WAIT_MS	  1
+#define TABLE_MIN	  64
+
+#define P_PENDING    1
+#define P_COMMITTING 2
+
+/* A path not committed yet. */
+struct gitq_path {
+	uint64_t hash;
+	uint64_t need_pass; /* the file writer's pass that writes its file */
+	uint8_t flags;
+	char path[];
+};
+
+/* A free slot of the table after a removal (probes go past it). */
+static struct gitq_path tombstone;
 
 struct gitq_item {
-	struct coord coord;
-	char *json; /* compact record, NULL for a deletion */
-	size_t json_len;
-	char *file; /* filled by the worker */
-	size_t file_len;
-	char *agent;
+	char *path;   /* (owned) */
 	bool changed; /* it differed from HEAD and was committed */
 };
 
@@ -42,17 +57,158 @@ struct gitq_job {
 	uint64_t started_ms;
 	int rc;
 	struct gitc_result res;
-	char errmsg[256];
+	char errmsg[320];
+};
+
+/* The start-up scan: the paths git reports, handed back whole. */
+struct gitq_scan {
+	uv_work_t req;
+	struct gitq *q;
+	char **paths;
+	size_t n, cap;
+	bool fallback; /* the scan failed: paths are HEAD's decisions */
+	int rc;
+	char errmsg[320];
 };
 
 static void kick(struct gitq *q, unsigned delay_ms);
 static void timer_cb(uv_timer_t *t);
+
+static uint64_t hash_of(const char *p)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	return h;
+}
+
+/* The table slot of path: its entry, or the empty slot that ends its
+ * probe (*free_slot: the first tombstone or empty slot seen). */
+static size_t probe(const struct gitq *q, const char *path, uint64_t h,
+		    size_t *free_slot)
+{
+	size_t mask = q->table_cap - 1, i = h & mask;
+	bool have_free = false;
+
+	for (;; i = (i + 1) & mask) {
+		struct gitq_path *e = q->table[i];
+
+		if (!e) {
+			if (free_slot)
+				*free_slot = have_free ? *free_slot : i;
+			return i;
+		}
+		if (e == &tombstone) {
+			if (free_slot && !have_free) {
+				*free_slot = i;
+				have_free = true;
+			}
+			continue;
+		}
+		if (e->hash == h && strcmp(e->path, path) == 0)
+			return i;
+	}
+}
+
+static struct gitq_path *find(const struct gitq *q, const char *path)
+{
+	size_t i;
+
+	if (!q->table_cap)
+		return NULL;
+	i = probe(q, path, hash_of(path), NULL);
+	return q->table[i];
+}
+
+static int grow(struct gitq *q)
+{
+	size_t cap = q->table_cap ? q->table_cap : TABLE_MIN;
+	struct gitq_path **old = q->table, **t;
+	size_t old_cap = q->table_cap, live = 0;
+
+	for (size_t i = 0; i < old_cap; i++)
+		live += old[i] && old[i] != &tombstone;
+	while (live * 2 >= cap)
+		cap *= 2;
+	t = calloc(cap, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	q->table = t;
+	q->table_cap = cap;
+	q->table_used = live;
+	for (size_t i = 0; i < old_cap; i++) {
+		struct gitq_path *e = old[i];
+
+		if (e && e != &tombstone)
+			t[probe(q, e->path, e->hash, NULL)] = e;
+	}
+	free(old);
+	return 0;
+}
+
+/* The entry of path, made if need be; NULL when out of memory. */
+static struct gitq_path *get(struct gitq *q, const char *path)
+{
+	uint64_t h = hash_of(path);
+	size_t i, slot = 0;
+	struct gitq_path *e;
+
+	if ((q->table_used + 1) * 4 >= q->table_cap * 3 && grow(q) < 0)
+		return NULL;
+	i = probe(q, path, h, &slot);
+	if (q->table[i])
+		return q->table[i];
+	e = malloc(sizeof(*e) + strlen(path) + 1);
+	if (!e)
+		return NULL;
+	e->hash = h;
+	e->need_pass = 0;
+	e->flags = 0;
+	strcpy(e->path, path);
+	if (!q->table[slot])
+		q->table_used++;
+	q->table[slot] = e;
+	return e;
+}
+
+/* Forget an entry that is neither pending nor being committed. */
+static void drop(struct gitq *q, struct gitq_path *e)
+{
+	size_t i = probe(q, e->path, e->hash, NULL);
+
+	q->table[i] = &tombstone;
+	free(e);
+}
+
+static void set_pending(struct gitq *q, struct gitq_path *e)
+{
+	if (e->flags & P_PENDING)
+		return;
+	if (q->n_pending == q->pending_cap) {
+		size_t cap = q->pending_cap ? q->pending_cap * 2 : 64;
+		struct gitq_path **l =
+			realloc(q->pending_list, cap * sizeof(*l));
+
+		if (!l) {
+			log_err("out of memory: %s stays uncommitted until "
+				"the next start",
+				e->path);
+			return;
+		}
+		q->pending_list = l;
+		q->pending_cap = cap;
+	}
+	e->flags |= P_PENDING;
+	q->pending_list[q->n_pending++] = e;
+}
 
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	      const struct index *index, const char *workdir,
 	      const struct statedir *state, unsigned delay_ms,
 	      unsigned max_batch, char *errmsg, size_t errn)
 {
+	struct gitlock_stale stale;
 	int rc;
 
 	memset(q, 0, sizeof(*q));
@@ -61,49 +217,95 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	q->index = index;
 	q->delay_ms = delay_ms;
 	q->max_batch = max_batch ? max_batch : 1;
-	q->pending = calloc(index->n_slots, 1);
-	q->committing = calloc(index->n_slots, 1);
-	q->pending_list = calloc(index->n_slots, sizeof(*q->pending_list));
 	uv_timer_init(loop, &q->timer);
 	q->timer.data = q;
-	if (!q->pending || !q->committing || !q->pending_list) {
+	if (grow(q) < 0) {
 		snprintf(errmsg, errn, "out of memory");
 		return -ENOMEM;
 	}
 	rc = gitc_open(&q->gitc, workdir, state, errmsg, errn);
 	if (rc < 0)
 		return rc;
-	{
-		char removed[3 * PATH_MAX];
-
-		if (gitc_clear_stale_locks(q->gitc, removed, sizeof(removed)) >
-		    0)
-			log_notice("removed the git lock files a commit of our "
-				   "previous run left when it was killed: %s",
-				   removed);
+	rc = gitc_clear_stale_locks(q->gitc, &stale);
+	if (rc < 0)
+		log_warn("cannot read the marker of our last commit: %s",
+			 strerror(-rc));
+	if (stale.owner_alive)
+		log_warn("the marker of a commit in progress belongs to a "
+			 "process still running: its locks are left alone");
+	if (stale.n_removed)
+		log_notice("removed the git lock files a commit of our "
+			   "previous run left when it was killed: %s",
+			   stale.removed);
+	if (stale.n_kept) {
+		snprintf(q->foreign_locks, sizeof(q->foreign_locks), "%s",
+			 stale.kept);
+		log_warn("left alone git lock files our killed commit did "
+			 "not make (another git command's): %s",
+			 stale.kept);
 	}
 	return 0;
 }
 
-static void set_pending(struct gitq *q, size_t slot)
+/* Is path one the queue commits? Decisions' files and metadata.json; a
+ * kind whose files live under .vector-memory adds its own here. */
+static bool committable(const struct gitq *q, const char *path)
 {
-	if (!q->pending[slot]) {
-		q->pending[slot] = 1;
-		q->pending_list[q->n_pending++] = slot;
-	}
+	struct coord c;
+	const char *slash = strchr(path, '/');
+	char dir[32];
+
+	if (strcmp(path, "metadata.json") == 0)
+		return true;
+	if (!slash || (size_t)(slash - path) >= sizeof(dir) ||
+	    strchr(slash + 1, '/'))
+		return false;
+	memcpy(dir, path, (size_t)(slash - path));
+	dir[slash - path] = '\0';
+	return coord_from_path(dir, slash + 1, q->index->max_x, &c) == 0;
 }
 
-void gitq_mark(struct gitq *q, size_t slot)
+void gitq_mark(struct gitq *q, const char *path)
 {
+	struct gitq_path *e;
+
 	if (q->closed)
 		return;
-	set_pending(q, slot);
+	e = get(q, path);
+	if (!e) {
+		log_err("out of memory: %s stays uncommitted until the next "
+			"start",
+			path);
+		return;
+	}
+	/* Its write reaches the file in the writer's next pass (or is there
+	 * already: a reload, the start-up scan). */
+	e->need_pass = q->store->writer_seq + 1;
+	set_pending(q, e);
 	kick(q, q->n_pending >= q->max_batch ? 0 : q->delay_ms);
 }
 
-bool gitq_uncommitted(const struct gitq *q, size_t slot)
+void gitq_mark_coord(struct gitq *q, const struct coord *c)
 {
-	return q->pending[slot] || q->committing[slot];
+	char path[64];
+
+	if (coord_path(c, path, sizeof(path)) >= 0)
+		gitq_mark(q, path);
+}
+
+bool gitq_uncommitted(const struct gitq *q, const char *path)
+{
+	const struct gitq_path *e = find(q, path);
+
+	return e && e->flags;
+}
+
+bool gitq_uncommitted_coord(const struct gitq *q, const struct coord *c)
+{
+	char path[64];
+
+	return coord_path(c, path, sizeof(path)) >= 0 &&
+	       gitq_uncommitted(q, path);
 }
 
 void gitq_set_timing(struct gitq *q, unsigned delay_ms, unsigned max_batch)
@@ -137,15 +339,12 @@ size_t gitq_pending(const struct gitq *q)
 
 static void items_free(struct gitq_item *items, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		free(items[i].json);
-		free(items[i].file);
-		free(items[i].agent);
-	}
+	for (size_t i = 0; i < n; i++)
+		free(items[i].path);
 	free(items);
 }
 
-/* Blocking: file bytes and agent of each item, then the commit. */
+/* Blocking: the commit of what the working tree holds at the paths. */
 static void job_work_cb(uv_work_t *req)
 {
 	struct gitq_job *j = req->data;
@@ -156,30 +355,8 @@ static void job_work_cb(uv_work_t *req)
 		snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
 		return;
 	}
-	for (size_t i = 0; i < j->n; i++) {
-		struct gitq_item *it = &j->items[i];
-
-		ch[i].coord = it->coord;
-		if (!it->json)
-			continue;
-		json_t *doc = json_loadb(it->json, it->json_len, 0, NULL);
-		const char *agent =
-			json_string_value(json_object_get(doc, "agent_id"));
-
-		it->agent = agent ? strdup(agent) : NULL;
-		json_decref(doc);
-		it->file = decision_file_from_compact(it->json, it->json_len,
-						      &it->file_len);
-		if (!it->file) {
-			j->rc = -ENOMEM;
-			snprintf(j->errmsg, sizeof(j->errmsg), "out of memory");
-			free(ch);
-			return;
-		}
-		ch[i].text = it->file;
-		ch[i].len = it->file_len;
-		ch[i].agent_id = it->agent;
-	}
+	for (size_t i = 0; i < j->n; i++)
+		ch[i].path = j->items[i].path;
 	j->rc = gitc_commit_as(j->q->gitc, &j->ident, ch, j->n, j->message,
 			       &j->res, j->errmsg, sizeof(j->errmsg));
 	for (size_t i = 0; i < j->n; i++)
@@ -214,22 +391,75 @@ static void batch_of(const struct gitq_job *j, struct gitq_batch *b,
 	b->committed_at = j->res.committed_at;
 	b->coords = coords;
 	for (size_t i = 0; i < j->n; i++) {
-		const struct coord *c = &j->items[i].coord;
+		const char *path = j->items[i].path, *slash = strchr(path, '/');
+		struct coord c;
+		char dir[32];
 
-		if (!j->res.commit[0] || !j->items[i].changed)
+		if (!j->res.commit[0] || !j->items[i].changed || !slash ||
+		    (size_t)(slash - path) >= sizeof(dir))
 			continue;
-		coords[b->n++] = *c;
+		memcpy(dir, path, (size_t)(slash - path));
+		dir[slash - path] = '\0';
+		if (coord_from_path(dir, slash + 1, INT_MAX, &c) < 0)
+			continue;
+		coords[b->n++] = c;
 		if (b->n == 1) {
-			b->min = b->max = *c;
+			b->min = b->max = c;
 			continue;
 		}
-		b->min.x = c->x < b->min.x ? c->x : b->min.x;
-		b->min.y = c->y < b->min.y ? c->y : b->min.y;
-		b->min.z = c->z < b->min.z ? c->z : b->min.z;
-		b->max.x = c->x > b->max.x ? c->x : b->max.x;
-		b->max.y = c->y > b->max.y ? c->y : b->max.y;
-		b->max.z = c->z > b->max.z ? c->z : b->max.z;
+		b->min.x = c.x < b->min.x ? c.x : b->min.x;
+		b->min.y = c.y < b->min.y ? c.y : b->min.y;
+		b->min.z = c.z < b->min.z ? c.z : b->min.z;
+		b->max.x = c.x > b->max.x ? c.x : b->max.x;
+		b->max.y = c.y > b->max.y ? c.y : b->max.y;
+		b->max.z = c.z > b->max.z ? c.z : b->max.z;
 	}
+}
+
+/* The job's paths are no longer in a commit being made; put them back
+ * as pending (failure), or forget those not marked since (success). */
+static void settle_items(struct gitq *q, const struct gitq_job *j, bool again)
+{
+	for (size_t i = 0; i < j->n; i++) {
+		struct gitq_path *e = find(q, j->items[i].path);
+
+		if (!e)
+			continue;
+		e->flags &= (uint8_t)~P_COMMITTING;
+		if (again)
+			set_pending(q, e);
+		else if (!e->flags)
+			drop(q, e);
+	}
+}
+
+/* The retry delay after a deferral or a failure, doubling up to max. */
+static unsigned backoff(struct gitq *q, unsigned max)
+{
+	q->retry_ms = q->retry_ms ? q->retry_ms * 2 : RETRY_FIRST_MS;
+	if (q->retry_ms > max)
+		q->retry_ms = max;
+	return q->retry_ms;
+}
+
+/* Commits stop while the index cannot be brought in line (or start
+ * again, why NULL). */
+static void set_stopped(struct gitq *q, const char *why)
+{
+	if (!why) {
+		if (q->stopped[0])
+			log_notice("commits resumed: the index is in line "
+				   "again");
+		q->stopped[0] = '\0';
+		return;
+	}
+	if (strcmp(q->stopped, why) != 0)
+		log_err("commits stopped: %s (acknowledged writes stay in "
+			"the files; retrying)",
+			why);
+	snprintf(q->stopped, sizeof(q->stopped), "%s", why);
+	snprintf(q->last_error, sizeof(q->last_error), "commits stopped: %s",
+		 why);
 }
 
 static void job_after_cb(uv_work_t *req, int status)
@@ -241,15 +471,17 @@ static void job_after_cb(uv_work_t *req, int status)
 
 	q->busy = false;
 	q->in_flight = 0;
-	for (size_t i = 0; i < j->n; i++)
-		q->committing[index_slot(q->index, &j->items[i].coord)] = 0;
+	if (rc == 0 && j->res.index_error) {
+		/* Committed, but the index is behind: its paths go again,
+		 * so the next job brings the index in line. */
+		set_stopped(q, j->errmsg);
+	} else if (rc == 0) {
+		set_stopped(q, NULL);
+	}
+	settle_items(q, j, rc != 0 || j->res.index_error);
 	if (rc != 0) {
-		char msg[400];
+		char msg[480];
 
-		/* The batch stays pending; try again later. */
-		for (size_t i = 0; i < j->n; i++)
-			set_pending(q,
-				    index_slot(q->index, &j->items[i].coord));
 		if (rc == 1) {
 			bool changed = strcmp(q->deferred, j->res.deferred);
 
@@ -262,15 +494,15 @@ static void job_after_cb(uv_work_t *req, int status)
 				q->deferral(q->deferral_ctx, q->deferred);
 			snprintf(msg, sizeof(msg), "commit deferred: %s",
 				 j->res.deferred);
+		} else if (j->res.index_error) {
+			set_stopped(q, j->errmsg);
+			snprintf(msg, sizeof(msg), "%s", q->last_error);
 		} else {
 			snprintf(q->last_error, sizeof(q->last_error),
 				 "git commit: %s", j->errmsg);
 			log_err("%s", q->last_error);
 			snprintf(msg, sizeof(msg), "%s", q->last_error);
 		}
-		q->retry_ms = q->retry_ms ? q->retry_ms * 2 : RETRY_FIRST_MS;
-		if (q->retry_ms > RETRY_MAX_MS)
-			q->retry_ms = RETRY_MAX_MS;
 		answer_syncs(q, j->seq, RPC_STORAGE, msg, NULL);
 		if (q->message == NULL)
 			q->message = j->message; /* keep a sync's message */
@@ -278,7 +510,12 @@ static void job_after_cb(uv_work_t *req, int status)
 			free(j->message);
 		j->message = NULL;
 		idle = q->idle_cb;
-		kick(q, q->retry_ms);
+		/* A lock is held for moments (a git command): look again
+		 * soon; anything else may take a while. */
+		kick(q, backoff(q, rc == 1 && strstr(j->res.deferred,
+						     ".lock is held")
+					   ? RETRY_LOCK_MAX_MS
+					   : RETRY_MAX_MS));
 	} else {
 		struct coord *coords = calloc(j->n ? j->n : 1, sizeof(*coords));
 		struct gitq_batch b;
@@ -291,17 +528,20 @@ static void job_after_cb(uv_work_t *req, int status)
 			memcpy(q->last_commit, j->res.commit,
 			       sizeof(q->last_commit));
 			q->last_commit_at = j->res.committed_at;
-			log_info("committed %.12s (%zu pending decisions "
-				 "compared) in %llu ms",
+			log_info("committed %.12s (%zu paths compared; index "
+				 "by %s%s%s) in %llu ms",
 				 j->res.commit, j->n,
+				 j->res.index_way == GITC_INDEX_GIT
+					 ? "git update-index"
+					 : "our writer",
+				 j->res.index_why[0] ? ": " : "",
+				 j->res.index_why,
 				 (unsigned long long)(uv_now(q->loop) -
 						      j->started_ms));
+		}
+		if (j->res.commit[0] || j->res.index_written)
 			if (q->committed)
 				q->committed(q->committed_ctx);
-		}
-		if (j->errmsg[0])
-			log_warn("after commit %.12s: %s", j->res.commit,
-				 j->errmsg);
 		if (coords) {
 			batch_of(j, &b, coords);
 			answer_syncs(q, j->seq, 0, NULL, &b);
@@ -310,9 +550,13 @@ static void job_after_cb(uv_work_t *req, int status)
 				     "out of memory", NULL);
 		}
 		free(coords);
-		if (q->n_pending == 0)
-			idle = q->idle_cb;
-		kick(q, q->waiters || q->idle_cb ? 0 : q->delay_ms);
+		if (j->res.index_error) {
+			kick(q, backoff(q, RETRY_MAX_MS));
+		} else {
+			if (q->n_pending == 0)
+				idle = q->idle_cb;
+			kick(q, q->waiters || q->idle_cb ? 0 : q->delay_ms);
+		}
 	}
 	items_free(j->items, j->n);
 	free(j->message);
@@ -348,10 +592,18 @@ static void defer_now(struct gitq *q, const char *why)
 	}
 }
 
+/* Is the file of e written as of its last mark? */
+static bool ready(const struct gitq *q, const struct gitq_path *e, bool all)
+{
+	return all || e->need_pass <= q->store->writer_done_seq;
+}
+
 static void job_start(struct gitq *q)
 {
+	bool all = store_files_written(q->store), blocked = false;
 	struct gitq_job *j;
 	char why[sizeof(q->deferred)];
+	size_t n = 0, k = 0;
 
 	if (q->busy || q->closed || q->n_pending == 0)
 		return;
@@ -362,9 +614,20 @@ static void job_start(struct gitq *q)
 	if (q->hook_deferred[0] && !q->deferred[0] && q->deferral)
 		q->deferral(q->deferral_ctx, "");
 	q->hook_deferred[0] = '\0';
-	/* Commit what the files hold, so the working tree matches HEAD
-	 * (git status stays clean) once the commit is made. */
-	if (!store_files_written(q->store)) {
+	/* A job waits for the writer's pass that holds what was pending when
+	 * it was first due (and a git.sync for the pass holding its writes);
+	 * what was marked since may wait for the next job, so commits go on
+	 * while writers keep the file writer busy. */
+	if (!all && !q->wait_pass)
+		for (size_t i = 0; i < q->n_pending; i++)
+			if (q->pending_list[i]->need_pass > q->wait_pass)
+				q->wait_pass = q->pending_list[i]->need_pass;
+	blocked = !all && q->wait_pass > q->store->writer_done_seq;
+	for (struct gitq_sync *w = q->waiters; w && !all; w = w->next)
+		blocked |= w->need_pass > q->store->writer_done_seq;
+	for (size_t i = 0; i < q->n_pending && !blocked; i++)
+		n += ready(q, q->pending_list[i], all);
+	if (blocked || n == 0) {
 		/* Files that cannot be written now are no reason to keep a
 		 * git.sync waiting: it is told, and the commit retried. */
 		if (store_failing(q->store)) {
@@ -381,31 +644,33 @@ static void job_start(struct gitq *q)
 		uv_timer_start(&q->timer, timer_cb, FILES_WAIT_MS, 0);
 		return;
 	}
+	q->wait_pass = 0;
 	j = calloc(1, sizeof(*j));
 	if (j)
-		j->items = calloc(q->n_pending, sizeof(*j->items));
+		j->items = calloc(n, sizeof(*j->items));
 	if (!j || !j->items)
 		goto fail;
 	for (size_t i = 0; i < q->n_pending; i++) {
-		size_t slot = q->pending_list[i];
-		const struct record *r = q->index->slots[slot];
+		struct gitq_path *e = q->pending_list[i];
 
-		j->items[i].coord = index_coord(q->index, slot);
-		if (r) {
-			j->items[i].json = strdup(r->json);
-			j->items[i].json_len = r->json_len;
-			if (!j->items[i].json) {
-				j->n = i;
-				goto fail;
-			}
-		}
+		if (!ready(q, e, all))
+			continue;
+		j->items[j->n].path = strdup(e->path);
+		if (!j->items[j->n].path)
+			goto fail;
+		j->n++;
 	}
-	j->n = q->n_pending;
+	/* Taken paths leave the pending list; the others keep their
+	 * order. */
 	for (size_t i = 0; i < q->n_pending; i++) {
-		q->pending[q->pending_list[i]] = 0;
-		q->committing[q->pending_list[i]] = 1;
+		struct gitq_path *e = q->pending_list[i];
+
+		if (ready(q, e, all))
+			e->flags = (e->flags & ~P_PENDING) | P_COMMITTING;
+		else
+			q->pending_list[k++] = e;
 	}
-	q->n_pending = 0;
+	q->n_pending = k;
 	j->q = q;
 	j->req.data = j;
 	j->message = q->message;
@@ -414,9 +679,7 @@ static void job_start(struct gitq *q)
 	j->seq = ++q->seq;
 	j->started_ms = uv_now(q->loop);
 	if (uv_queue_work(q->loop, &j->req, job_work_cb, job_after_cb) < 0) {
-		for (size_t i = 0; i < j->n; i++)
-			set_pending(q,
-				    index_slot(q->index, &j->items[i].coord));
+		settle_items(q, j, true);
 		q->message = j->message;
 		j->message = NULL;
 		goto fail;
@@ -425,7 +688,7 @@ static void job_start(struct gitq *q)
 	q->in_flight = j->n;
 	return;
 fail:
-	if (j)
+	if (j && j->items)
 		items_free(j->items, j->n);
 	free(j);
 	kick(q, RETRY_MAX_MS);
@@ -465,8 +728,10 @@ void gitq_sync(struct gitq *q, struct gitq_sync *w, const char *message)
 		return;
 	}
 	/* The running job holds what was written before it started; what
-	 * is pending now goes into the next one. */
+	 * is pending now goes into the next one, once the file writer's
+	 * pass after this call has written it. */
 	w->need_seq = q->n_pending ? q->seq + 1 : q->seq;
+	w->need_pass = q->store->writer_seq + 1;
 	w->next = q->waiters;
 	q->waiters = w;
 	if (message && !q->message)
@@ -495,8 +760,137 @@ void gitq_close(struct gitq *q)
 		     "the daemon is shutting down", NULL);
 	uv_close((uv_handle_t *)&q->timer, NULL);
 	gitc_free(q->gitc);
-	free(q->pending);
-	free(q->committing);
+	for (size_t i = 0; i < q->table_cap; i++)
+		if (q->table[i] && q->table[i] != &tombstone)
+			free(q->table[i]);
+	free(q->table);
 	free(q->pending_list);
 	free(q->message);
+}
+
+/* ---- the start-up scan ---- */
+
+static int scan_add(void *ctx, const char *path)
+{
+	struct gitq_scan *s = ctx;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 256;
+		char **p = realloc(s->paths, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		s->paths = p;
+		s->cap = cap;
+	}
+	s->paths[s->n] = strdup(path);
+	if (!s->paths[s->n])
+		return -ENOMEM;
+	s->n++;
+	return 0;
+}
+
+static int scan_coord(void *ctx, const struct coord *c)
+{
+	char path[64];
+
+	if (coord_path(c, path, sizeof(path)) < 0)
+		return 0;
+	return scan_add(ctx, path);
+}
+
+static void scan_work_cb(uv_work_t *req)
+{
+	struct gitq_scan *s = req->data;
+
+	s->rc = gitc_scan(s->q->gitc, scan_add, s, s->errmsg,
+			  sizeof(s->errmsg));
+	if (s->rc < 0) {
+		/* Without git's view: HEAD's decisions (the deletions a
+		 * crash kept uncommitted are among them); the loop adds
+		 * every decision it holds. */
+		for (size_t i = 0; i < s->n; i++)
+			free(s->paths[i]);
+		s->n = 0;
+		s->fallback = true;
+		if (gitc_head_coords(s->q->gitc, INT_MAX, scan_coord, s) < 0)
+			s->n = 0;
+	}
+}
+
+static void scan_after_cb(uv_work_t *req, int status)
+{
+	struct gitq_scan *s = req->data;
+	struct gitq *q = s->q;
+	size_t marked = 0;
+
+	q->busy = false;
+	q->scanning = false;
+	if (status < 0 && !s->fallback) {
+		s->fallback = true;
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s",
+			 uv_strerror(status));
+	}
+	if (s->fallback) {
+		const struct index *ix = q->index;
+
+		log_warn("cannot ask git what differs from HEAD (%s): "
+			 "comparing every decision",
+			 s->errmsg);
+		for (size_t i = 0; i < ix->n_slots; i++) {
+			if (ix->slots[i]) {
+				struct coord c = index_coord(ix, i);
+
+				gitq_mark_coord(q, &c);
+			}
+		}
+	}
+	for (size_t i = 0; i < s->n; i++) {
+		if (committable(q, s->paths[i])) {
+			gitq_mark(q, s->paths[i]);
+			marked++;
+		}
+		free(s->paths[i]);
+	}
+	free(s->paths);
+	log_info("%zu paths under .vector-memory differ from HEAD (git status)",
+		 marked);
+	free(s);
+	if (q->n_pending == 0) {
+		/* Nothing to commit: whoever waited for the scan is done. */
+		struct gitq_batch empty = {0};
+		gitq_idle_fn idle = q->idle_cb;
+
+		answer_syncs(q, UINT64_MAX, 0, NULL, &empty);
+		q->idle_cb = NULL;
+		if (idle)
+			idle(q->idle_arg);
+		return;
+	}
+	/* What the scan found is committed now; writes made meanwhile wait
+	 * for their delay as usual. */
+	kick(q,
+	     marked || q->waiters || q->idle_cb || q->n_pending >= q->max_batch
+		     ? 0
+		     : q->delay_ms);
+}
+
+void gitq_start(struct gitq *q)
+{
+	struct gitq_scan *s = calloc(1, sizeof(*s));
+
+	if (!s || q->closed) {
+		free(s);
+		return;
+	}
+	s->q = q;
+	s->req.data = s;
+	if (uv_queue_work(q->loop, &s->req, scan_work_cb, scan_after_cb) < 0) {
+		s->fallback = true;
+		snprintf(s->errmsg, sizeof(s->errmsg), "cannot queue it");
+		scan_after_cb(&s->req, 0);
+		return;
+	}
+	q->busy = true;
+	q->scanning = true;
 }

@@ -1,11 +1,17 @@
 /*
- * The commit queue: which coordinates changed since the last commit, and
- * the one background git job at a time that commits them (gitc.h) after
- * commit_delay_ms, once commit_max_batch are pending, on git.sync and at a
- * stop. A deferred commit (merge in progress, detached HEAD, index.lock
- * held) keeps its batch pending and is retried with backoff; the reason is
- * kept for server.health. Loop thread only; the job gets a snapshot of the
- * pending decisions' compact JSON, handed over whole.
+ * The commit queue: which paths under .vector-memory changed since the
+ * last commit, and the one background git job at a time that commits them
+ * (gitc.h) after commit_delay_ms, once commit_max_batch are pending, on
+ * git.sync and at a stop. A job commits what the working tree holds at its
+ * paths once the file writer has caught up (never bytes rendered from
+ * memory), so any kind of record whose files live under .vector-memory
+ * commits through it by marking their paths. A deferred commit (merge in
+ * progress, detached HEAD, index.lock held) keeps its batch pending and is
+ * retried with backoff; the reason is kept for server.health. A commit
+ * whose index cannot be brought in line stops commits (health says so)
+ * until a retry succeeds. At start-up a scan (git status of
+ * .vector-memory, on the thread pool) marks what differs from HEAD.
+ * Loop thread only; a job gets its paths copied, handed over whole.
  */
 #ifndef VMEM_DAEMON_GITQ_H
 #define VMEM_DAEMON_GITQ_H
@@ -19,12 +25,15 @@
 #include "index.h"
 #include "store.h"
 
+struct gitq_path;
+
 /* What one commit job committed. */
 struct gitq_batch {
 	char commit[41]; /* "" when nothing had to be committed */
 	int64_t committed_at;
 	size_t n;
-	struct coord *coords; /* (owned by the queue; valid during done) */
+	struct coord *coords; /* its decisions (owned by the queue; valid
+				 during done) */
 	struct coord min, max;
 };
 
@@ -40,6 +49,7 @@ struct gitq_sync {
 	void *data;
 	/* private */
 	uint64_t need_seq;
+	uint64_t need_pass; /* the file writer's pass holding its writes */
 	struct gitq_sync *next;
 };
 
@@ -50,14 +60,18 @@ struct gitq {
 	struct store *store;	   /* commits wait for its files */
 	const struct index *index; /* the decisions' (borrowed) */
 	struct gitc *gitc;
-	uint8_t *pending;    /* per index slot */
-	uint8_t *committing; /* per index slot: inside the running job */
-	size_t *pending_list;
-	size_t n_pending;
+	/* Paths not committed yet: a hash set of entries, and the list of
+	 * those pending (marked since the last job took them). */
+	struct gitq_path **table;
+	size_t table_cap, table_used; /* used: live entries and tombstones */
+	struct gitq_path **pending_list;
+	size_t n_pending, pending_cap;
 	unsigned delay_ms, max_batch, retry_ms;
+	uint64_t wait_pass; /* the file writer's pass the next job waits for */
 	uv_timer_t timer;
 	bool busy;
-	size_t in_flight; /* decisions inside the running job */
+	bool scanning;	  /* the start-up scan runs */
+	size_t in_flight; /* paths inside the running job */
 	uint64_t seq;	  /* jobs started */
 	char *message;	  /* a git.sync's message for the next job */
 	struct gitq_sync *waiters;
@@ -78,13 +92,20 @@ struct gitq {
 	char last_commit[41];
 	int64_t last_commit_at;
 	char deferred[160]; /* why commits wait now, "" if they do not */
-	char last_error[320];
-	struct gitc_ident ident; /* of the next job's commit ("": default) */
+	char stopped[400];  /* why commits are stopped (the index cannot be
+			       brought in line), "" if they are not */
+	char last_error[400];
+	char foreign_locks[2048]; /* git locks found at start-up that are not
+				     provably ours (left alone) */
+	struct gitc_ident ident;  /* of the next job's commit ("": default) */
 	bool closed;
 };
 
-/* Open the repository (blocking, at start-up); state holds the commit
- * marker (gitc_open). 0 or -errno (errmsg). */
+/*
+ * Open the repository (blocking, at start-up; state holds the commit
+ * marker, see gitc_open) and clear what a crashed commit of ours left
+ * (gitc_clear_stale_locks). 0 or -errno (errmsg).
+ */
 int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	      const struct index *index, const char *workdir,
 	      const struct statedir *state, unsigned delay_ms,
@@ -102,17 +123,31 @@ void gitq_set_timing(struct gitq *q, unsigned delay_ms, unsigned max_batch);
  */
 void gitq_set_ident(struct gitq *q, const char *name, const char *email);
 
-/* A write to the slot was applied: it belongs in the next commit. */
-void gitq_mark(struct gitq *q, size_t slot);
+/*
+ * Start committing: scan what differs from HEAD (on the thread pool; no
+ * file is hashed: git compares the index's stat data), mark it, and
+ * commit it. Marks made before or meanwhile are kept.
+ */
+void gitq_start(struct gitq *q);
 
-/* Is the slot's state not in HEAD yet (pending, or in the commit being
+/* The file at path (relative to .vector-memory, e.g. "x-005/y-2-z-1.json")
+ * changed: it belongs in the next commit. */
+void gitq_mark(struct gitq *q, const char *path);
+
+/* gitq_mark of a decision's file. */
+void gitq_mark_coord(struct gitq *q, const struct coord *c);
+
+/* Is the path's state not in HEAD yet (pending, or in the commit being
  * made)? */
-bool gitq_uncommitted(const struct gitq *q, size_t slot);
+bool gitq_uncommitted(const struct gitq *q, const char *path);
+
+/* gitq_uncommitted of a decision's file. */
+bool gitq_uncommitted_coord(const struct gitq *q, const struct coord *c);
 
 /* Start a commit job now rather than after the delay. */
 void gitq_commit_soon(struct gitq *q);
 
-/* Decisions not committed yet: pending, or inside the running job. */
+/* Paths not committed yet: pending, or inside the running job. */
 size_t gitq_pending(const struct gitq *q);
 
 /*

@@ -693,7 +693,7 @@ static void reload_apply(struct decisions *ds, size_t slot, struct record *rec,
 		return;
 	}
 	if (old && !conflict_ended && ds->on_replacing)
-		ds->on_replacing(ds->on_replacing_ctx, slot, old, rec);
+		ds->on_replacing(ds->on_replacing_ctx, old, rec);
 	if (rec) {
 		index_put(&ds->index, rec);
 	} else {

@@ -56,7 +56,7 @@ struct decisions {
 	/* A reload is about to put rec (NULL: none) where old was, for a
 	 * change under us that is no conflict's end (old is still in the
 	 * index during the call). */
-	void (*on_replacing)(void *ctx, size_t slot, const struct record *old,
+	void (*on_replacing)(void *ctx, const struct record *old,
 			     const struct record *rec);
 	void *on_replacing_ctx;
 };

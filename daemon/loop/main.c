@@ -497,12 +497,12 @@ static const char *tree_yielded_cb(void *ctx)
 }
 
 /* A reload replaces a version: one not yet committed is kept. */
-static void replacing_cb(void *ctx, size_t slot, const struct record *old,
+static void replacing_cb(void *ctx, const struct record *old,
 			 const struct record *rec)
 {
 	struct daemon *d = ctx;
 
-	if (gitq_uncommitted(&d->gitq, slot))
+	if (gitq_uncommitted_coord(&d->gitq, &old->coord))
 		conflicts_replaced(&d->conflicts, &old->coord, old->json, rec);
 }
 
@@ -568,15 +568,14 @@ static void committed_cb(void *ctx)
 
 /*
  * A decision changed (a write, or a reload): into the next commit, and to
- * the subscribers. The commit queue still counts decision slots; once it
- * takes tree paths, the gitq_mark line is all that changes here.
+ * the subscribers (the commit queue takes the decision's file path).
  */
 static void decision_changed(struct daemon *d, enum kind_change_type type,
 			     const struct decision_change *ch)
 {
 	if (ch->rec && type != KIND_RELOADED)
 		conflicts_acknowledged(&d->conflicts, ch->slot);
-	gitq_mark(&d->gitq, ch->slot);
+	gitq_mark_coord(&d->gitq, &ch->coord);
 	subs_notify(&d->subs, &ch->coord,
 		    type == KIND_RELOADED ? SUBS_RELOADED
 		    : ch->rec		  ? SUBS_STORED
@@ -591,43 +590,21 @@ static void changed_cb(void *ctx, const struct kind_change *ch)
 		decision_changed(ctx, ch->type, ch->detail);
 }
 
-/* A decision in HEAD that the files no longer hold: a deletion that a
- * crash kept from being committed. */
-static int mark_if_gone_cb(void *ctx, const struct coord *c)
-{
-	struct daemon *d = ctx;
-
-	if (!index_get(&d->decisions.index, c))
-		gitq_mark(&d->gitq, index_slot(&d->decisions.index, c));
-	return 0;
-}
-
-/* Hand the store's writes to the commit queue, starting with whatever
- * may differ from HEAD: every decision, every coordinate the log replay
- * changed, and every decision of HEAD the files no longer hold (the
- * commit keeps only real differences). */
+/* Hand the store's writes to the commit queue: what the log replay
+ * changed, and whatever git finds different from HEAD (the queue's
+ * start-up scan, by the index's stat data, off the loop). */
 static void start_commits(struct daemon *d)
 {
 	struct decisions *ds = &d->decisions;
-	int rc;
 
 	if (progress_due())
-		progress_say("comparing %zu decisions with HEAD's",
-			     ds->index.count);
-	for (size_t i = 0; i < ds->index.n_slots; i++)
-		if (ds->index.slots[i])
-			gitq_mark(&d->gitq, i);
-	for (size_t i = 0; i < ds->n_replayed; i++)
-		gitq_mark(&d->gitq, ds->replayed[i]);
-	rc = gitc_head_coords(d->gitq.gitc, d->limits.max_x, mark_if_gone_cb,
-			      d);
-	if (rc < 0)
-		log_warn("cannot list the decisions of HEAD (%s): deletions "
-			 "made before a crash may stay uncommitted",
-			 strerror(-rc));
-	/* What differs is known only once the first job compared: run it
-	 * now, so health's pending soon counts only real differences. */
-	gitq_commit_soon(&d->gitq);
+		progress_say("asking git what differs from HEAD");
+	for (size_t i = 0; i < ds->n_replayed; i++) {
+		struct coord c = index_coord(&ds->index, ds->replayed[i]);
+
+		gitq_mark_coord(&d->gitq, &c);
+	}
+	gitq_start(&d->gitq);
 	d->store.on_change = changed_cb;
 	d->store.on_change_ctx = d;
 }

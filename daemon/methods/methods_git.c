@@ -323,7 +323,7 @@ int decision_history(struct call *call)
 		goto oom;
 	/* A change not committed yet comes first, as it is now. */
 	slot = index_slot(q->index, &r->coord);
-	r->uncommitted = !r->after[0] && gitq_uncommitted(q, slot);
+	r->uncommitted = !r->after[0] && gitq_uncommitted_coord(q, &r->coord);
 	if (r->uncommitted) {
 		const struct record *rec = q->index->slots[slot];
 		struct decision d;

@@ -105,44 +105,62 @@ int server_health(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
-	const char *last_error = d->store.last_error[0] ? d->store.last_error
+	const char *last_error = d->store.last_error[0] && !d->gitq.stopped[0]
+					 ? d->store.last_error
 				 : d->gitq.last_error[0]
 					 ? d->gitq.last_error
 					 : d->conflicts.last_error;
 	bool degraded = d->loaded.n_quarantined > 0 ||
-			store_failing(&d->store) || d->conflicts.n > 0;
+			store_failing(&d->store) || d->gitq.stopped[0] ||
+			d->conflicts.n > 0;
 	char why[200];
 	const char *deferred = conflicts_defer(&d->conflicts, why, sizeof(why))
 				       ? why
 			       : d->gitq.deferred[0] ? d->gitq.deferred
 						     : NULL;
+	json_t *h, *locks = json_array();
+	char *save = NULL, *p, list[sizeof(d->gitq.foreign_locks)];
 
-	if (!param_only(call, allowed))
+	if (!param_only(call, allowed)) {
+		json_decref(locks);
 		return CALL_DONE;
-	call_reply(
-		call,
-		json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,"
-			  "s:I}",
-			  "status",
-			  d->stopping ? "stopping"
-				      : (degraded ? "degraded" : "ok"),
-			  "version", VMEMD_VERSION, "repo", d->repo.root,
-			  "decisions", (json_int_t)d->decisions.index.count,
-			  "pending", (json_int_t)gitq_pending(&d->gitq),
-			  "last_commit", last_commit_json(&d->gitq),
-			  "commit_deferred",
-			  deferred ? json_string(deferred) : json_null(),
-			  "files_wait_for_git",
-			  d->conflicts.yield[0]
-				  ? json_string(d->conflicts.yield)
-				  : json_null(),
-			  "conflicts", conflicts_json(d, HEALTH_CONFLICTS_MAX),
-			  "dropped", drops_json(d), "quarantined",
-			  quarantined_json(&d->loaded), "last_error",
-			  last_error[0] ? json_string(last_error) : json_null(),
-			  "uptime_s",
-			  (json_int_t)((uv_now(d->loop) - d->started_ms) /
-				       1000)));
+	}
+	snprintf(list, sizeof(list), "%s", d->gitq.foreign_locks);
+	for (p = strtok_r(list, ",", &save); p && locks;
+	     p = strtok_r(NULL, ",", &save))
+		json_array_append_new(locks, json_string(p + (*p == ' ')));
+	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I}",
+		      "status",
+		      d->stopping ? "stopping" : (degraded ? "degraded" : "ok"),
+		      "version", VMEMD_VERSION, "repo", d->repo.root,
+		      "decisions", (json_int_t)d->decisions.index.count,
+		      "pending", (json_int_t)gitq_pending(&d->gitq),
+		      "last_commit", last_commit_json(&d->gitq),
+		      "commit_deferred",
+		      deferred ? json_string(deferred) : json_null(),
+		      "files_wait_for_git",
+		      d->conflicts.yield[0] ? json_string(d->conflicts.yield)
+					    : json_null(),
+		      "conflicts", conflicts_json(d, HEALTH_CONFLICTS_MAX),
+		      "dropped", drops_json(d), "quarantined",
+		      quarantined_json(&d->loaded), "last_error",
+		      last_error[0] ? json_string(last_error) : json_null(),
+		      "uptime_s",
+		      (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000));
+	if (h && locks) {
+		json_object_set_new(h, "commits_stopped",
+				    d->gitq.stopped[0]
+					    ? json_string(d->gitq.stopped)
+					    : json_null());
+		json_object_set_new(h, "git_locks", locks);
+		locks = NULL;
+	}
+	json_decref(locks);
+	if (!h) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	call_reply(call, h);
 	return CALL_DONE;
 }
 

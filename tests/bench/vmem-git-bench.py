@@ -134,13 +134,13 @@ def main():
         print("  start-up with 20,000 decisions: %.0f ms (target <= 1000)"
               % (startup * 1e3))
         c = Conn(sock)
-        # The start-up job compares every decision with HEAD (what a
-        # crash may have left uncommitted); measure it, and let it finish
-        # before timing the syncs.
+        # The start-up scan asks git what differs from HEAD (what a crash
+        # may have left uncommitted: git status, by stat data); measure
+        # it, and let it finish before timing the syncs.
         t0 = time.monotonic()
         while c.call("server.health")["pending"] > 0:
             time.sleep(0.01)
-        print("  start-up comparison of 20,000 decisions with HEAD "
+        print("  start-up scan of 20,000 decisions against HEAD "
               "(background): %.0f ms" % ((time.monotonic() - t0 + startup)
                                         * 1e3))
         t0 = time.monotonic()

@@ -528,8 +528,11 @@ class GitFaults(FaultCase):
         # then link()s into place, falling back to rename().
         self.git_fault(("link", "ENOSPC"), ("rename", "ENOSPC"))
 
-    def test_git_fsync_eio(self):
-        self.git_fault(("fsync", "EIO"))
+    def test_git_sync_eio(self):
+        # The commit's objects are made durable by one syncfs() before the
+        # branch may point to them (refs and the index are renamed into
+        # place unsynced, as git does).
+        self.git_fault(("syncfs", "EIO"))
 
 
 # --------------------------------------------------------------------------

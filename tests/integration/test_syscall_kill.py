@@ -9,8 +9,10 @@ steps in turn:
   file-write     write(2) of a decision's temp file (strace attached to a
                  running daemon, -P naming the temp paths it will use)
   file-renameat  renameat(2) of a temp file over its decision file
-  ref-link       libgit2's ref update: link(2) of refs/heads/<b>.lock onto
-                 the ref (libgit2 renames by link + unlink)
+  ref-link       the commit's ref lock: linkat(2) of a file the commit
+                 marker already records (made in <gitdir>/vmem) onto
+                 refs/heads/<b>.lock (git's lock protocol: exclusive, as
+                 O_EXCL)
   replay-renameat  renameat(2) during the start-up replay of a log left
                  by a kill -9 (the daemon dies before it listens)
 
@@ -320,7 +322,7 @@ class SyscallKill(vt.GitCase):
     def test_ref_link(self):
         lock = os.path.join(self.repo.gitdir, "refs", "heads",
                             self.branch + ".lock")
-        self.run_syscall("ref-link", "link", N_VALUES,
+        self.run_syscall("ref-link", "linkat", N_VALUES,
                          trace_extra=["-P", lock])
 
 

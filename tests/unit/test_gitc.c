@@ -12,6 +12,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <git2.h>
 #include <stdarg.h>
@@ -19,9 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gitc.h"
+#include "gitidx.h"
+#include "gitlock.h"
 #include "run_suite.h"
 
 #define GIT "git -c advice.detachedHead=false "
@@ -146,32 +151,38 @@ static const char *dtext(int x, int y, int z, const char *content, char *buf,
 	return buf;
 }
 
+/* Paths of changes: each put()/del() keeps its own. */
+static char paths[64][64];
+static int n_paths;
+
 /* Write the file in the working tree and describe the change. */
 static struct gitc_change put(int x, int y, int z, const char *content,
 			      char *buf, size_t n)
 {
-	struct gitc_change c = {{x, y, z}, NULL, 0, "agent-1", false};
-	char rel[128], path[64];
+	struct gitc_change c = {NULL, false, false};
+	struct coord at = {x, y, z};
+	char rel[128], *path = paths[n_paths++ % 64];
 
 	dtext(x, y, z, content, buf, n);
-	coord_path(&c.coord, path, sizeof(path));
+	coord_path(&at, path, 64);
 	snprintf(rel, sizeof(rel), ".vector-memory/%s", path);
 	write_file(rel, buf);
 	write_file(".vector-memory/metadata.json", "{\n  \"format\": 1\n}\n");
-	c.text = buf;
-	c.len = strlen(buf);
+	c.path = path;
 	return c;
 }
 
 static struct gitc_change del(int x, int y, int z)
 {
-	struct gitc_change c = {{x, y, z}, NULL, 0, NULL, false};
-	char path[64];
+	struct gitc_change c = {NULL, false, false};
+	struct coord at = {x, y, z};
+	char *path = paths[n_paths++ % 64];
 
-	coord_path(&c.coord, path, sizeof(path));
+	coord_path(&at, path, 64);
 	sh("rm -f .vector-memory/%s && rmdir .vector-memory/x-%03d "
 	   "2>/dev/null; true",
 	   path, x);
+	c.path = path;
 	return c;
 }
 
@@ -197,21 +208,23 @@ static const char *head(void)
 
 START_TEST(test_message)
 {
-	struct gitc_change ch[3] = {
-		{{5, 2, 1}, "a", 1, "alice", false},
-		{{7, 1, 3}, NULL, 0, NULL, false},
-		{{5, 3, 1}, "b", 1, "bob", false},
+	struct gitc_msgline l[4] = {
+		{"x-005/y-2-z-1.json", "alice", false},
+		{"x-007/y-1-z-3.json", NULL, true},
+		{"x-005/y-3-z-1.json", "bob", false},
+		{"experiences/alice/2025-01-06.jsonl", NULL, false},
 	};
 	char *m;
 
-	m = gitc_message(ch, 3);
+	m = gitc_message(l, 4);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_str_eq(m, "vector-memory: 3 decisions (x 5-7, y 1-3, z 1-3)"
 			    "\n\nx-005/y-2-z-1.json by alice\n"
 			    "x-007/y-1-z-3.json deleted\n"
-			    "x-005/y-3-z-1.json by bob\n");
+			    "x-005/y-3-z-1.json by bob\n"
+			    "experiences/alice/2025-01-06.jsonl\n");
 	free(m);
-	m = gitc_message(ch, 1);
+	m = gitc_message(l, 1);
 	ck_assert_ptr_nonnull(m);
 	ck_assert_str_eq(m, "vector-memory: 1 decisions (x 5, y 2, z 1)\n\n"
 			    "x-005/y-2-z-1.json by alice\n");
@@ -224,7 +237,6 @@ START_TEST(test_unborn_root_commit)
 	struct gitc_result res;
 	struct gitc_change c;
 	char buf[512], ct[32];
-	char *m;
 
 	c = put(5, 2, 1, "first", buf, sizeof(buf));
 	commit_ok(&c, 1, NULL, &res);
@@ -243,10 +255,9 @@ START_TEST(test_unborn_root_commit)
 			 "Test User <test@example.com>\n");
 	snprintf(ct, sizeof(ct), "%lld\n", (long long)res.committed_at);
 	ck_assert_str_eq(out("git log -1 --format=%%ct"), ct);
-	m = gitc_message(&c, 1);
-	ck_assert_ptr_nonnull(m);
-	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"), m);
-	free(m);
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
+			 "vector-memory: 1 decisions (x 5, y 2, z 1)\n\n"
+			 "x-005/y-2-z-1.json by unknown\n");
 	/* stat data right: clean without a refresh */
 	ck_assert_str_eq(out("git diff-files --name-only"), "");
 	ck_assert_str_eq(out("git status --porcelain"), "");
@@ -380,19 +391,61 @@ START_TEST(test_user_changes_preserved)
 }
 END_TEST
 
-START_TEST(test_working_file_differs)
+/* What is committed is what the working tree holds, byte for byte: a
+ * hand edit without a final newline, another JSON layout. */
+START_TEST(test_working_file_committed_as_is)
 {
 	struct gitc_result res;
 	struct gitc_change c;
 	char buf[512];
 
-	c = put(5, 2, 1, "committed", buf, sizeof(buf));
-	write_file(".vector-memory/x-005/y-2-z-1.json", "newer bytes\n");
+	c = put(5, 2, 1, "rendered", buf, sizeof(buf));
+	write_file(".vector-memory/x-005/y-2-z-1.json",
+		   "{\"coordinate\":{\"x\":5,\"y\":2,\"z\":1},"
+		   "\"content\":\"hand edit\"}");
 	commit_ok(&c, 1, NULL, &res);
-	ck_assert_str_eq(out("git show :.vector-memory/x-005/y-2-z-1.json"),
-			 buf);
-	ck_assert_str_eq(out("git status --porcelain"),
-			 " M .vector-memory/x-005/y-2-z-1.json\n");
+	ck_assert(c.present && c.changed);
+	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
+			 "{\"coordinate\":{\"x\":5,\"y\":2,\"z\":1},"
+			 "\"content\":\"hand edit\"}");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+/* Paths of any depth under .vector-memory commit through the same path;
+ * an emptied directory goes with its last file. */
+START_TEST(test_nested_paths)
+{
+	struct gitc_result res;
+	struct gitc_change c[2] = {
+		{"experiences/agent-1/2025-01-06.jsonl", false, false},
+		{"experiences/agent-2/deep/er/2025-01-07.jsonl", false, false},
+	};
+
+	write_file(".vector-memory/experiences/agent-1/2025-01-06.jsonl",
+		   "{\"a\":1}\n");
+	write_file(".vector-memory/experiences/agent-2/deep/er/"
+		   "2025-01-07.jsonl",
+		   "{\"b\":2}\n{\"b\":3}\n");
+	commit_ok(c, 2, NULL, &res);
+	ck_assert_str_eq(out("git ls-tree -r --name-only HEAD"),
+			 ".vector-memory/experiences/agent-1/2025-01-06.jsonl\n"
+			 ".vector-memory/experiences/agent-2/deep/er/"
+			 "2025-01-07.jsonl\n");
+	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
+			 "vector-memory: 0 decisions\n\n"
+			 "experiences/agent-1/2025-01-06.jsonl\n"
+			 "experiences/agent-2/deep/er/2025-01-07.jsonl\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	ck_assert_int_eq(sh("rm -r .vector-memory/experiences/agent-2"), 0);
+	commit_ok(c + 1, 1, NULL, &res);
+	ck_assert(!c[1].present && c[1].changed);
+	ck_assert_str_eq(out("git ls-tree -r -t --name-only HEAD"),
+			 ".vector-memory\n.vector-memory/experiences\n"
+			 ".vector-memory/experiences/agent-1\n"
+			 ".vector-memory/experiences/agent-1/2025-01-06.jsonl\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
 	fsck_clean();
 }
 END_TEST
@@ -424,15 +477,30 @@ END_TEST
 
 static int hook_calls;
 
-/* Move the branch under gitc the first time only. */
-static void move_tip(void *ctx)
+/*
+ * Move the branch under gitc the first time only, as a process that does
+ * not use the index would (the index is locked by the commit): a commit
+ * of user.txt on the tip, by plumbing.
+ */
+static void move_tip(void *ctx, enum gitc_step step)
 {
 	(void)ctx;
+	if (step != GITC_STEP_BEFORE_CAS)
+		return;
 	if (hook_calls++ == 0) {
-		write_file("user.txt", "user\n");
-		ck_assert_int_eq(sh("git add user.txt && "
-				    "git commit -q -m moved"),
-				 0);
+		ck_assert_int_eq(
+			sh("b=$(echo user | git hash-object -w --stdin) && "
+			   "p=$(git rev-parse -q --verify HEAD) ; "
+			   "if [ -n \"$p\" ]; then "
+			   "t=$( (git ls-tree HEAD | grep -v 'user.txt$'; "
+			   "printf '100644 blob %%s\\tuser.txt\\n' $b) | "
+			   "git mktree) && "
+			   "c=$(git commit-tree $t -p $p -m moved) && "
+			   "git update-ref HEAD $c $p; else "
+			   "t=$(printf '100644 blob %%s\\tuser.txt\\n' $b | "
+			   "git mktree) && c=$(git commit-tree $t -m moved) && "
+			   "git update-ref HEAD $c ''; fi"),
+			0);
 	}
 }
 
@@ -454,7 +522,9 @@ START_TEST(test_tip_moved_during_commit)
 	ck_assert_str_eq(out("git show HEAD:user.txt"), "user\n");
 	ck_assert_str_eq(out("git show HEAD:.vector-memory/x-005/y-2-z-1.json"),
 			 b2);
-	ck_assert_str_eq(out("git status --porcelain"), "");
+	/* The mover never touched the index: user.txt is all that differs
+	 * (a staged deletion of what it committed); ours are in line. */
+	ck_assert_str_eq(out("git status --porcelain"), "D  user.txt\n");
 	fsck_clean();
 }
 END_TEST
@@ -479,29 +549,538 @@ START_TEST(test_tip_moved_unborn)
 }
 END_TEST
 
-static void take_index_lock(void *ctx)
+static int lock_probes;
+
+/* At every step of a commit, git's own lock attempt must fail: the
+ * commit holds index.lock throughout. */
+static void try_index_lock(void *ctx, enum gitc_step step)
 {
+	char path[256];
+	int fd;
+
 	(void)ctx;
-	ck_assert_int_eq(sh("touch .git/index.lock"), 0);
+	snprintf(path, sizeof(path), "%s/.git/index.lock", tmpdir);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0666);
+	ck_assert_msg(fd < 0 && errno == EEXIST,
+		      "index.lock could be taken at step %d", (int)step);
+	/* and a git command fails on it as against any git process */
+	ck_assert_int_ne(sh("git update-index --refresh >/dev/null 2>&1"), 0);
+	lock_probes |= 1 << step;
 }
 
-START_TEST(test_index_lock_during_commit)
+START_TEST(test_lock_held_throughout)
 {
 	struct gitc_result res;
 	struct gitc_change c;
 	char buf[512];
+
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	lock_probes = 0;
+	gitc_set_hook(g, try_index_lock, NULL);
+	c = put(5, 2, 1, "two", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	gitc_set_hook(g, NULL, NULL);
+	ck_assert_int_eq(lock_probes,
+			 1 << GITC_STEP_LOCKED | 1 << GITC_STEP_INDEX_READY |
+				 1 << GITC_STEP_BEFORE_CAS |
+				 1 << GITC_STEP_MOVED);
+	/* released at the end, and nothing of ours left */
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+	ck_assert_str_eq(out("ls .git/vmem"), "");
+	ck_assert_str_eq(out("ls .git/refs/heads"), "main\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	fsck_clean();
+}
+END_TEST
+
+/* The index's version and extension signatures, "2 TREE UNTR". */
+static const char *index_shape(void)
+{
+	static char shape[256];
+	char path[256], exts[200];
+	unsigned v;
+
+	snprintf(path, sizeof(path), "%s/.git/index", tmpdir);
+	ck_assert_int_eq(gitidx_describe(path, &v, exts, sizeof(exts)), 0);
+	snprintf(shape, sizeof(shape), "%u %s", v, exts);
+	return shape;
+}
+
+static void index_stamp(struct stat *st)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/.git/index", tmpdir);
+	ck_assert_int_eq(stat(path, st), 0);
+}
+
+/*
+ * A user's repository in a given index format (setup: git commands run
+ * after a first user commit): our commit must keep the version and every
+ * extension, stage real stat data (git status clean without re-hashing:
+ * for the formats whose status would otherwise not write the index, the
+ * index is left as it is), keep the user's staged change, and use the
+ * expected way.
+ */
+static void format_case(const char *setup, int way, bool status_keeps,
+			const char *status)
+{
+	struct gitc_result res;
+	struct gitc_change c[3];
+	char b[3][512], before[256], cached[1024];
+	struct stat s1, s2;
+
+	write_file("README", "readme\n");
+	write_file("src/a.c", "int a;\n");
+	/* Every file older than any index written here: git's racy-entry
+	 * re-check never applies, so a status that writes the index does so
+	 * because of what we staged. */
+	ck_assert_int_eq(sh("touch -d '-5 seconds' README src/a.c && "
+			    "git add -A && git commit -q -m base"),
+			 0);
+	ck_assert_int_eq(sh("%s", setup), 0);
+	c[0] = put(5, 2, 1, "one", b[0], sizeof(b[0]));
+	c[1] = put(5, 3, 1, "two", b[1], sizeof(b[1]));
+	c[2] = put(6, 1, 2, "three", b[2], sizeof(b[2]));
+	/* Files older than the index we write: no racy-git re-check. */
+	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/*/* "
+			    ".vector-memory/metadata.json"),
+			 0);
+	write_file("README", "readme staged\n");
+	ck_assert_int_eq(sh("touch -c -d '-5 seconds' README new.txt; "
+			    "git add README && git status >/dev/null"),
+			 0);
+	snprintf(cached, sizeof(cached), "%s", out("git diff --cached"));
+	snprintf(before, sizeof(before), "%s", index_shape());
+	ck_assert_int_eq(gitc_commit(g, c, 3, NULL, &res, errmsg,
+				     sizeof(errmsg)),
+			 0);
+	ck_assert_str_eq(errmsg, "");
+	ck_assert_uint_eq(strlen(res.commit), 40);
+	ck_assert_int_eq(res.index_way, way);
+	ck_assert(res.index_written);
+	ck_assert_str_eq(index_shape(), before);
+	ck_assert_str_eq(out("git diff --cached"), cached);
+	ck_assert_str_eq(out("git diff-files --name-only -- .vector-memory"),
+			 "");
+	/* real stat data: size and inode as the file's */
+	ck_assert_str_eq(
+		out("git ls-files --debug .vector-memory/x-005/y-2-z-1.json | "
+		    "sed -n 's/^  dev: [0-9]*\tino: \\([0-9]*\\)$/\\1/p'"),
+		out("stat -c '%%i' .vector-memory/x-005/y-2-z-1.json"));
+	index_stamp(&s1);
+	ck_assert_str_eq(out("git status --porcelain"), status);
+	index_stamp(&s2);
+	if (status_keeps) {
+		ck_assert_int_eq(s1.st_ino, s2.st_ino);
+		ck_assert_int_eq(s1.st_mtim.tv_nsec, s2.st_mtim.tv_nsec);
+	}
+	ck_assert_str_eq(index_shape(), before);
+	/* a second commit on the same index (a deletion, a change) */
+	c[0] = del(5, 2, 1);
+	c[1] = put(5, 3, 1, "two changed", b[1], sizeof(b[1]));
+	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/x-005/*"), 0);
+	ck_assert_int_eq(gitc_commit(g, c, 2, NULL, &res, errmsg,
+				     sizeof(errmsg)),
+			 0);
+	ck_assert_str_eq(errmsg, "");
+	ck_assert_str_eq(index_shape(), before);
+	ck_assert_str_eq(out("git status --porcelain"), status);
+	ck_assert_str_eq(out("git ls-files .vector-memory"),
+			 ".vector-memory/metadata.json\n"
+			 ".vector-memory/x-005/y-3-z-1.json\n"
+			 ".vector-memory/x-006/y-1-z-2.json\n");
+	ck_assert_int_eq(sh("git commit -q -m user && git status --porcelain "
+			    ">/dev/null"),
+			 0);
+	ck_assert_str_eq(out("git show --name-only --format= HEAD"),
+			 "README\n");
+	fsck_clean();
+}
+
+START_TEST(test_index_v2)
+{
+	format_case("true", GITC_INDEX_OWN, true, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_v3)
+{
+	/* an intent-to-add entry makes git write version 3 */
+	format_case("echo later > later.txt && "
+		    "touch -d '-5 seconds' later.txt && git add -N later.txt && "
+		    "test \"$(head -c 8 .git/index | tail -c 1 | od -An -tu1 | "
+		    "tr -d ' ')\" = 3",
+		    GITC_INDEX_OWN, true, "M  README\n A later.txt\n");
+}
+END_TEST
+
+START_TEST(test_index_v4)
+{
+	format_case("git config index.version 4 && "
+		    "git update-index --index-version 4",
+		    GITC_INDEX_OWN, true, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_split)
+{
+	format_case("git config core.splitIndex true && "
+		    "git update-index --split-index",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_untracked_cache)
+{
+	format_case("git config core.untrackedCache true && "
+		    "git update-index --untracked-cache && git status "
+		    ">/dev/null",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+START_TEST(test_index_fsmonitor)
+{
+	/* a hook that says everything may have changed (protocol 2) */
+	format_case("printf '#!/bin/sh\\nprintf \"token\\\\0/\\\\0\"\\n' > "
+		    ".git/fsm && chmod +x .git/fsm && "
+		    "git config core.fsmonitor \"$PWD/.git/fsm\" && "
+		    "git config core.fsmonitorHookVersion 2 && "
+		    "git update-index --fsmonitor && git status >/dev/null",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+/* A user's split index with v4 and the untracked cache all at once. */
+START_TEST(test_index_everything)
+{
+	format_case("git config feature.manyFiles true && "
+		    "git config core.splitIndex true && "
+		    "git update-index --index-version 4 --split-index "
+		    "--untracked-cache && git status >/dev/null",
+		    GITC_INDEX_GIT, false, "M  README\n");
+}
+END_TEST
+
+/*
+ * A user's entry that is racily clean in the index we read (written in
+ * the second of the index) would look clean in the index we write a
+ * second later, and a same-second edit of the same size would be missed
+ * by git: as git's own writer does, it is smudged (size 0) so git checks
+ * its content again; entries that are not racy are copied as they are.
+ */
+START_TEST(test_racy_user_entry_smudged)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512];
+
+	write_file("user.txt", "aaaa\n");
+	write_file("old.txt", "old\n");
+	ck_assert_int_eq(sh("touch -d @1700000000 old.txt && "
+			    "touch -d @1700000100 user.txt && "
+			    "git add user.txt old.txt && "
+			    "touch -d @1700000100 .git/index"),
+			 0);
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(res.index_way, GITC_INDEX_OWN);
+	ck_assert_str_eq(out("git ls-files --debug user.txt | "
+			     "sed -n 's/.*size: \\([0-9]*\\).*/\\1/p'"),
+			 "0\n");
+	ck_assert_str_eq(out("git ls-files --debug old.txt | "
+			     "sed -n 's/.*size: \\([0-9]*\\).*/\\1/p'"),
+			 "4\n");
+	/* git sees through it: nothing differs */
+	ck_assert_str_eq(out("git status --porcelain"),
+			 "A  old.txt\nA  user.txt\n");
+	fsck_clean();
+}
+END_TEST
+
+/*
+ * Index v4 names are prefix-compressed against the entry before: random
+ * rounds of additions, deletions (of present and absent files) and
+ * changes, next to each other and to the user's entries, must leave an
+ * index git reads back exactly as the tree is.
+ */
+START_TEST(test_index_v4_random)
+{
+	static char rpaths[64][32];
+	unsigned seed = 7;
+	struct gitc_change c[64];
+	struct gitc_result res;
+
+	write_file(".vector-memory.txt", "a user file named like ours\n");
+	write_file("z-user/file", "another\n");
+	ck_assert_int_eq(sh("git config index.version 4 && git add -A && "
+			    "git commit -q -m base && "
+			    "git update-index --index-version 4"),
+			 0);
+	for (int round = 0; round < 8; round++) {
+		int n = 0;
+
+		for (int k = 0; k < 24; k++) {
+			struct coord at = {(int)(rand_r(&seed) % 6) + 1,
+					   (int)(rand_r(&seed) % 5) + 1,
+					   (int)(rand_r(&seed) % 3) + 2};
+			char rel[80], buf[512];
+			bool dup = false;
+
+			coord_path(&at, rpaths[n], sizeof(rpaths[n]));
+			for (int i = 0; i < n; i++)
+				dup |= strcmp(rpaths[i], rpaths[n]) == 0;
+			if (dup)
+				continue;
+			snprintf(rel, sizeof(rel), ".vector-memory/%.31s",
+				 rpaths[n]);
+			if (rand_r(&seed) % 3 == 0) {
+				sh("rm -f '%s'", rel);
+			} else {
+				dtext(at.x, at.y, at.z, round % 2 ? "b" : "a",
+				      buf, sizeof(buf));
+				write_file(rel, buf);
+			}
+			c[n] = (struct gitc_change){rpaths[n], false, false};
+			n++;
+		}
+		sh("find .vector-memory -type d -empty -delete");
+		ck_assert_int_eq(gitc_commit(g, c, (size_t)n, NULL, &res,
+					     errmsg, sizeof(errmsg)),
+				 0);
+		ck_assert_str_eq(errmsg, "");
+		ck_assert_int_eq(res.index_way, GITC_INDEX_OWN);
+		ck_assert_str_eq(out("head -c 8 .git/index | tail -c 1 | "
+				     "od -An -tu1 | tr -d ' '"),
+				 "4\n");
+		ck_assert_str_eq(out("git ls-files | sort"),
+				 out("{ echo .vector-memory.txt; "
+				     "echo z-user/file; find .vector-memory "
+				     "-type f; } | sort"));
+		/* (entries of the round before, written in the second of
+		 * the index, are smudged: git diff-files, which does not
+		 * refresh, lists them; git status checks them) */
+		ck_assert_str_eq(out("git diff-index --cached --name-only "
+				     "HEAD"),
+				 "");
+		ck_assert_str_eq(out("git status --porcelain"), "");
+	}
+	fsck_clean();
+}
+END_TEST
+
+/* A batch of many new files goes into one pack (each content once). */
+START_TEST(test_big_batch_packed)
+{
+	static char bpaths[400][32];
+	struct gitc_change c[400];
+	struct gitc_result res;
+	char buf[512];
+
+	for (int i = 0; i < 400; i++) {
+		struct coord at = {i / 20 + 1, (i % 20) / 4 + 1, i % 4 + 1};
+		char rel[80];
+
+		coord_path(&at, bpaths[i], sizeof(bpaths[i]));
+		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", bpaths[i]);
+		/* every tenth file holds the same bytes as the one before */
+		dtext(at.x, at.y, at.z, "many", buf, sizeof(buf));
+		if (i % 10 == 9)
+			snprintf(buf, sizeof(buf), "same\n");
+		if (i % 10 == 8)
+			snprintf(buf, sizeof(buf), "same\n");
+		write_file(rel, buf);
+		c[i] = (struct gitc_change){bpaths[i], false, false};
+	}
+	commit_ok(c, 400, NULL, &res);
+	ck_assert_str_eq(out("git count-objects -v | sed -n 's/^packs: //p'"),
+			 "1\n");
+	ck_assert_str_eq(out("git ls-tree -r HEAD | wc -l"), "400\n");
+	ck_assert_str_eq(out("git status --porcelain"), "");
+	ck_assert_str_eq(out("git cat-file -p HEAD:.vector-memory/x-001/"
+			     "y-3-z-2.json"),
+			 "same\n");
+	fsck_clean();
+}
+END_TEST
+
+/* Both ways stage the same entries. */
+START_TEST(test_index_ways_agree)
+{
+	struct gitc_result res;
+	struct gitc_change c[2];
+	char b[2][512], own[4096];
+
+	c[0] = put(5, 2, 1, "one", b[0], sizeof(b[0]));
+	c[1] = put(7, 1, 1, "two", b[1], sizeof(b[1]));
+	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/*/* "
+			    ".vector-memory/metadata.json"),
+			 0);
+	gitc_force_index_way(g, GITC_INDEX_OWN);
+	commit_ok(c, 2, NULL, &res);
+	ck_assert_int_eq(res.index_way, GITC_INDEX_OWN);
+	snprintf(own, sizeof(own), "%s",
+		 out("git ls-files -s --debug | grep -v '^  flags'"));
+	ck_assert_int_eq(sh("git rm -q --cached -r .vector-memory"), 0);
+	gitc_force_index_way(g, GITC_INDEX_GIT);
+	ck_assert_int_eq(gitc_commit(g, c, 2, NULL, &res, errmsg,
+				     sizeof(errmsg)),
+			 0);
+	ck_assert_str_eq(res.commit, ""); /* HEAD has them: only the index */
+	ck_assert(res.index_written);
+	ck_assert_int_eq(res.index_way, GITC_INDEX_GIT);
+	ck_assert_str_eq(out("git ls-files -s --debug | grep -v '^  flags'"),
+			 own);
+	gitc_force_index_way(g, -1);
+	fsck_clean();
+}
+END_TEST
+
+/* A path of ours in a conflict: the commit waits and stages nothing. */
+START_TEST(test_index_conflict_defers)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], h[64];
 	int rc;
 
-	gitc_set_hook(g, take_index_lock, NULL);
-	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	c = put(5, 2, 2, "base", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(sh("git checkout -q -b side && "
+			    "echo side > .vector-memory/x-005/y-2-z-2.json && "
+			    "git commit -q -am side && git checkout -q main && "
+			    "echo main > .vector-memory/x-005/y-2-z-2.json && "
+			    "git commit -q -am main && "
+			    "git merge -q side >/dev/null 2>&1; "
+			    "git merge --abort; "
+			    "git cherry-pick side >/dev/null 2>&1; "
+			    "git cherry-pick --quit && "
+			    "git ls-files -u | wc -l | grep -qx 3"),
+			 0);
+	snprintf(h, sizeof(h), "%s", head());
+	c = put(5, 2, 2, "ours", buf, sizeof(buf));
 	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
-	ck_assert_int_eq(rc, 0); /* the commit exists, the index is stale */
-	ck_assert_uint_eq(strlen(res.commit), 40);
-	ck_assert_str_eq(head(), res.commit);
+	ck_assert_int_eq(rc, 1);
+	ck_assert_str_eq(res.deferred,
+			 "conflict in .vector-memory/x-005/y-2-z-2.json");
+	ck_assert_str_eq(head(), h);
+	ck_assert_str_eq(out("git ls-files -u | wc -l"), "3\n");
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+}
+END_TEST
+
+/* An index we cannot read: an error that says so, nothing moved. */
+START_TEST(test_index_corrupt)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	char buf[512], h[64];
+	int rc;
+
+	c = put(5, 2, 1, "one", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	snprintf(h, sizeof(h), "%s", head());
+	ck_assert_int_eq(sh("cp .git/index index.good && "
+			    "printf 'DIRC\\0\\0\\0\\2\\0\\0\\0\\7garbage-garbage-"
+			    "garbage-garbage-garbage' > .git/index"),
+			 0);
+	c = put(5, 2, 1, "two", buf, sizeof(buf));
+	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
+	ck_assert_int_lt(rc, 0);
+	ck_assert(res.index_error);
 	ck_assert_ptr_nonnull(strstr(errmsg, "index"));
-	ck_assert_int_eq(sh("rm .git/index.lock"), 0);
-	ck_assert_str_eq(out("git ls-files"), "");
+	ck_assert_str_eq(head(), h); /* the branch did not move */
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+	ck_assert_int_eq(sh("mv index.good .git/index"), 0);
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_str_eq(out("git status --porcelain"), "");
 	fsck_clean();
+}
+END_TEST
+
+/* ---- stale locks after a crash ---- */
+
+/* Start a commit's bookkeeping as a crashed run of ours would leave it:
+ * the marker and index.lock, recorded. */
+static void crash_with_lock(void)
+{
+	struct gitmark m;
+	struct gitlock l;
+	char index[256];
+
+	snprintf(index, sizeof(index), "%s/.git/index", tmpdir);
+	ck_assert_int_eq(gitmark_init(&m, &sd), 0);
+	ck_assert_int_eq(gitmark_begin(&m), 0);
+	ck_assert_int_eq(gitlock_take(&l, index, &m), 0);
+	close(l.fd); /* "killed": nothing released */
+	ck_assert_int_eq(sh("touch .git/vmem/index.next"), 0);
+}
+
+START_TEST(test_stale_ours_removed)
+{
+	struct gitlock_stale st;
+
+	crash_with_lock();
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert(st.marker);
+	ck_assert_int_eq(st.n_removed, 1);
+	ck_assert_int_eq(st.n_kept, 0);
+	ck_assert_ptr_nonnull(strstr(st.removed, "index.lock"));
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
+	ck_assert_str_eq(out("ls .git/vmem"), "");
+}
+END_TEST
+
+START_TEST(test_stale_foreign_kept)
+{
+	struct gitlock_stale st;
+
+	crash_with_lock();
+	/* a git command took the lock after ours went away */
+	ck_assert_int_eq(sh("rm .git/index.lock && echo git > "
+			    ".git/index.lock"),
+			 0);
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert_int_eq(st.n_removed, 0);
+	ck_assert_int_eq(st.n_kept, 1);
+	ck_assert_ptr_nonnull(strstr(st.kept, "index.lock"));
+	ck_assert_str_eq(out("cat .git/index.lock"), "git\n");
+	ck_assert_int_ne(sh("test -e .git/vmem/committing"), 0);
+}
+END_TEST
+
+/* A marker written by a process that still runs is nobody's leftover. */
+START_TEST(test_stale_owner_alive)
+{
+	struct gitlock_stale st;
+	char text[512];
+	FILE *f;
+
+	crash_with_lock();
+	snprintf(text, sizeof(text), "%s/.git/vmem/committing", tmpdir);
+	f = fopen(text, "r+");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq((int)fread(text, 1, sizeof(text) - 1, f) > 0, 1);
+	fclose(f);
+	ck_assert_int_eq(sh("sed -i 's/^pid .*/pid %ld/; s/^start .*/start "
+			    "%llu/' .git/vmem/committing",
+			    (long)getppid(),
+			    gitlock_proc_start((long)getppid())),
+			 0);
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert(st.owner_alive);
+	ck_assert_int_eq(st.n_removed, 0);
+	ck_assert_int_eq(sh("test -e .git/index.lock"), 0);
+	/* a pid reused by another process: its start time differs */
+	ck_assert_int_eq(sh("sed -i 's/^start .*/start 1/' "
+			    ".git/vmem/committing"),
+			 0);
+	ck_assert_int_eq(gitc_clear_stale_locks(g, &st), 0);
+	ck_assert(!st.owner_alive);
+	ck_assert_int_eq(st.n_removed, 1);
+	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
 }
 END_TEST
 
@@ -634,8 +1213,7 @@ START_TEST(test_worktree)
 	ck_assert_int_eq(statedir_init(&wt_sd, wt_gitdir, NULL, 0, NULL, 0), 0);
 	ck_assert_int_eq(gitc_open(&g, wt, &wt_sd, errmsg, sizeof(errmsg)), 0);
 	ck_assert_int_eq(sh("touch .git/worktrees/wt/index.lock"), 0);
-	c.text = "wt\n";
-	c.len = 3;
+	write_file("wt/.vector-memory/x-005/y-2-z-1.json", "wt\n");
 	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
 	ck_assert_int_eq(rc, 1);
 	ck_assert_str_eq(res.deferred, "index.lock is held by another process");
@@ -886,7 +1464,8 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_noop_commit);
 	tcase_add_test(tc, test_delete);
 	tcase_add_test(tc, test_user_changes_preserved);
-	tcase_add_test(tc, test_working_file_differs);
+	tcase_add_test(tc, test_working_file_committed_as_is);
+	tcase_add_test(tc, test_nested_paths);
 	tcase_add_test(tc, test_user_commit_between);
 	tcase_add_test(tc, test_tip_moved_during_commit);
 	tcase_add_test(tc, test_tip_moved_unborn);
@@ -894,9 +1473,25 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_defer_merge);
 	tcase_add_test(tc, test_defer_cherry_pick_and_rebase);
 	tcase_add_test(tc, test_defer_index_lock);
-	tcase_add_test(tc, test_index_lock_during_commit);
+	tcase_add_test(tc, test_lock_held_throughout);
 	tcase_add_test(tc, test_worktree);
 	tcase_add_test(tc, test_open_errors);
+	tcase_add_test(tc, test_index_v2);
+	tcase_add_test(tc, test_index_v3);
+	tcase_add_test(tc, test_index_v4);
+	tcase_add_test(tc, test_index_split);
+	tcase_add_test(tc, test_index_untracked_cache);
+	tcase_add_test(tc, test_index_fsmonitor);
+	tcase_add_test(tc, test_index_everything);
+	tcase_add_test(tc, test_index_ways_agree);
+	tcase_add_test(tc, test_big_batch_packed);
+	tcase_add_test(tc, test_index_v4_random);
+	tcase_add_test(tc, test_racy_user_entry_smudged);
+	tcase_add_test(tc, test_index_conflict_defers);
+	tcase_add_test(tc, test_index_corrupt);
+	tcase_add_test(tc, test_stale_ours_removed);
+	tcase_add_test(tc, test_stale_foreign_kept);
+	tcase_add_test(tc, test_stale_owner_alive);
 	tcase_add_test(tc, test_marker_symlink_not_followed);
 	suite_add_tcase(s, tc);
 

@@ -18,7 +18,6 @@
  * Every lock we create is recorded in the commit marker (gitlock.h), so
  * that start-up after a crash removes ours and only ours.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <git2.h>

@@ -12,49 +12,37 @@
 #include <string.h>
 
 #include "errmsg.h"
-#include "child.h"
+#include "gitproc.h"
 
 #define VM_DIR "/.vector-memory/" /* a path's prefix, after the root */
 /* A listing of every decision with three stages and long names. */
 #define LIST_MAX ((size_t)256 << 20)
 
-/* The environment changes of every git we run. */
-static const char *const git_env[] = {
-	"-GIT_DIR",
-	"-GIT_WORK_TREE",
-	"-GIT_INDEX_FILE",
-	"-GIT_OBJECT_DIRECTORY",
-	"-GIT_COMMON_DIR",
-	"-GIT_NAMESPACE",
-	"GIT_OPTIONAL_LOCKS=0",
-	"GIT_TERMINAL_PROMPT=0",
-	NULL,
-};
-
-/* Run git with args after --git-dir/--work-tree; 0 with *res filled
- * (any exit status) or -errno. */
+/*
+ * Run git with args in the tree (gitproc.h), its output (at most max_out
+ * bytes) in *out (malloc'd) and *len. Reads take no optional lock. 0, or
+ * -errno with errmsg (-EIO: git failed, errmsg has its complaint).
+ */
 static int run_git(const char *root, const char *gitdir,
-		   const char *const *args, size_t max_out,
-		   struct child_result *res, char *errmsg, size_t errn)
+		   const char *const *args, bool read_only, size_t max_out,
+		   char **out, size_t *len, char *errmsg, size_t errn)
 {
-	const char *argv[16];
-	char gd[4200], wt[4200];
-	size_t n = 0;
+	const struct gitproc p = {
+		.git = "git",
+		.gitdir = gitdir,
+		.workdir = root,
+		.no_locks = read_only,
+	};
+	int rc = gitproc_run(&p, args, NULL, 0, out, len, errmsg, errn);
 
-	if ((size_t)snprintf(gd, sizeof(gd), "--git-dir=%s", gitdir) >=
-		    sizeof(gd) ||
-	    (size_t)snprintf(wt, sizeof(wt), "--work-tree=%s", root) >=
-		    sizeof(wt)) {
-		errmsg_set(errmsg, errn, "path too long");
-		return -ENAMETOOLONG;
+	if (rc == 0 && *len > max_out) {
+		errmsg_set(errmsg, errn, "git %s: more than %zu bytes", args[0],
+			   max_out);
+		free(*out);
+		*out = NULL;
+		rc = -EFBIG;
 	}
-	argv[n++] = "git";
-	argv[n++] = gd;
-	argv[n++] = wt;
-	while (*args && n < sizeof(argv) / sizeof(argv[0]) - 1)
-		argv[n++] = *args++;
-	argv[n] = NULL;
-	return child_run(argv, root, git_env, max_out, res, errmsg, errn);
+	return rc;
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -112,24 +100,19 @@ int unmerged_list(const char *root, const char *gitdir, int max_x,
 {
 	static const char *const args[] = {"ls-files",	     "-u", "-z", "--",
 					   ".vector-memory", NULL};
-	struct child_result res;
 	const char *last_other = NULL;
-	size_t cap = 0, off = 0;
+	size_t cap = 0, off = 0, len = 0;
+	char *text = NULL;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	rc = run_git(root, gitdir, args, LIST_MAX, &res, errmsg, errn);
+	rc = run_git(root, gitdir, args, true, LIST_MAX, &text, &len, errmsg,
+		     errn);
 	if (rc < 0)
 		return rc;
-	if (res.status != 0) {
-		errmsg_set(errmsg, errn, "git ls-files -u exited with %d: %s",
-			   res.status, res.err);
-		rc = -EIO;
-		goto out;
-	}
-	while (off < res.len) {
-		char *line = res.out + off, *sp1, *sp2, *tab, *path;
-		size_t llen = strnlen(line, res.len - off);
+	while (off < len) {
+		char *line = text + off, *sp1, *sp2, *tab, *path;
+		size_t llen = strnlen(line, len - off);
 		struct coord c;
 		int st;
 
@@ -173,7 +156,7 @@ int unmerged_list(const char *root, const char *gitdir, int max_x,
 		qsort(out->e, out->n, sizeof(*out->e), entry_cmp);
 	rc = 0;
 out:
-	child_result_done(&res);
+	free(text);
 	if (rc < 0)
 		unmerged_set_done(out);
 	return rc;
@@ -219,22 +202,8 @@ int unmerged_blob(const char *root, const char *gitdir, const char *oid,
 		  size_t errn)
 {
 	const char *args[] = {"cat-file", "blob", oid, NULL};
-	struct child_result res;
-	int rc;
 
-	*out = NULL;
-	rc = run_git(root, gitdir, args, max, &res, errmsg, errn);
-	if (rc < 0)
-		return rc;
-	if (res.status != 0) {
-		errmsg_set(errmsg, errn, "git cat-file blob %s: %s", oid,
-			   res.err);
-		child_result_done(&res);
-		return -EIO;
-	}
-	*out = res.out;
-	*len = res.len;
-	return 0;
+	return run_git(root, gitdir, args, true, max, out, len, errmsg, errn);
 }
 
 int unmerged_stage(const char *root, const char *gitdir, const char *path,
@@ -243,18 +212,16 @@ int unmerged_stage(const char *root, const char *gitdir, const char *path,
 	const char *args[] = {"update-index",
 			      present ? "--add" : "--force-remove", "--", path,
 			      NULL};
-	struct child_result res;
+	char *text = NULL;
+	size_t len = 0;
 	int rc;
 
-	rc = run_git(root, gitdir, args, 1 << 16, &res, errmsg, errn);
-	if (rc < 0)
-		return rc;
-	if (res.status != 0) {
-		rc = strstr(res.err, "index.lock") ? -EBUSY : -EIO;
-		errmsg_set(errmsg, errn, "git update-index %s: %s", path,
-			   res.err);
-	}
-	child_result_done(&res);
+	rc = run_git(root, gitdir, args, false, 1 << 16, &text, &len, errmsg,
+		     errn);
+	free(text);
+	/* git says so when someone else holds the index */
+	if (rc == -EIO && errmsg && strstr(errmsg, "index.lock"))
+		rc = -EBUSY;
 	return rc;
 }
 
@@ -262,12 +229,14 @@ bool unmerged_driver_registered(const char *root, const char *gitdir)
 {
 	static const char *const args[] = {"config", "--get",
 					   "merge.vmem.driver", NULL};
-	struct child_result res;
+	char *text = NULL;
+	size_t len = 0;
 	bool yes;
 
-	if (run_git(root, gitdir, args, 1 << 16, &res, NULL, 0) < 0)
-		return false;
-	yes = res.status == 0 && res.len > 0;
-	child_result_done(&res);
+	/* (git config --get exits with 1 when the key is not set) */
+	yes = run_git(root, gitdir, args, true, 1 << 16, &text, &len, NULL,
+		      0) == 0 &&
+	      len > 0;
+	free(text);
 	return yes;
 }

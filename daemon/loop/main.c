@@ -24,10 +24,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "child.h"
 #include "config.h"
 #include "conn.h"
 #include "daemon.h"
+#include "gitproc.h"
 #include "log.h"
 #include "mcp.h"
 #include "methods.h"
@@ -801,9 +801,9 @@ static bool has_remote(const char *root)
 static void register_merge_driver(struct daemon *d)
 {
 	char vmem[PATH_MAX], err[300];
-	const char *argv[] = {vmem, "--repo", d->repo.root, "init", NULL};
-	struct child_result res;
-	char *line, *save = NULL;
+	const char *args[] = {"--repo", d->repo.root, "init", NULL};
+	char *out = NULL, *line, *save = NULL;
+	size_t len = 0;
 	struct stat st;
 	int fd;
 
@@ -818,20 +818,17 @@ static void register_merge_driver(struct daemon *d)
 			 d->repo.root);
 		return;
 	}
-	if (child_run(argv, d->repo.root, NULL, 1 << 16, &res, err,
-		      sizeof(err)) < 0 ||
-	    res.status != 0) {
-		log_warn("registering the merge driver (%s init) failed: %s",
-			 vmem, res.out ? res.err : err);
-		child_result_done(&res);
+	if (gitproc_run_program(vmem, args, d->repo.root, &out, &len, err,
+				sizeof(err)) < 0) {
+		log_warn("registering the merge driver failed: %s", err);
 		return;
 	}
-	for (line = strtok_r(res.out, "\n", &save); line;
+	for (line = strtok_r(out, "\n", &save); line;
 	     line = strtok_r(NULL, "\n", &save))
 		log_notice("first start in this clone: %s", line);
 	log_notice("vmemd never commits .gitattributes: it is a file of "
 		   "yours (register_merge_driver = false turns this off)");
-	child_result_done(&res);
+	free(out);
 	fd = statedir_open(&d->repo.state, MERGE_DRIVER_MARKER,
 			   O_WRONLY | O_CREAT | O_EXCL, 0600, err, sizeof(err));
 	if (fd >= 0)

@@ -256,12 +256,17 @@ int gitproc_run_program(const char *prog, const char *const *args,
 			char *errmsg, size_t errn)
 {
 	const char *argv[ARGS_MAX + 2];
-	size_t k = 0;
+	char what[256] = "";
+	size_t k = 0, w = 0;
 
 	argv[k++] = prog;
-	for (size_t i = 0; args[i] && i < ARGS_MAX; i++)
+	for (size_t i = 0; args[i] && i < ARGS_MAX; i++) {
 		argv[k++] = args[i];
+		if (w < sizeof(what))
+			w += (size_t)snprintf(what + w, sizeof(what) - w,
+					      "%s%s", i ? " " : "", args[i]);
+	}
 	argv[k] = NULL;
-	return run(prog, argv, environ, cwd, NULL, 0, out, outlen, prog,
-		   args[0] ? args[0] : "", errmsg, errn);
+	return run(prog, argv, environ, cwd, NULL, 0, out, outlen, prog, what,
+		   errmsg, errn);
 }

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gitlock.h"
+
 static const struct {
 	const char *name;
 	const char *why;
@@ -78,6 +80,8 @@ bool gitop_busy(const char *gitdir, char *why, size_t n)
 			return true;
 		}
 		if (lstat(path, &st) == 0) {
+			if (gitlock_ours(&st))
+				continue; /* our own commit's index.lock */
 			snprintf(why, n, "%s", states[i].why);
 			return true;
 		}

@@ -11,7 +11,7 @@
  *
  * What cannot be seen: a git command that has read the index or the
  * working tree but not yet created its lock or state files (see
- * docs/operations.md, "Git operations and the daemon").
+ * docs/operations.md, "Working beside git").
  *
  * Blocking only in the sense of a few lstat calls: safe on any thread.
  */
@@ -26,7 +26,8 @@
  * is gitdir (no trailing slash needed), with why ("merge in progress",
  * "index.lock is held by another process", ...) in why (n bytes). An
  * lstat failure other than "does not exist" counts as in progress (we
- * cannot tell), with the error in why.
+ * cannot tell), with the error in why. Our own commit's index.lock
+ * (gitlock_ours) is no git operation.
  */
 bool gitop_busy(const char *gitdir, char *why, size_t n);
 

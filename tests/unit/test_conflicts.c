@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gitlock.h"
 #include "gitop.h"
 #include "markers.h"
 #include "protocol/conflict.h"
@@ -233,6 +234,34 @@ START_TEST(operations_in_progress)
 }
 END_TEST
 
+/* Our own commit's index.lock (gitlock) is no git operation; a lock
+ * file of someone else's at the same path is, as is ours once given up
+ * and made again by another. */
+START_TEST(own_index_lock_is_not_git)
+{
+	char why[160], errmsg[320], target[256];
+	struct statedir sd;
+	struct gitmark m;
+	struct gitlock l;
+
+	make_tmp();
+	ck_assert_int_eq(
+		statedir_init(&sd, tmpl, NULL, 0, errmsg, sizeof(errmsg)), 0);
+	ck_assert_int_eq(gitmark_init(&m, &sd), 0);
+	ck_assert_int_eq(gitmark_begin(&m), 0);
+	snprintf(target, sizeof(target), "%s/index", tmpl);
+	ck_assert_int_eq(gitlock_take(&l, target, &m), 0);
+	ck_assert_msg(!gitop_busy(tmpl, why, sizeof(why)), "%s", why);
+	gitlock_release(&l);
+	gitmark_end(&m);
+	touch(tmpl, "index.lock");
+	ck_assert(gitop_busy(tmpl, why, sizeof(why)));
+	ck_assert_str_eq(why, "index.lock is held by another process");
+	statedir_done(&sd);
+	rm_tmp();
+}
+END_TEST
+
 /* Run a shell command in dir. */
 static void sh(const char *dir, const char *what)
 {
@@ -399,6 +428,7 @@ static Suite *conflicts_suite(void)
 	tcase_add_test(tc, record_round_trip);
 	tcase_add_test(tc, record_refused);
 	tcase_add_test(tc, operations_in_progress);
+	tcase_add_test(tc, own_index_lock_is_not_git);
 	tcase_add_test(tc, unmerged_entries);
 	tcase_add_test(tc, records_on_disk);
 	suite_add_tcase(s, tc);

@@ -42,8 +42,9 @@ struct conflicts_job {
 	enum job_kind kind;
 	struct coord coord;
 	int64_t at_usec;
-	char *held; /* compact JSON of the dropped version (JOB_DROP) */
-	char *now;  /* compact JSON of what replaced it, or NULL */
+	char *held;   /* compact JSON of the dropped version (JOB_DROP) */
+	char *now;    /* compact JSON of what replaced it, or NULL */
+	bool written; /* its record is on disk (worker) */
 	int rc;
 	char errmsg[256];
 };
@@ -453,6 +454,7 @@ static void job_work_cb(uv_work_t *req)
 		j->rc = records_write(j->cf->state, name, text, len, j->errmsg,
 				      sizeof(j->errmsg));
 		free(text);
+		j->written = j->rc == 0;
 		if (j->rc < 0 || j->kind == JOB_REPLACED)
 			return; /* the held record stays: nothing is lost */
 	}
@@ -463,6 +465,47 @@ static void job_work_cb(uv_work_t *req)
 }
 
 static void job_next(struct conflicts *cf);
+static void drop_note(struct conflicts *cf, const struct coord *c,
+		      const char *held, int64_t at, const char *record);
+
+/*
+ * A version that was acknowledged and is not served any more is logged
+ * and listed in health once its record is on disk (so that the record
+ * health names can be read), or said lost when it could not be written.
+ */
+static void announce(struct conflicts *cf, const struct conflicts_job *j)
+{
+	char path[96], name[CONFLICT_NAME_MAX];
+	bool drop = j->kind == JOB_DROP;
+
+	if (j->kind == JOB_REMOVE_HELD)
+		return;
+	vm_path(&j->coord, path, sizeof(path));
+	conflict_record_name(drop ? CONFLICT_KIND_RESOLVE
+				  : CONFLICT_KIND_REPLACED,
+			     &j->coord, j->at_usec, name, sizeof(name));
+	if (!j->written) {
+		log_err("%s: the acknowledged version %s could not be kept in "
+			"a record (%s)%s",
+			path,
+			drop ? "a resolution dropped"
+			     : "a git command replaced",
+			j->errmsg, drop ? "; its held record stays" : "");
+		return;
+	}
+	drop_note(cf, &j->coord, j->held, j->at_usec, name);
+	if (drop)
+		log_warn("the conflict in %s was resolved without the "
+			 "acknowledged version (%s); it is kept in "
+			 "%s/%s/%s",
+			 path, j->now ? "another version won" : "the file went",
+			 cf->statedir, CONFLICT_DIRNAME, name);
+	else
+		log_warn("%s: a git command %s the acknowledged version "
+			 "before it was committed; it is kept in %s/%s/%s",
+			 path, j->now ? "replaced" : "removed", cf->statedir,
+			 CONFLICT_DIRNAME, name);
+}
 
 static void job_after_cb(uv_work_t *req, int status)
 {
@@ -478,6 +521,7 @@ static void job_after_cb(uv_work_t *req, int status)
 		cf->records_failed++;
 		conflicts_fail(cf, "conflict records: %s", j->errmsg);
 	}
+	announce(cf, j);
 	job_free(j);
 	job_next(cf);
 }
@@ -486,7 +530,9 @@ static void job_next(struct conflicts *cf)
 {
 	struct conflicts_job *j;
 
-	while (!cf->job_running && cf->jobs && !cf->closed) {
+	/* (after conflicts_close too: the loop's last run writes the
+	 * records still queued) */
+	while (!cf->job_running && cf->jobs) {
 		j = cf->jobs;
 		cf->jobs = j->next;
 		if (!cf->jobs)
@@ -553,7 +599,7 @@ void conflicts_ended(struct conflicts *cf, const struct coord *c,
 	struct conflicts_job *j = calloc(1, sizeof(*j));
 	bool same = held_json ? now && strcmp(held_json, now->json) == 0
 			      : now == NULL;
-	char path[96], name[CONFLICT_NAME_MAX];
+	char path[96];
 
 	vm_path(c, path, sizeof(path));
 	if (!j) {
@@ -572,14 +618,7 @@ void conflicts_ended(struct conflicts *cf, const struct coord *c,
 			job_free(j);
 			return;
 		}
-		conflict_record_name(CONFLICT_KIND_RESOLVE, c, j->at_usec, name,
-				     sizeof(name));
-		drop_note(cf, c, held_json, j->at_usec, name);
-		log_warn("the conflict in %s was resolved without the "
-			 "acknowledged version (%s); it is kept in "
-			 "%s/%s/%s",
-			 path, now ? "another version won" : "the file went",
-			 cf->statedir, CONFLICT_DIRNAME, name);
+		/* logged and listed once its record is written */
 	} else {
 		log_info("the conflict in %s is over (%s)", path,
 			 same ? "the acknowledged version stays"
@@ -592,7 +631,7 @@ void conflicts_replaced(struct conflicts *cf, const struct coord *c,
 			const char *held_json, const struct record *now)
 {
 	struct conflicts_job *j = calloc(1, sizeof(*j));
-	char path[96], name[CONFLICT_NAME_MAX];
+	char path[96];
 
 	vm_path(c, path, sizeof(path));
 	if (j) {
@@ -610,13 +649,7 @@ void conflicts_replaced(struct conflicts *cf, const struct coord *c,
 			job_free(j);
 		return;
 	}
-	conflict_record_name(CONFLICT_KIND_REPLACED, c, j->at_usec, name,
-			     sizeof(name));
-	drop_note(cf, c, held_json, j->at_usec, name);
-	log_warn("%s: a git command %s the acknowledged version before it was "
-		 "committed; it is kept in %s/%s/%s",
-		 path, now ? "replaced" : "removed", cf->statedir,
-		 CONFLICT_DIRNAME, name);
+	/* logged and listed once its record is written */
 	job_queue(cf, j);
 }
 

@@ -108,8 +108,8 @@ static inline bool conflicts_busy(const struct conflicts *cf)
 	return cf->job_running || cf->resolving > 0;
 }
 
-/* Stop (idempotent); the loop must run afterwards to close the timer. A
- * record job running finishes on its own. */
+/* Stop (idempotent); the loop must run afterwards to close the timer.
+ * The record jobs running or queued finish on their own meanwhile. */
 void conflicts_close(struct conflicts *cf);
 
 /* Release the memory, after the loop closed the timer. */

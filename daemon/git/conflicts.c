@@ -339,6 +339,8 @@ static void note(struct conflicts *cf, const struct coord *c,
 			 "its acknowledged version is kept until it is "
 			 "resolved",
 			 path, reason);
+		if (cf->appeared)
+			cf->appeared(cf->appeared_ctx, path, reason);
 		if (fresh)
 			fresh[(*n_fresh)++] = k->slot;
 	}

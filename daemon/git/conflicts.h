@@ -85,6 +85,9 @@ struct conflicts {
 	void *resumed_ctx;
 	void (*touched)(void *ctx); /* we changed files: look at them */
 	void *touched_ctx;
+	/* a new conflict (after its log line): path is its file's */
+	void (*appeared)(void *ctx, const char *path, const char *reason);
+	void *appeared_ctx;
 	const struct index *ix; /* the versions served (for resolutions) */
 	struct conflicts_job *jobs, *jobs_tail; /* record files to change */
 	bool job_running;

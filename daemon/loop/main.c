@@ -561,6 +561,21 @@ static void deferral_cb(void *ctx, const char *reason)
 				      "commits to git go on again"));
 }
 
+/* A new conflict: every MCP session is told (writes there are refused
+ * until it is resolved). */
+static void conflict_cb(void *ctx, const char *path, const char *reason)
+{
+	struct daemon *d = ctx;
+
+	mcp_log_all(&d->server, MCP_WARNING,
+		    json_pack("{s:s,s:s,s:s}", "message",
+			      "a decision file is in conflict: writes there "
+			      "are refused and its acknowledged version is "
+			      "served until it is resolved (vmem conflicts, "
+			      "vmem resolve)",
+			      "path", path, "reason", reason));
+}
+
 static void committed_cb(void *ctx)
 {
 	watch_settle(ctx);
@@ -926,6 +941,8 @@ int main(int argc, char **argv)
 	d->conflicts.resumed_ctx = d;
 	d->conflicts.touched = files_touched_cb;
 	d->conflicts.touched_ctx = d;
+	d->conflicts.appeared = conflict_cb;
+	d->conflicts.appeared_ctx = d;
 	rc = conflicts_start(&d->conflicts, &d->decisions.index, &unmerged,
 			     &d->loaded, errmsg, sizeof(errmsg));
 	unmerged_set_done(&unmerged);

@@ -205,11 +205,19 @@ void idscan_feed(struct idscan *s, const char *p, size_t n)
 	}
 }
 
+/* JSON-RPC ids are strings, numbers or null: a kept true or false (or
+ * anything else a malformed text left) is no id the answer may carry. */
+static bool rpc_id_kind(const char *text)
+{
+	return text[0] == '"' || text[0] == '-' ||
+	       (text[0] >= '0' && text[0] <= '9') || !strcmp(text, "null");
+}
+
 const char *idscan_id(struct idscan *s, size_t *len)
 {
 	if (s->capturing == 1 && !s->capture_string)
 		end_capture(s);
-	if (s->not_object || !s->id.seen)
+	if (s->not_object || !s->id.seen || !rpc_id_kind(s->id.text))
 		return NULL;
 	*len = s->id.len;
 	return s->id.text;

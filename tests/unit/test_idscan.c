@@ -98,6 +98,9 @@ START_TEST(test_not_taken)
 	check_both("\"id\"", NULL, NULL);
 	check_both("{\"id\":{\"a\":1}}", NULL, NULL);
 	check_both("{\"id\":[1]}", NULL, NULL);
+	/* Booleans are no JSON-RPC id (found by the fuzzer). */
+	check_both("{\"id\":true,\"method\":\"m\"}", NULL, "\"m\"");
+	check_both("{\"id\":false}", NULL, NULL);
 	check_both("", NULL, NULL);
 	/* Unterminated: an id string never closed is not one. */
 	check_both("{\"id\":\"abc", NULL, NULL);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "catchup.h"
 #include "conflicts.h"
 #include "decision.h"
 #include "gitq.h"
@@ -21,6 +22,7 @@
 #include "stats.h"
 #include "store.h"
 #include "subs.h"
+#include "trim.h"
 #include "watch.h"
 #include "vmdir.h"
 
@@ -53,6 +55,8 @@ struct daemon {
 	struct life life;   /* idle exit, removed tree */
 	struct stats stats; /* per method of the method table */
 	struct server server;
+	struct trim trim;	/* freed memory back to the system at rest */
+	struct catchup catchup; /* the search index after the records */
 	struct vmdir_load_report loaded; /* what start-up and every scan
 					    since quarantined */
 	uint64_t started_ms;		 /* uv_now at start */

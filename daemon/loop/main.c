@@ -956,6 +956,10 @@ int main(int argc, char **argv)
 	d->decisions.on_replacing = replacing_cb;
 	d->decisions.on_replacing_ctx = d;
 	register_merge_driver(d);
+	if (trim_start(&d->trim, d->loop) < 0)
+		log_warn("cannot start the rest-time trim of freed memory");
+	if (catchup_start(&d->catchup, d->loop, &d->decisions.index) < 0)
+		fail_startup(1, "cannot start the search index's catch-up");
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
@@ -1012,6 +1016,8 @@ int main(int argc, char **argv)
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	trim_stop(&d->trim);
+	catchup_stop(&d->catchup);
 	watch_stop(&d->watch);
 	conflicts_close(&d->conflicts);
 	life_stop(&d->life);

@@ -286,7 +286,9 @@ class Conflicts(Coexist):
             f.write(decision_file_bytes(by_hand))
         self.git("add", rel_path(5, 2, 2))
         self.git("commit", "-q", "-m", "squashed side")
-        h = self.wait_health(conn, lambda h: not h["conflicts"], "resolved")
+        # (the drop is listed once its record is written, a moment later)
+        h = self.wait_health(conn, lambda h: not h["conflicts"] and
+                             h["dropped"], "resolved, the drop listed")
         self.assertEqual(conn.get(5, 2, 2), by_hand)
         self.assertEqual([d["version"] for d in h["dropped"]],
                          [mine["version"]])

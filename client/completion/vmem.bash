@@ -7,7 +7,8 @@
 
 # Options that take a value (the next word, or after "=").
 _vmem_valued='--repo --socket --agent --timeout --if-version --context
-	--x --y --z --limit --after -m --message'
+	--x --y --z --limit --after -m --message --action --outcome --tag
+	--importance --min-importance --metadata --since --until'
 
 _vmem_takes_value()
 {
@@ -23,7 +24,7 @@ _vmem()
 	local cur prev cmd sub i w nargs=0
 	local commands='store get exists rm ls before search watch log reload
 		history rollback-point sync status conflicts resolve init
-		merge-driver daemon service mcp help'
+		merge-driver daemon service exp mcp help'
 	local globals='--repo --socket --json --no-autostart --agent --timeout
 		--help --version'
 	local opts=''
@@ -110,6 +111,21 @@ _vmem()
 				-- "$cur"))
 			return 0
 		fi
+		;;
+	exp)
+		if ((nargs == 0)) && [[ $cur != -* ]]; then
+			COMPREPLY=($(compgen -W 'add ls similar stats get rm' \
+				-- "$cur"))
+			return 0
+		fi
+		case $sub in
+		add) opts='--context --action --outcome --tag --importance
+			--metadata' ;;
+		ls) opts='--tag --since --until --min-importance --limit' ;;
+		similar) opts='--min-importance --limit' ;;
+		'') opts='--context --action --outcome --tag --importance
+			--metadata --since --until --min-importance --limit' ;;
+		esac
 		;;
 	help)
 		if ((nargs == 0)) && [[ $cur != -* ]]; then

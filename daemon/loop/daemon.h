@@ -14,6 +14,7 @@
 #include "catchup.h"
 #include "conflicts.h"
 #include "decision.h"
+#include "experience.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -46,8 +47,9 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
-	struct decisions decisions; /* the decision kind, in the store */
-	struct conflicts conflicts; /* git conflicts, git having the tree */
+	struct decisions decisions;	/* the decision kind, in the store */
+	struct conflicts conflicts;	/* git conflicts, git having the tree */
+	struct experiences experiences; /* the experience kind, likewise */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "markers.h"
 
 #define FILE_MAX       (1024 * 1024)
 #define TMP_PREFIX     VMDIR_TMP_PREFIX
@@ -57,11 +58,16 @@ static int64_t now_ns(void)
  * 50,000 directories would pass the limit on open files. */
 #define XDIR_OPEN_MAX 256
 
+/* How many files vmdir_apply writes between two interrupt checks (each
+ * costs a few lstat calls; a file, a write and a rename). */
+#define VMDIR_INTERRUPT_EVERY 1
+
 struct load {
 	struct vmdir *d;
 	struct vmdir_load_report *rep;
 	vmdir_load_fn cb;
 	vmdir_known_fn known; /* vmdir_rescan: files not to read */
+	const struct unmerged_set *unmerged; /* files in a git conflict */
 	void *ctx;
 	struct vmdir_quarantine qc; /* where bad files go, and the report */
 	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
@@ -314,6 +320,27 @@ static int report_add(struct vmdir_load_report *rep, const char *path,
 	return 0;
 }
 
+/* Report a decision file in a git conflict (neither loaded nor moved). */
+static int conflicted(struct load *l, const struct coord *c, const char *reason)
+{
+	struct vmdir_load_report *rep = l->rep;
+	struct vmdir_conflicted *e;
+	size_t cap = rep->n_conflicted;
+
+	if ((cap & (cap - 1)) == 0) {
+		e = realloc(rep->conflicted, sizeof(*e) * (cap ? cap * 2 : 4));
+		if (!e) {
+			errmsg_set(l->errmsg, l->errn, "out of memory");
+			return -ENOMEM;
+		}
+		rep->conflicted = e;
+	}
+	e = &rep->conflicted[rep->n_conflicted++];
+	e->coord = *c;
+	copy_trunc(e->reason, sizeof(e->reason), reason);
+	return 0;
+}
+
 void vmdir_quarantine_init(struct vmdir_quarantine *qc,
 			   const struct statedir *state,
 			   struct vmdir_load_report *rep, char *errmsg,
@@ -522,6 +549,13 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		snprintf(reason, sizeof(reason), "not a decision file name");
 		goto bad;
 	}
+	/* Unmerged: a conflict whatever the file holds (even one git left
+	 * as it was, which a known stamp would skip). */
+	if (unmerged_find(l->unmerged, &c))
+		return conflicted(
+			l, &c,
+			unmerged_describe(
+				unmerged_find(l->unmerged, &c)->stages));
 	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(st.st_mode)) {
 		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
@@ -575,6 +609,8 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		goto bad;
 	}
 	msg[0] = '\0';
+	if (markers_found(l->buf, len))
+		return conflicted(l, &c, "conflict markers");
 	if (decision_parse(l->buf, len, l->d->max_x, &dec, msg) != 0) {
 		snprintf(reason, sizeof(reason), "%s",
 			 msg[0] ? msg : "invalid decision");
@@ -815,6 +851,7 @@ void vmdir_load_report_done(struct vmdir_load_report *rep)
 	if (!rep)
 		return;
 	free(rep->quarantined);
+	free(rep->conflicted);
 	memset(rep, 0, sizeof(*rep));
 }
 
@@ -822,20 +859,36 @@ int vmdir_load_report_merge(struct vmdir_load_report *all,
 			    const struct vmdir_load_report *rep)
 {
 	struct vmdir_quarantined *q;
-	size_t cap = 1;
+	struct vmdir_conflicted *c;
+	size_t cap;
 
+	/* Both arrays grown first (as report_add and conflicted() grow
+	 * them: a power of two at or above), so a failure changes nothing
+	 * but their room. */
 	if (rep->n_quarantined) {
-		/* As report_add grows it: a power of two at or above. */
-		while (cap < all->n_quarantined + rep->n_quarantined)
+		for (cap = 1; cap < all->n_quarantined + rep->n_quarantined;)
 			cap *= 2;
 		q = realloc(all->quarantined, cap * sizeof(*q));
 		if (!q)
 			return -ENOMEM;
-		memcpy(q + all->n_quarantined, rep->quarantined,
-		       rep->n_quarantined * sizeof(*q));
 		all->quarantined = q;
-		all->n_quarantined += rep->n_quarantined;
 	}
+	if (rep->n_conflicted) {
+		for (cap = 4; cap < all->n_conflicted + rep->n_conflicted;)
+			cap *= 2;
+		c = realloc(all->conflicted, cap * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		all->conflicted = c;
+	}
+	if (rep->n_quarantined)
+		memcpy(all->quarantined + all->n_quarantined, rep->quarantined,
+		       rep->n_quarantined * sizeof(*q));
+	if (rep->n_conflicted)
+		memcpy(all->conflicted + all->n_conflicted, rep->conflicted,
+		       rep->n_conflicted * sizeof(*c));
+	all->n_quarantined += rep->n_quarantined;
+	all->n_conflicted += rep->n_conflicted;
 	all->loaded += rep->loaded;
 	all->temp_removed += rep->temp_removed;
 	return 0;
@@ -855,32 +908,22 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 	return s;
 }
 
-static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		    size_t errn);
-
 int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
-	return load_dir(d, NULL, cb, ctx, rep, errmsg, errn);
+	return vmdir_scan(d, NULL, cb, ctx, NULL, rep, errmsg, errn);
 }
 
-int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		 size_t errn)
-{
-	return load_dir(d, known, cb, ctx, rep, errmsg, errn);
-}
-
-static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		    size_t errn)
+int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+	       void *ctx, const struct unmerged_set *unmerged,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	struct load l = {
 		.d = d,
 		.rep = rep,
 		.cb = cb,
 		.known = known,
+		.unmerged = unmerged,
 		.ctx = ctx,
 		.errmsg = errmsg,
 		.errn = errn,
@@ -965,6 +1008,7 @@ struct apply {
 	bool root_dirty, v_dirty;
 	struct xdir *xs;
 	size_t nx, capx;
+	char *buf; /* FILE_MAX + 1 bytes, for guarded ops (on first use) */
 	int *rm_x; /* x directories with deletions, closed since */
 	size_t n_rm, cap_rm;
 	mode_t dir_mode; /* of the directories created (0: the umask's) */
@@ -993,6 +1037,73 @@ static int xdirs_close(struct apply *a)
 	}
 	a->nx = 0;
 	return 0;
+}
+
+static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+{
+	return a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+/* Does the decision in a->buf (len bytes) at op's coordinate bear an
+ * earlier timestamp than op's text? */
+static bool first_writer(struct apply *a, size_t len, const struct vmdir_op *op)
+{
+	struct decision there, ours;
+	char msg[VMEM_ERRMSG_LEN];
+	bool earlier = false;
+
+	if (decision_parse(a->buf, len, INT_MAX, &there, msg) != 0)
+		return false;
+	if (decision_parse(op->text, op->len, INT_MAX, &ours, msg) == 0) {
+		earlier = coord_cmp(&there.coord, &op->coord) == 0 &&
+			  strcmp(there.timestamp, ours.timestamp) < 0;
+		decision_done(&ours);
+	}
+	decision_done(&there);
+	return earlier;
+}
+
+/*
+ * A guarded op's check, when the file name in dfd was written by someone
+ * else (its stamp is not op->expect): 1 when it holds conflict markers,
+ * so it must be left alone; 2 when it is a write-once decision with an
+ * earlier timestamp than op's (the first writer keeps it); 0 to go on;
+ * -errno.
+ */
+static int guard_conflict(struct apply *a, int dfd, const char *name,
+			  const struct vmdir_op *op)
+{
+	struct vmdir_stamp now;
+	struct stat st;
+	size_t len = 0;
+	int fd, ret;
+
+	if (!op->guard || dfd < 0)
+		return 0;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	now = vmdir_stamp_of(&st);
+	if (!S_ISREG(st.st_mode) || stamp_same(&now, &op->expect) ||
+	    st.st_size > FILE_MAX)
+		return 0;
+	if (!a->buf) {
+		a->buf = malloc(FILE_MAX + 1);
+		if (!a->buf)
+			return -ENOMEM;
+	}
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	ret = read_file(fd, a->buf, (size_t)st.st_size, &len);
+	close(fd);
+	if (ret == -EFBIG)
+		return 0;
+	if (ret < 0)
+		return ret;
+	if (markers_found(a->buf, len))
+		return 1;
+	return op->coord.z == 1 && op->text && first_writer(a, len, op) ? 2 : 0;
 }
 
 int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
@@ -1199,7 +1310,16 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		a.v_dirty = true;
 	}
+	for (i = 0; i < n; i++)
+		ops[i].interrupted = false;
 	for (i = 0; i < n; i++) {
+		/* Every few files: has git taken the tree meanwhile? */
+		if (d->interrupt && i % VMDIR_INTERRUPT_EVERY == 0 &&
+		    d->interrupt(d->interrupt_ctx)) {
+			for (size_t k = i; k < n; k++)
+				ops[k].interrupted = true;
+			break;
+		}
 		if (d->progress && i && i % VMDIR_PROGRESS_FILES == 0)
 			d->progress(d->progress_ctx, i, n, i);
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
@@ -1231,6 +1351,21 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 				   ret == -ELOOP ? " (symbolic link refused)"
 						 : "");
 			goto out;
+		}
+		ops[i].skipped = ops[i].superseded = false;
+		ret = guard_conflict(&a, xd->fd, file, &ops[i]);
+		if (ret < 0) {
+			errmsg_set(errmsg, errn, "cannot check %s/%s: %s",
+				   VMDIR_DIRNAME, rel, strerror(-ret));
+			goto out;
+		}
+		if (ret == 1) {
+			ops[i].skipped = true;
+			continue;
+		}
+		if (ret == 2) {
+			ops[i].superseded = true;
+			continue;
 		}
 		if (!ops[i].text) {
 			/* The removal's time: the path is not back-dated
@@ -1322,6 +1457,7 @@ out:
 		if (a.xs[i].fd >= 0)
 			close(a.xs[i].fd);
 	free(a.xs);
+	free(a.buf);
 	free(a.rm_x);
 	if (a.vfd >= 0)
 		close(a.vfd);

@@ -863,8 +863,8 @@ START_TEST(test_rescan_reads_only_changed_files)
 		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(stamp_calls, 3);
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
-				      sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 	/* rewrite (2, 1, 1); the stamp vmdir_apply reports is what a
@@ -874,14 +874,14 @@ START_TEST(test_rescan_reads_only_changed_files)
 	op.text = t;
 	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)), 0);
 	free(t);
-	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
-				      sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 1);
 	ck_assert_mem_eq(&stamps[2], &op.stamp, sizeof(op.stamp));
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
-				      sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 }

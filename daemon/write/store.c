@@ -485,7 +485,7 @@ static void wal_after_cb(struct lane_job *job)
 	free(j);
 	if (s->wal_end >= CHECKPOINT_BYTES)
 		checkpoint_start(s);
-	checkpoint_step(s); /* a due cut goes before the next batch */
+	checkpoint_step(s); /* a due cut: behind the queued batches */
 	wal_kick(s);
 	writer_kick(s, WRITER_DELAY_MS);
 	check_idle(s);

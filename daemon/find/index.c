@@ -1,13 +1,20 @@
 /*
  * Flat coordinate-addressed index. Slot of (x, y, z) is
  * ((x - 1) * VMEM_MAX_Y + (y - 1)) * VMEM_MAX_Z + (z - 1). The search
- * index follows every put and remove, so it is never stale.
+ * index follows every put and remove through the pending slots: a slot
+ * changed since the last catch-up keeps the record whose text its
+ * postings hold, so the catch-up can take them out. Each open scan keeps
+ * the old record of every slot changed since it began at or after its
+ * `from`. Both are sorted slot maps: a change costs one binary search per
+ * open scan, and their memory grows only with the writes not yet caught
+ * up with, or made while the scan is open.
  */
 #include "index.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char content_key[] = ",\"content\":\"";
 
@@ -38,14 +45,17 @@ struct record *record_new(const struct decision *d)
 		free(json);
 		return NULL;
 	}
-	r = malloc(sizeof(*r) + len + 1);
+	r = len < UINT32_MAX ? malloc(sizeof(*r) + len + 1) : NULL;
 	if (r) {
 		r->coord = d->coord;
+		r->refs = 1;
 		r->version = d->version;
 		r->json_len = len;
 		memcpy(r->json, json, len + 1);
-		r->content_off = (size_t)(key - json) + sizeof(content_key) - 1;
-		r->content_esc_len = escaped_len(r->json + r->content_off);
+		r->content_off =
+			(uint32_t)(key - json) + sizeof(content_key) - 1;
+		r->content_esc_len =
+			(uint32_t)escaped_len(r->json + r->content_off);
 	}
 	free(json);
 	return r;
@@ -53,7 +63,13 @@ struct record *record_new(const struct decision *d)
 
 void record_free(struct record *r)
 {
-	free(r);
+	if (r && --r->refs == 0)
+		free(r);
+}
+
+void record_ref(struct record *r)
+{
+	r->refs++;
 }
 
 static int hexval(char c)
@@ -191,8 +207,13 @@ int index_init(struct index *ix, int max_x)
 	return 0;
 }
 
+static void slotmap_done(struct slotmap *m);
+
 void index_done(struct index *ix)
 {
+	while (ix->scans)
+		index_scan_end(ix->scans);
+	slotmap_done(&ix->pending);
 	if (ix->slots)
 		for (size_t i = 0; i < ix->n_slots; i++)
 			record_free(ix->slots[i]);
@@ -230,13 +251,148 @@ struct record *index_get(const struct index *ix, const struct coord *c)
 	return ix->slots[index_slot(ix, c)];
 }
 
-/* Forget a record's search postings and content bytes. */
-static void unindex(struct index *ix, size_t slot, const struct record *r)
+/* ---- sorted slot maps ---- */
+
+/* The index of the first entry of m with a slot >= slot. */
+static size_t slotmap_lower(const struct slotmap *m, size_t slot)
 {
-	if (record_content(r, &ix->scratch) == 0) {
+	size_t lo = 0, hi = m->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (m->slot[mid] < slot)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Whether m holds slot; *at is where it is, or would go. */
+static bool slotmap_find(const struct slotmap *m, size_t slot, size_t *at)
+{
+	*at = slotmap_lower(m, slot);
+	return *at < m->n && m->slot[*at] == slot;
+}
+
+/* Add (slot, rec) at index at (from slotmap_find), taking a reference on
+ * rec. 0 or -ENOMEM. */
+static int slotmap_insert(struct slotmap *m, size_t at, size_t slot,
+			  struct record *rec)
+{
+	if (m->n == m->cap) {
+		size_t ncap = m->cap ? m->cap * 2 : 16;
+		uint32_t *sl = realloc(m->slot, ncap * sizeof(*sl));
+		struct record **r;
+
+		if (!sl)
+			return -ENOMEM;
+		m->slot = sl;
+		r = realloc(m->rec, ncap * sizeof(*r));
+		if (!r)
+			return -ENOMEM;
+		m->rec = r;
+		m->cap = ncap;
+	}
+	memmove(m->slot + at + 1, m->slot + at, (m->n - at) * sizeof(*m->slot));
+	memmove(m->rec + at + 1, m->rec + at, (m->n - at) * sizeof(*m->rec));
+	m->slot[at] = (uint32_t)slot;
+	m->rec[at] = rec;
+	if (rec)
+		record_ref(rec);
+	m->n++;
+	return 0;
+}
+
+/* Drop the first n entries and their references. */
+static void slotmap_drop_front(struct slotmap *m, size_t n)
+{
+	if (n == 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		record_free(m->rec[i]);
+	memmove(m->slot, m->slot + n, (m->n - n) * sizeof(*m->slot));
+	memmove(m->rec, m->rec + n, (m->n - n) * sizeof(*m->rec));
+	m->n -= n;
+}
+
+static void slotmap_done(struct slotmap *m)
+{
+	slotmap_drop_front(m, m->n);
+	free(m->slot);
+	free(m->rec);
+	memset(m, 0, sizeof(*m));
+}
+
+/* ---- changes ---- */
+
+/* Before slot changes: every scan that may still read it keeps what it
+ * holds now, unless it kept the slot already. */
+static void keep_for_scans(struct index *ix, size_t slot)
+{
+	struct index_scan *sc;
+	size_t at;
+
+	for (sc = ix->scans; sc; sc = sc->next)
+		if (slot >= sc->from && !slotmap_find(&sc->kept, slot, &at) &&
+		    slotmap_insert(&sc->kept, at, slot, ix->slots[slot]) < 0)
+			sc->failed = true;
+}
+
+/* The text of r into ix->scratch; its length, or -errno. */
+static int64_t content_of(struct index *ix, const struct record *r)
+{
+	int rc = record_content(r, &ix->scratch);
+
+	return rc < 0 ? rc : (int64_t)ix->scratch.len;
+}
+
+/* Take what old's text put in the postings of slot out, and put new's
+ * in; -ENOMEM when the search index could not take new's. */
+static int reindex(struct index *ix, size_t slot, const struct record *old,
+		   const struct record *now)
+{
+	if (old && content_of(ix, old) >= 0)
 		search_remove(ix->search, slot, ix->scratch.data,
 			      ix->scratch.len);
-		ix->content_bytes -= ix->scratch.len;
+	if (!now)
+		return 0;
+	if (content_of(ix, now) < 0)
+		return -ENOMEM;
+	return search_add(ix->search, slot, ix->scratch.data, ix->scratch.len);
+}
+
+/* Before slot's record changes from old: list the slot as pending with
+ * the record whose text its postings hold, unless it is pending already
+ * (then they hold an older one's). Without room for that, the postings
+ * are changed at once: from old to now. */
+static void pend(struct index *ix, size_t slot, struct record *old,
+		 const struct record *now)
+{
+	size_t at;
+
+	if (slotmap_find(&ix->pending, slot, &at))
+		return;
+	if (slotmap_insert(&ix->pending, at, slot, old) < 0) {
+		reindex(ix, slot, old, now);
+		return;
+	}
+	if (ix->pending.n == 1 && ix->on_pending)
+		ix->on_pending(ix->on_pending_ctx);
+}
+
+/* Count a record in or out of the totals. */
+static void tally(struct index *ix, const struct record *r, int sign)
+{
+	int64_t n = content_of(ix, r);
+
+	if (sign > 0) {
+		ix->record_bytes += sizeof(*r) + r->json_len + 1;
+		ix->content_bytes += n > 0 ? (size_t)n : 0;
+	} else {
+		ix->record_bytes -= sizeof(*r) + r->json_len + 1;
+		ix->content_bytes -= n > 0 ? (size_t)n : 0;
 	}
 }
 
@@ -244,22 +400,20 @@ int index_put(struct index *ix, struct record *rec)
 {
 	size_t slot = index_slot(ix, &rec->coord);
 	struct record **p = &ix->slots[slot];
-	int rc;
 
+	if (ix->scans)
+		keep_for_scans(ix, slot);
+	pend(ix, slot, *p, rec);
 	if (*p) {
-		unindex(ix, slot, *p);
+		tally(ix, *p, -1);
 		record_free(*p);
 	} else {
 		ix->count++;
+		ix->by_layer[rec->coord.z - 1]++;
 	}
 	*p = rec;
-	rc = record_content(rec, &ix->scratch);
-	if (rc == 0) {
-		ix->content_bytes += ix->scratch.len;
-		rc = search_add(ix->search, slot, ix->scratch.data,
-				ix->scratch.len);
-	}
-	return rc;
+	tally(ix, rec, +1);
+	return 0;
 }
 
 int index_remove(struct index *ix, const struct coord *c)
@@ -269,9 +423,132 @@ int index_remove(struct index *ix, const struct coord *c)
 
 	if (!*p)
 		return 0;
-	unindex(ix, slot, *p);
+	if (ix->scans)
+		keep_for_scans(ix, slot);
+	pend(ix, slot, *p, NULL);
+	tally(ix, *p, -1);
+	ix->by_layer[(*p)->coord.z - 1]--;
 	record_free(*p);
 	*p = NULL;
 	ix->count--;
 	return 1;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+size_t index_catch_up(struct index *ix, uint64_t budget_ns)
+{
+	struct slotmap *m = &ix->pending;
+	uint64_t t0 = now_ns();
+	size_t done = 0;
+
+	while (done < m->n) {
+		size_t slot = m->slot[done];
+
+		if (reindex(ix, slot, m->rec[done], ix->slots[slot]) < 0) {
+			/* Out of memory: its old postings are gone; judged
+			 * on its text until a later catch-up takes it. */
+			record_free(m->rec[done]);
+			m->rec[done] = NULL;
+			break;
+		}
+		done++;
+		if ((done & 15) == 0 && now_ns() - t0 >= budget_ns)
+			break;
+	}
+	slotmap_drop_front(m, done);
+	return m->n;
+}
+
+size_t index_pending_next(const struct index *ix, size_t from)
+{
+	size_t at = slotmap_lower(&ix->pending, from);
+
+	return at < ix->pending.n ? ix->pending.slot[at] : SIZE_MAX;
+}
+
+void index_scan_begin(struct index *ix, struct index_scan *sc)
+{
+	memset(sc, 0, sizeof(*sc));
+	sc->ix = ix;
+	sc->next = ix->scans;
+	if (ix->scans)
+		ix->scans->prev = sc;
+	ix->scans = sc;
+}
+
+void index_scan_end(struct index_scan *sc)
+{
+	if (!sc->ix)
+		return;
+	if (sc->prev)
+		sc->prev->next = sc->next;
+	else
+		sc->ix->scans = sc->next;
+	if (sc->next)
+		sc->next->prev = sc->prev;
+	slotmap_done(&sc->kept);
+	buf_done(&sc->text);
+	memset(sc, 0, sizeof(*sc));
+}
+
+const struct record *index_scan_get(const struct index_scan *sc, size_t slot)
+{
+	size_t at;
+
+	if (slotmap_find(&sc->kept, slot, &at))
+		return sc->kept.rec[at];
+	return sc->ix->slots[slot];
+}
+
+void index_scan_pass(struct index_scan *sc, size_t slot)
+{
+	if (slot <= sc->from)
+		return;
+	sc->from = slot;
+	slotmap_drop_front(&sc->kept, slotmap_lower(&sc->kept, slot));
+}
+
+size_t index_scan_next_changed(const struct index_scan *sc, size_t from)
+{
+	size_t at = slotmap_lower(&sc->kept, from);
+
+	return at < sc->kept.n ? sc->kept.slot[at] : SIZE_MAX;
+}
+
+int index_scan_old_text(struct index_scan *sc, size_t slot, const char **text,
+			size_t *len)
+{
+	const struct record *r = index_scan_get(sc, slot);
+	int rc;
+
+	if (!r)
+		return -ENOENT;
+	rc = record_content(r, &sc->text);
+	if (rc == 0) {
+		*text = sc->text.data;
+		*len = sc->text.len;
+	}
+	return rc;
+}
+
+size_t index_scan_changes_next(void *ctx, size_t from)
+{
+	const struct index_scan *sc = ctx;
+	size_t a = index_scan_next_changed(sc, from);
+	size_t b = index_pending_next(sc->ix, from);
+
+	return a < b ? a : b;
+}
+
+int index_scan_changes_text(void *ctx, size_t slot, const char **text,
+			    size_t *len)
+{
+	return index_scan_old_text(ctx, slot, text, len);
 }

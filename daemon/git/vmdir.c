@@ -43,6 +43,9 @@ static atomic_ulong tmp_counter;
  * group commit.
  */
 #define VMDIR_BULK_MIN 8
+/* x directories a bulk pass keeps open at once: 1,000,000 decisions over
+ * 50,000 directories would pass the limit on open files. */
+#define XDIR_OPEN_MAX 256
 
 struct load {
 	struct vmdir *d;
@@ -855,8 +858,35 @@ struct apply {
 	bool root_dirty, v_dirty;
 	struct xdir *xs;
 	size_t nx, capx;
+	int *rm_x; /* x directories with deletions, closed since */
+	size_t n_rm, cap_rm;
 	mode_t dir_mode; /* of the directories created (0: the umask's) */
 };
+
+/* A bulk pass, which syncs no directory by itself: close the x
+ * directories it holds (opened again when needed), keeping which had
+ * deletions for the end. 0 or -ENOMEM. */
+static int xdirs_close(struct apply *a)
+{
+	for (size_t i = 0; i < a->nx; i++) {
+		if (a->xs[i].removed) {
+			if (a->n_rm == a->cap_rm) {
+				size_t ncap = a->cap_rm ? a->cap_rm * 2 : 64;
+				int *r = realloc(a->rm_x, ncap * sizeof(*r));
+
+				if (!r)
+					return -ENOMEM;
+				a->rm_x = r;
+				a->cap_rm = ncap;
+			}
+			a->rm_x[a->n_rm++] = a->xs[i].x;
+		}
+		if (a->xs[i].fd >= 0)
+			close(a->xs[i].fd);
+	}
+	a->nx = 0;
+	return 0;
+}
 
 /* Open (creating when create, with mode unless 0) directory name in dfd,
  * refusing symlinks. */
@@ -1038,6 +1068,11 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		snprintf(xname, sizeof(xname), "%.*s", (int)(file - rel), rel);
 		file++;
+		if (bulk && a.nx >= XDIR_OPEN_MAX &&
+		    (ret = xdirs_close(&a)) < 0) {
+			errmsg_set(errmsg, errn, "out of memory");
+			goto out;
+		}
 		xd = xdir_get(&a, ops[i].coord.x, xname, ops[i].text != NULL,
 			      &ret);
 		if (!xd) {
@@ -1087,6 +1122,13 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			a.v_dirty = true;
 		}
 	}
+	for (i = 0; i < a.n_rm; i++) {
+		char name[24];
+
+		snprintf(name, sizeof(name), "x-%03d", a.rm_x[i]);
+		if (unlinkat(a.vfd, name, AT_REMOVEDIR) == 0)
+			a.v_dirty = true;
+	}
 	if (bulk) {
 		/* One flush of the file system instead of one per file. */
 		if (sync && syncfs(a.vfd) < 0) {
@@ -1125,6 +1167,7 @@ out:
 		if (a.xs[i].fd >= 0)
 			close(a.xs[i].fd);
 	free(a.xs);
+	free(a.rm_x);
 	if (a.vfd >= 0)
 		close(a.vfd);
 	if (a.rootfd >= 0)

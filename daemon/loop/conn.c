@@ -15,6 +15,7 @@
 #include "log.h"
 #include "protocol/errors.h"
 #include "protocol/jsonrpc.h"
+#include "server.h"
 
 #define READ_CHUNK (64 * 1024)
 /* Input read ahead while a request waits: reading goes on (no epoll
@@ -60,7 +61,9 @@ static void close_cb(uv_handle_t *h)
 	struct server *srv = c->srv;
 
 	/* Here rather than in conn_close, so a subscription being notified
-	 * is never freed under its notifier. */
+	 * is never freed under its notifier. An answer in slices is
+	 * abandoned. */
+	dispatch_run_slice(c);
 	subs_drop_conn(&srv->d->subs, c);
 	leases_drop_owner(&srv->d->leases, c);
 
@@ -164,28 +167,40 @@ void conn_send(struct conn *c, const char *line, size_t len)
 	}
 }
 
+/*
+ * Checked as each line is queued, so a burst (a big store_many seen
+ * through many subscriptions) never builds more than output_backlog of
+ * notifications for a connection that is not reading: what the socket
+ * takes at once does not count.
+ */
 void conn_notify(struct conn *c, const char *line, size_t len)
 {
+	size_t limit = c->srv->d->limits.output_backlog;
+
 	if (c->closing || c->lingering)
 		return;
+	if (c->notified + len > limit) {
+		conn_flush(c);
+		if (c->closing)
+			return;
+		if (c->notified + len > limit) {
+			log_warn("disconnected a subscriber that stopped "
+				 "reading: %zu bytes of notifications unsent "
+				 "(limit %zu)",
+				 c->notified + len, limit);
+			conn_close(c);
+			return;
+		}
+	}
 	c->notified += len;
 	conn_send(c, line, len);
 	server_flush_soon(c->srv, c);
 }
 
-/* Judged after the write, so a burst a reader takes at once is fine. */
 void conn_flush_notified(struct conn *c)
 {
-	size_t limit = c->srv->d->limits.output_backlog;
-
 	c->mcp_list_queued = false;
 	conn_process(c);
-	if (c->closing || c->notified <= limit)
-		return;
-	log_warn("disconnected a subscriber that stopped reading: %zu bytes "
-		 "of notifications unsent (limit %zu)",
-		 c->notified, limit);
-	conn_close(c);
 }
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -344,12 +359,22 @@ static void conn_process(struct conn *c)
 			break;
 	}
 	c->processing = false;
+	if (c->slices && !c->closing && backlog_ok(c))
+		server_slices_soon(c->srv, c);
 	/* A partial line starts the clock of the line deadline. */
 	if (!c->input_exhausted || framer_pending(&c->in) == 0)
 		c->partial_since_ms = 0;
 	else if (!c->partial_since_ms)
 		c->partial_since_ms = uv_now(c->srv->d->loop);
 	conn_update(c);
+}
+
+void conn_run_slice(struct conn *c)
+{
+	if (!c->slices || c->closing || !backlog_ok(c))
+		return;
+	dispatch_run_slice(c);
+	conn_process(c);
 }
 
 void conn_check_deadline(struct conn *c, uint64_t now_ms)

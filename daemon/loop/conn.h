@@ -28,6 +28,7 @@
 #include "protocol/framer.h"
 
 struct server;
+struct slices;
 struct job;
 
 /* Requests an MCP connection may have waiting at once. */
@@ -65,6 +66,9 @@ struct conn {
 	uint64_t linger_since_ms;  /* uv_now when it began to linger */
 	bool flush_soon;	   /* on the server's flush list */
 	struct conn *next_flush;
+	struct slices *slices; /* an answer in slices (dispatch's) */
+	bool slice_soon;       /* on the server's slice list */
+	struct conn *next_slice;
 	/* MCP state of the connection (methods_mcp.c). */
 	int mcp_log_level;    /* notifications/message at or above; -1 none */
 	bool mcp_list_watch;  /* wants notifications/resources/list_changed */
@@ -77,16 +81,22 @@ void conn_accept(struct server *srv);
 /* Queue a response line (copied). Dropped when the connection is closing. */
 void conn_send(struct conn *c, const char *line, size_t len);
 
-/* Queue a server notification line (copied) and write it out soon. */
+/*
+ * Queue a server notification line (copied) and write it out soon. A
+ * subscriber whose notifications unsent since its output was last empty
+ * would pass output_backlog, after the socket took what it could at once,
+ * is disconnected (and it is logged) rather than buffered for without
+ * limit.
+ */
 void conn_notify(struct conn *c, const char *line, size_t len);
 
-/*
- * Write out what conn_notify queued (the server's flush pass, once per
- * loop iteration). A subscriber that still leaves more than the output
- * backlog of notifications unsent since its output was last empty is
- * disconnected (and it is logged) rather than buffered for without limit.
- */
+/* Write out what conn_notify queued (the server's flush pass, once per
+ * loop iteration). */
 void conn_flush_notified(struct conn *c);
+
+/* Go on with the answer in slices, when there is room for more output
+ * (the server's pass, once per loop iteration). */
+void conn_run_slice(struct conn *c);
 
 /* Queue a JSON-RPC error response with a null id (a line that could not
  * be parsed as a request, or a refusal). */

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "catchup.h"
 #include "decision.h"
 #include "gitq.h"
 #include "leases.h"
@@ -20,6 +21,7 @@
 #include "stats.h"
 #include "store.h"
 #include "subs.h"
+#include "trim.h"
 #include "watch.h"
 #include "vmdir.h"
 
@@ -51,6 +53,8 @@ struct daemon {
 	struct life life;   /* idle exit, removed tree */
 	struct stats stats; /* per method of the method table */
 	struct server server;
+	struct trim trim;	  /* freed memory back to the system at rest */
+	struct catchup catchup; /* the search index after the records */
 	struct vmdir_load_report loaded; /* what start-up quarantined */
 	uint64_t reload_seen; /* store.reloads_done when loaded last grew */
 	uint64_t started_ms;  /* uv_now at start */

@@ -9,9 +9,16 @@
  * (call_forward: MCP's tools/call runs decision.store and the like): the
  * nested call's answer is captured in its struct forward instead of being
  * collected, and its completion, now or later, answers the outer call.
+ *
+ * An answer in slices (call_reply_slices) is written to the connection
+ * piece by piece as its producer makes them: the batch's answers before
+ * it are sent first, then its head, its pieces, its tail; the job keeps
+ * collecting the answers after it (opened: its "[" is sent already). A
+ * forwarded call's pieces are gathered and answered whole.
  */
 #include "dispatch.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,6 +33,7 @@
 #include "protocol/errors.h"
 #include "protocol/fastreq.h"
 #include "protocol/jsonrpc.h"
+#include "server.h"
 
 /* A forwarded call: the nested call run for an outer one, and its answer
  * as captured (code 0 with result, or an error). */
@@ -46,11 +54,30 @@ struct job {
 	struct conn *conn;
 	json_t *doc;
 	bool batch;
+	bool opened;	/* a batch's "[" and answers before out are sent */
 	bool cancelled; /* notifications/cancelled named it while it waited */
 	size_t n, next;
 	struct call call;
 	struct buf out; /* "[r1,r2" for a batch, the response for a single */
 	struct job *prev, *next_waiting; /* the connection's waiting jobs */
+};
+
+/* An answer in slices (see call_reply_slices), on its connection's list
+ * (c->slices) while it runs. It is written as it is produced on a
+ * connection answered in order; it is gathered and answered whole for a
+ * forwarded call, or on a connection answered out of order (another
+ * answer could come out in the middle of its line). */
+struct slices {
+	struct call *call;
+	call_produce_fn produce;
+	void (*release)(void *ctx);
+	void *ctx;
+	struct buf piece; /* produced, not sent yet */
+	struct buf whole; /* the result gathered, when it is */
+	bool gather;
+	bool head_sent;
+	bool complete;
+	struct slices *next;
 };
 
 /* Forget what a forwarded call answered before (a handler answering
@@ -173,7 +200,8 @@ static void collect(struct job *j)
 		if (len > 0 && call->response[len - 1] == '\n')
 			len--;
 		if (j->batch)
-			ok = buf_append(&j->out, j->out.len ? "," : "[", 1);
+			ok = buf_append(&j->out,
+					j->out.len || j->opened ? "," : "[", 1);
 		ok = ok && buf_append(&j->out, call->response, len);
 		if (!ok)
 			log_err("out of memory collecting a response");
@@ -195,7 +223,7 @@ static void job_free(struct job *j)
 /* Send the job's output and free it. */
 static void job_finish(struct job *j)
 {
-	if (j->out.len > 0) {
+	if (j->out.len > 0 || (j->batch && j->opened)) {
 		if (j->batch)
 			buf_append(&j->out, "]", 1);
 		buf_append(&j->out, "\n", 1);
@@ -431,6 +459,148 @@ void call_complete(struct call *call)
 	else
 		job_wait(j);
 	conn_unref(c);
+}
+
+static void slices_free(struct conn *c, struct slices *s)
+{
+	struct slices **p = &c->slices;
+
+	while (*p && *p != s)
+		p = &(*p)->next;
+	if (*p)
+		*p = s->next;
+	s->release(s->ctx);
+	buf_done(&s->piece);
+	buf_done(&s->whole);
+	free(s);
+}
+
+int call_reply_slices(struct call *call, call_produce_fn produce,
+		      void (*release)(void *ctx), void *ctx)
+{
+	struct slices *s = calloc(1, sizeof(*s));
+	struct conn *c = call->conn;
+	int rc;
+
+	if (!s) {
+		release(ctx);
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+		return CALL_DONE;
+	}
+	s->call = call;
+	s->produce = produce;
+	s->release = release;
+	s->ctx = ctx;
+	s->gather = call->fwd || c->max_inflight > 1;
+	rc = produce(call, ctx, &s->piece);
+	if (rc != 0) {
+		if (rc == 1)
+			call_reply_raw(call, s->piece.data, s->piece.len);
+		else
+			call_error(call, RPC_INTERNAL_ERROR, NULL, "%s",
+				   rc == -ENOMEM ? "out of memory"
+						 : "internal error");
+		s->release(s->ctx);
+		buf_done(&s->piece);
+		free(s);
+		return CALL_DONE;
+	}
+	s->next = c->slices;
+	c->slices = s;
+	server_slices_soon(c->srv, c);
+	return CALL_ASYNC;
+}
+
+/* Send the batch's answers so far, then the head of this answer. */
+static bool slices_open(struct slices *s)
+{
+	struct call *call = s->call;
+	struct job *j = call->job;
+	struct conn *c = j->conn;
+	size_t len;
+	char *head;
+
+	if (j->batch) {
+		if (!buf_append(&j->out, j->out.len || j->opened ? "," : "[",
+				1))
+			return false;
+		conn_send(c, j->out.data, j->out.len);
+		j->out.len = 0;
+		j->opened = true;
+	}
+	/* The head is the bytes of an empty result up to the result. */
+	head = rpc_dump_raw_result(call->id, "", 0, &len);
+	if (!head)
+		return false;
+	conn_send(c, head, len - 2);
+	free(head);
+	return true;
+}
+
+/* One slice of s: produce and send (or gather) a piece; at the end,
+ * answer and complete its call. */
+static void slices_run(struct conn *c, struct slices *s)
+{
+	struct call *call = s->call;
+	int rc;
+
+	if (c->closing) {
+		slices_free(c, s);
+		call_complete(call);
+		return;
+	}
+	if (!s->gather && !s->head_sent) {
+		if (!slices_open(s))
+			goto broken;
+		s->head_sent = true;
+	} else if (!s->complete) {
+		rc = s->produce(call, s->ctx, &s->piece);
+		if (rc < 0)
+			goto broken;
+		s->complete = rc == 1;
+	}
+	if (s->piece.len == 0) {
+		/* nothing produced this time (a search still evaluating) */
+	} else if (s->gather) {
+		if (!buf_append(&s->whole, s->piece.data, s->piece.len))
+			goto broken;
+	} else {
+		conn_send(c, s->piece.data, s->piece.len);
+	}
+	s->piece.len = 0;
+	if (!s->complete)
+		return;
+	if (s->gather)
+		call_reply_raw(call, s->whole.data, s->whole.len);
+	else
+		conn_send(c, "}\n", call->job->batch ? 1 : 2);
+	slices_free(c, s);
+	call_complete(call);
+	return;
+broken:
+	if (s->gather) {
+		call_error(call, RPC_INTERNAL_ERROR, NULL,
+			   "out of memory answering in slices");
+	} else {
+		/* Part of the line is out: it cannot be answered now. */
+		log_err("closing a connection: out of memory in the middle "
+			"of an answer");
+		conn_close(c);
+	}
+	slices_free(c, s);
+	call_complete(call);
+}
+
+void dispatch_run_slice(struct conn *c)
+{
+	struct slices *s, *next;
+
+	/* Completing one may start another (the next request of a batch),
+	 * at the head: it runs next time. */
+	for (s = c->slices; s; s = next) {
+		next = s->next;
+		slices_run(c, s);
+	}
 }
 
 /*

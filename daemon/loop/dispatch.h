@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct buf;
 struct conn;
 struct daemon;
 struct forward;
@@ -77,6 +78,31 @@ void call_reply(struct call *call, json_t *result);
 
 /* Answer with a pre-serialised JSON result text (copied). */
 void call_reply_raw(struct call *call, const char *json, size_t len);
+
+/*
+ * A big answer, produced in slices so that no request holds the loop (a
+ * query_range of everything, a search with thousands of hits): produce
+ * appends the next piece of the result's JSON text to out, about
+ * SLICE_BYTES or SLICE_NS of work, and returns 1 when the result is
+ * complete, 0 when there is more, or a negative errno. The pieces go out
+ * as they come, one per loop iteration, and only while the connection's
+ * unsent output is under output_backlog, so the answer is never held whole
+ * in memory. release frees ctx, once: when the answer is complete or
+ * abandoned (the connection closed). The first piece is produced at once:
+ * a result complete after it is answered as usual (CALL_DONE); otherwise
+ * CALL_ASYNC, which the handler returns. An error after the first piece
+ * went out cannot be answered: the connection is closed (and it is
+ * logged).
+ */
+#define SLICE_BYTES (64 * 1024)
+#define SLICE_NS    (250 * 1000)
+typedef int (*call_produce_fn)(struct call *call, void *ctx, struct buf *out);
+int call_reply_slices(struct call *call, call_produce_fn produce,
+		      void (*release)(void *ctx), void *ctx);
+
+/* Run the next slice of c's answer in slices, or abandon it if c is
+ * closing (the server's pass, when c has room for more output). */
+void dispatch_run_slice(struct conn *c);
 
 /* Answer with an error; data (stolen, may be NULL) gets data.type. */
 void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)

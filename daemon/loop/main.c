@@ -709,6 +709,10 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	if (trim_start(&d->trim, d->loop) < 0)
+		log_warn("cannot start the rest-time trim of freed memory");
+	if (catchup_start(&d->catchup, d->loop, &d->decisions.index) < 0)
+		fail_startup(1, "cannot start the search index's catch-up");
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
@@ -762,6 +766,8 @@ int main(int argc, char **argv)
 	report_ready(d);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	trim_stop(&d->trim);
+	catchup_stop(&d->catchup);
 	watch_stop(&d->watch);
 	life_stop(&d->life);
 	gitq_close(&d->gitq);

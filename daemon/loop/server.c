@@ -22,6 +22,7 @@
 
 #include "conn.h"
 #include "daemon.h"
+#include "dispatch.h"
 #include "log.h"
 #include "protocol/sockpath.h"
 #include "sdnotify.h"
@@ -147,6 +148,49 @@ void server_flush_soon(struct server *srv, struct conn *c)
 	c->next_flush = srv->flush_list;
 	srv->flush_list = c;
 	uv_check_start(&srv->flush_check, flush_check_cb);
+}
+
+/* One slice per connection, and half a millisecond per pass at most:
+ * the connections left wait for the next iteration (after a poll). */
+static void slice_idle_cb(uv_idle_t *h)
+{
+	struct server *srv = h->data;
+	struct conn *list = srv->slice_list;
+	uint64_t t0 = uv_hrtime();
+
+	srv->slice_list = NULL;
+	uv_idle_stop(h);
+	while (list) {
+		struct conn *c = list;
+
+		if (uv_hrtime() - t0 >= 2 * SLICE_NS) {
+			/* Back on the list, their references kept. */
+			while (list) {
+				c = list;
+				list = c->next_slice;
+				c->next_slice = srv->slice_list;
+				srv->slice_list = c;
+			}
+			uv_idle_start(h, slice_idle_cb);
+			return;
+		}
+		list = c->next_slice;
+		c->next_slice = NULL;
+		c->slice_soon = false;
+		conn_run_slice(c);
+		conn_unref(c);
+	}
+}
+
+void server_slices_soon(struct server *srv, struct conn *c)
+{
+	if (c->slice_soon)
+		return;
+	c->slice_soon = true;
+	conn_ref(c);
+	c->next_slice = srv->slice_list;
+	srv->slice_list = c;
+	uv_idle_start(&srv->slice_idle, slice_idle_cb);
 }
 
 static void sweep_cb(uv_timer_t *t)
@@ -304,6 +348,10 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 	if (rc < 0)
 		goto fail;
 	srv->flush_check.data = srv;
+	rc = uv_idle_init(d->loop, &srv->slice_idle);
+	if (rc < 0)
+		goto fail;
+	srv->slice_idle.data = srv;
 	rc = uv_timer_init(d->loop, &srv->sweep);
 	if (rc < 0)
 		goto fail;

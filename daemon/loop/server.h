@@ -28,6 +28,10 @@ struct server {
 	 * iteration (after the burst that queued them). */
 	uv_check_t flush_check;
 	struct conn *flush_list;
+	/* Connections whose answer in slices may go on: one slice each per
+	 * loop iteration, the loop polling without waiting meanwhile. */
+	uv_idle_t slice_idle;
+	struct conn *slice_list;
 	uv_timer_t sweep; /* line deadlines, once a second */
 };
 
@@ -41,6 +45,9 @@ int server_listen(struct server *srv, struct daemon *d, const char *path,
 
 /* Write c's queued notifications at the end of this loop iteration. */
 void server_flush_soon(struct server *srv, struct conn *c);
+
+/* Run c's next slice in the next loop iteration. */
+void server_slices_soon(struct server *srv, struct conn *c);
 
 /* Stop accepting and drain every connection. Idempotent. */
 void server_stop(struct server *srv);

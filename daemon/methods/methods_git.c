@@ -105,6 +105,8 @@ struct git_read {
 	bool skipping;	    /* history: after not reached yet */
 	int xt, yt;	    /* rollback point */
 	json_t *result;	    /* handed over whole: built by the worker */
+	char *text;	    /* the result's JSON, written by the worker */
+	size_t text_len, sent;
 	int rc;
 	char errmsg[256];
 };
@@ -235,6 +237,41 @@ static void read_work_cb(uv_work_t *req)
 					      "subject", "committed_at");
 	}
 	gitc_free(g);
+	/* Serialised here too, not on the loop: a history can be big. */
+	if (r->rc >= 0) {
+		r->text =
+			r->result ? json_dumps(r->result, JSON_COMPACT) : NULL;
+		if (!r->text)
+			r->rc = -ENOMEM;
+		else
+			r->text_len = strlen(r->text);
+	}
+	json_decref(r->result);
+	r->result = NULL;
+}
+
+static void read_free(void *ctx)
+{
+	struct git_read *r = ctx;
+
+	free(r->text);
+	free(r->root);
+	free(r);
+}
+
+/* The worker's text, a slice at a time. */
+static int read_produce(struct call *call, void *ctx, struct buf *out)
+{
+	struct git_read *r = ctx;
+	size_t n = r->text_len - r->sent;
+
+	(void)call;
+	if (n > SLICE_BYTES)
+		n = SLICE_BYTES;
+	if (!buf_append(out, r->text + r->sent, n))
+		return -ENOMEM;
+	r->sent += n;
+	return r->sent == r->text_len;
 }
 
 static void read_after_cb(uv_work_t *req, int status)
@@ -250,12 +287,11 @@ static void read_after_cb(uv_work_t *req, int status)
 		call_error(call, RPC_STORAGE,
 			   json_pack("{s:s}", "reason", r->errmsg),
 			   "reading git history: %s", r->errmsg);
-		json_decref(r->result);
-	} else {
-		call_reply(call, r->result);
+		read_free(r);
+	} else if (call_reply_slices(call, read_produce, read_free, r) ==
+		   CALL_ASYNC) {
+		return; /* answered, then completed, by its slices */
 	}
-	free(r->root);
-	free(r);
 	call_complete(call);
 }
 

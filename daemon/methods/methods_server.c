@@ -364,18 +364,17 @@ int server_stats(struct call *call)
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
 	const struct index *ix = &d->decisions.index;
-	json_int_t layers[VMEM_MAX_Z] = {0};
+	json_int_t layers[VMEM_MAX_Z];
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
-	for (size_t i = 0; i < ix->n_slots; i++)
-		if (ix->slots[i])
-			layers[ix->slots[i]->coord.z - 1]++;
+	for (size_t z = 0; z < VMEM_MAX_Z; z++)
+		layers[z] = (json_int_t)ix->by_layer[z];
 	call_reply(
 		call,
 		json_pack(
 			"{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I},"
-			"s:I,s:I,s:I}",
+			"s:I,s:I,s:I,s:{s:I,s:I,s:I}}",
 			"uptime_s",
 			(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
 			"connections",
@@ -388,6 +387,9 @@ int server_stats(struct call *call)
 			"commit", (json_int_t)gitq_pending(&d->gitq), "leases",
 			(json_int_t)leases_count(&d->leases), "subscriptions",
 			(json_int_t)d->subs.n, "resident_bytes",
-			resident_bytes()));
+			resident_bytes(), "memory", "content_bytes",
+			(json_int_t)ix->content_bytes, "record_bytes",
+			(json_int_t)ix->record_bytes, "search_bytes",
+			(json_int_t)search_memory(ix->search)));
 	return CALL_DONE;
 }

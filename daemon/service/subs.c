@@ -135,8 +135,10 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		/* Notifying may close a slow subscriber, which drops its
 		 * subscriptions: step first. */
 		next = sub->next;
-		if (!in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
-		    !in_range(&sub->z, c->z))
+		/* A subscriber cut off in this burst keeps its
+		 * subscriptions until its close callback: skip them. */
+		if (sub->conn->closing || !in_range(&sub->x, c->x) ||
+		    !in_range(&sub->y, c->y) || !in_range(&sub->z, c->z))
 			continue;
 		if (sub->format == SUBS_MCP_LIST) {
 			/* One per loop iteration (conn_flush_notified). */

@@ -370,6 +370,7 @@ int main(int argc, char **argv)
 		ops[s].text = decision_dump_file(&d, &ops[s].len);
 		decision_done(&d);
 	}
+	index_catch_up(&ix, UINT64_MAX);
 	printf("vmem-query-bench: %zu decisions, %.1f MB of content\n",
 	       ix.count, (double)content_bytes / 1e6);
 	printf("  in-process index build (records + search): %.0f ms\n",

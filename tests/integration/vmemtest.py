@@ -475,13 +475,36 @@ def accepts(path):
 # The daemon
 
 
-def rss_kib(pid):
-    """VmRSS of a process in KiB."""
+def _status_kib(pid, key):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1])
-    raise AssertionError("no VmRSS for pid %d" % pid)
+    raise AssertionError("no %s for pid %d" % (key, pid))
+
+
+def daemon_is_sanitized():
+    """True when vmemd is built with AddressSanitizer or
+    ThreadSanitizer (its RSS then says little: freed memory sits in the
+    quarantine, shadow memory grows)."""
+    try:
+        with open(VMEMD if os.path.isabs(VMEMD) else
+                  os.path.join(os.getcwd(), VMEMD), "rb") as f:
+            text = f.read()
+            return b"__asan_init" in text or b"__tsan_init" in text
+    except OSError:
+        return False
+
+
+def rss_kib(pid):
+    """VmRSS of a process in KiB."""
+    return _status_kib(pid, "VmRSS")
+
+
+def peak_rss_kib(pid):
+    """VmHWM of a process in KiB: the most it ever held, so a burst
+    freed before we look still shows."""
+    return _status_kib(pid, "VmHWM")
 
 
 def describe_process(pid):
@@ -604,6 +627,9 @@ class Daemon:
 
     def rss_kib(self):
         return rss_kib(self.pid)
+
+    def peak_rss_kib(self):
+        return peak_rss_kib(self.pid)
 
 
 def shutdown_any(sock):

@@ -523,15 +523,18 @@ static void check_random_query(struct search_index *si, struct docs *d,
 	const char *terms[3];
 	size_t lens[3], n = 1 + rnd_n(3), i, k, n_hits, n_model = 0;
 	struct mterm mt[3];
-	struct mhit model[64];
+	struct mhit *model = calloc(d->n, sizeof(*model));
 	bool all = rnd_n(2), ok;
-	size_t limit = rnd_n(3) ? 0 : 1 + rnd_n(5);
+	/* small limits stop inside a block, 100 (the benchmarks') often after
+	 * several */
+	size_t limit = rnd_n(3) ? 0 : 1 + rnd_n(rnd_n(2) ? 5 : 100);
 	struct search_query *q = NULL;
 	struct search_hit *hits = NULL;
 	unsigned n_unique = 0;
 	char msg[128];
 	int rc;
 
+	ck_assert_ptr_nonnull(model);
 	for (i = 0; i < n; i++) {
 		random_term(bufs[i], sizeof(bufs[i]));
 		terms[i] = bufs[i];
@@ -586,6 +589,7 @@ static void check_random_query(struct search_index *si, struct docs *d,
 		ck_assert(hits[i].matched == model[i].matched);
 	}
 out:
+	free(model);
 	free(hits);
 	search_query_free(q);
 	for (i = 0; i < n; i++)
@@ -634,6 +638,323 @@ START_TEST(random_consistency)
 }
 END_TEST
 
+/* The same model with thousands of documents over the same small
+ * vocabulary: every token's postings span several compressed blocks (128
+ * documents each), so block tables, skips between blocks and a limit met
+ * in a later block are exercised, and removals empty blocks in the middle
+ * of a list. */
+START_TEST(random_consistency_many_blocks)
+{
+	enum { SLOTS = 3000, OPS = 1500 };
+	uint64_t seed = seed_from_env();
+	struct search_index *si = search_new(SLOTS);
+	struct tokv *docv = calloc(SLOTS, sizeof(*docv));
+	struct docs d;
+	size_t op, i;
+
+	printf("# random_consistency_many_blocks seed %" PRIu64
+	       " (VMEM_SEARCH_SEED to repeat)\n",
+	       seed);
+	fflush(stdout);
+	rng_state = seed ? seed : 1;
+	ck_assert_ptr_nonnull(si);
+	ck_assert_ptr_nonnull(docv);
+	docs_init(&d, SLOTS);
+	for (i = 0; i < SLOTS; i++) {
+		char *text = random_text();
+
+		put(si, &d, i, text);
+		tokv_of(&docv[i], text, strlen(text));
+		free(text);
+	}
+	for (i = 0; i < 100; i++)
+		check_random_query(si, &d, docv);
+	/* Remove a run of slots whole (blocks emptied mid-list), then
+	 * random replaces and removes. */
+	for (i = SLOTS / 3; i < SLOTS / 3 + 400; i++) {
+		put(si, &d, i, NULL);
+		tokv_done(&docv[i]);
+	}
+	for (op = 0; op < OPS; op++) {
+		size_t slot = rnd_n(SLOTS);
+		char *text = rnd_n(4) ? random_text() : NULL;
+
+		put(si, &d, slot, text);
+		tokv_done(&docv[slot]);
+		if (text)
+			tokv_of(&docv[slot], text, strlen(text));
+		free(text);
+		if (op % 10 == 0)
+			check_random_query(si, &d, docv);
+	}
+	for (i = 0; i < 100; i++)
+		check_random_query(si, &d, docv);
+	for (i = 0; i < SLOTS; i++)
+		tokv_done(&docv[i]);
+	free(docv);
+	search_free(si);
+	docs_done(&d);
+}
+END_TEST
+
+enum { SNAP_SLOTS = 40, SNAP_SLOTS_PAGES = 64 };
+
+/* ---- pages: a query after a hit seen ---- */
+
+/* A page after hit k of the whole list (its score and slot) holds exactly
+ * the hits that follow k in the whole list, at most limit of them. */
+START_TEST(pages_follow_the_whole_list)
+{
+	uint64_t seed = seed_from_env();
+	struct search_index *si = search_new(SNAP_SLOTS_PAGES);
+	struct docs d;
+	size_t round, i;
+
+	printf("# pages_follow_the_whole_list seed %" PRIu64 "\n", seed);
+	fflush(stdout);
+	rng_state = seed ? seed : 1;
+	ck_assert_ptr_nonnull(si);
+	docs_init(&d, SNAP_SLOTS_PAGES);
+	for (i = 0; i < SNAP_SLOTS_PAGES; i++) {
+		char *text = random_text();
+
+		put(si, &d, i, text);
+		free(text);
+	}
+	for (round = 0; round < 2000; round++) {
+		char bufs[3][128];
+		const char *terms[3];
+		size_t lens[3], n = 1 + rnd_n(3), n_all, n_page, k;
+		size_t limit = rnd_n(3) ? 1 + rnd_n(6) : 0;
+		bool all = rnd_n(3) == 0;
+		struct search_query *q = NULL;
+		struct search_hit *whole = NULL, *page = NULL;
+		struct search_exec *e;
+		char msg[128];
+
+		for (i = 0; i < n; i++) {
+			random_term(bufs[i], sizeof(bufs[i]));
+			terms[i] = bufs[i];
+			lens[i] = strlen(bufs[i]);
+		}
+		if (search_query_parse(terms, lens, n, &q, msg, sizeof(msg)))
+			continue; /* a term without words */
+		ck_assert_int_eq(
+			search_run(si, q, all, 0, text_of, &d, &whole, &n_all),
+			0);
+		if (n_all == 0) {
+			search_query_free(q);
+			continue;
+		}
+		k = rnd_n(n_all);
+		ck_assert_int_eq(
+			search_exec_new(si, q, all, limit, text_of, &d, &e), 0);
+		search_exec_after(e, whole[k].score, whole[k].slot);
+		while ((i = (size_t)search_exec_step(e, NULL, 1 + rnd_n(20))) ==
+		       0)
+			;
+		ck_assert_uint_eq(i, 1);
+		ck_assert_int_eq(search_exec_take(e, &page, &n_page), 0);
+		search_exec_free(e);
+		ck_assert_uint_eq(n_page, limit && n_all - k - 1 > limit
+						  ? limit
+						  : n_all - k - 1);
+		for (i = 0; i < n_page; i++) {
+			ck_assert_uint_eq(page[i].slot, whole[k + 1 + i].slot);
+			ck_assert_uint_eq(page[i].score,
+					  whole[k + 1 + i].score);
+			ck_assert(page[i].matched == whole[k + 1 + i].matched);
+		}
+		free(whole);
+		free(page);
+		search_query_free(q);
+	}
+	search_free(si);
+	docs_done(&d);
+}
+END_TEST
+
+/* ---- a query in steps, with writes between the steps ---- */
+
+/* What the slots held when a stepped query began: the changed ones. */
+struct snap {
+	bool changed[SNAP_SLOTS];
+	char *old[SNAP_SLOTS]; /* NULL: the slot was empty */
+};
+
+static size_t snap_next(void *ctx, size_t from)
+{
+	struct snap *sn = ctx;
+
+	for (; from < SNAP_SLOTS; from++)
+		if (sn->changed[from])
+			return from;
+	return SIZE_MAX;
+}
+
+static int snap_old_text(void *ctx, size_t slot, const char **text, size_t *len)
+{
+	struct snap *sn = ctx;
+
+	ck_assert(sn->changed[slot]);
+	if (!sn->old[slot])
+		return -ENOENT;
+	*text = sn->old[slot];
+	*len = strlen(sn->old[slot]);
+	return 0;
+}
+
+/* Hits of terms over the documents of docv (present ones), as the design
+ * says: by score, then slot; at most limit (0: all). */
+static size_t model_hits(const struct tokv *docv, const bool *present,
+			 size_t n_slots, const struct mterm *mt, size_t n,
+			 bool all, size_t limit, struct mhit *out)
+{
+	size_t i, k, j, n_model = 0;
+	unsigned n_unique = 0;
+
+	for (i = 0; i < n; i++) {
+		for (k = 0; k < i; k++)
+			if (mterm_eq(&mt[i], &mt[k]))
+				break;
+		n_unique += k == i;
+	}
+	for (i = 0; i < n_slots; i++) {
+		struct mhit h = {i, 0, 0};
+
+		if (!present[i])
+			continue;
+		for (k = 0; k < n; k++) {
+			if (!model_match(&docv[i], &mt[k]))
+				continue;
+			h.matched |= (uint64_t)1 << k;
+			for (j = 0; j < k; j++)
+				if (mterm_eq(&mt[k], &mt[j]))
+					break;
+			h.score += j == k;
+		}
+		if (!h.matched || (all && h.score != n_unique))
+			continue;
+		out[n_model++] = h;
+	}
+	qsort(out, n_model, sizeof(out[0]), mhit_cmp);
+	return limit && n_model > limit ? limit : n_model;
+}
+
+/* A stepped query answers from the index as it was when it began, the
+ * changed slots judged on their old text, whatever is written between
+ * its steps. */
+START_TEST(steps_see_the_beginning)
+{
+	uint64_t seed = seed_from_env();
+	struct search_index *si = search_new(SNAP_SLOTS);
+	struct tokv docv[SNAP_SLOTS];
+	bool present[SNAP_SLOTS];
+	struct docs d;
+	size_t round, i;
+
+	printf("# steps_see_the_beginning seed %" PRIu64 "\n", seed);
+	fflush(stdout);
+	rng_state = seed ? seed : 1;
+	ck_assert_ptr_nonnull(si);
+	docs_init(&d, SNAP_SLOTS);
+	for (round = 0; round < 400; round++) {
+		struct search_changes ch;
+		struct snap sn = {0};
+		struct search_exec *e = NULL;
+		struct search_query *q = NULL;
+		struct search_hit *hits = NULL;
+		struct mhit model[SNAP_SLOTS];
+		struct mterm mt[3];
+		char bufs[3][128];
+		const char *terms[3];
+		size_t lens[3], n = 1 + rnd_n(3), n_hits, n_model, steps = 0;
+		bool all = rnd_n(2), ok = true;
+		size_t limit = rnd_n(2) ? 0 : 1 + rnd_n(6);
+		char msg[128];
+		int rc;
+
+		for (i = 0; i < 6; i++) {
+			char *text = rnd_n(4) ? random_text() : NULL;
+
+			put(si, &d, rnd_n(SNAP_SLOTS), text);
+			free(text);
+		}
+		/* The model's view: the documents now. */
+		for (i = 0; i < SNAP_SLOTS; i++) {
+			present[i] = d.text[i] != NULL;
+			docv[i].n = 0;
+			if (present[i])
+				tokv_of(&docv[i], d.text[i], strlen(d.text[i]));
+		}
+		for (i = 0; i < n; i++) {
+			random_term(bufs[i], sizeof(bufs[i]));
+			terms[i] = bufs[i];
+			lens[i] = strlen(bufs[i]);
+			mt[i].prefix = bufs[i][lens[i] - 1] == '*';
+			tokv_of(&mt[i].v, bufs[i], lens[i] - mt[i].prefix);
+			ok = ok && mt[i].v.n > 0;
+		}
+		rc = search_query_parse(terms, lens, n, &q, msg, sizeof(msg));
+		ck_assert_int_eq(rc, ok ? 0 : -EINVAL);
+		if (ok) {
+			ch = (struct search_changes){&sn, snap_next,
+						     snap_old_text};
+			ck_assert_int_eq(search_exec_new(si, q, all, limit,
+							 text_of, &d, &e),
+					 0);
+			for (;;) {
+				size_t slot;
+				char *text;
+
+				rc = search_exec_step(e, &ch, 1 + rnd_n(30));
+				ck_assert_int_ge(rc, 0);
+				steps++;
+				if (rc == 1)
+					break;
+				/* Writes between steps, the old text kept. */
+				slot = rnd_n(SNAP_SLOTS);
+				text = rnd_n(3) ? random_text() : NULL;
+				if (!sn.changed[slot]) {
+					sn.changed[slot] = true;
+					sn.old[slot] =
+						d.text[slot]
+							? strdup(d.text[slot])
+							: NULL;
+				}
+				put(si, &d, slot, text);
+				free(text);
+			}
+			ck_assert_int_eq(search_exec_take(e, &hits, &n_hits),
+					 0);
+			n_model = model_hits(docv, present, SNAP_SLOTS, mt, n,
+					     all, limit, model);
+			ck_assert_msg(n_hits == n_model,
+				      "%zu hits, model %zu, %zu steps; first "
+				      "term '%s'",
+				      n_hits, n_model, steps, terms[0]);
+			for (i = 0; i < n_hits; i++) {
+				ck_assert_uint_eq(hits[i].slot, model[i].slot);
+				ck_assert_uint_eq(hits[i].score,
+						  model[i].score);
+				ck_assert(hits[i].matched == model[i].matched);
+			}
+		}
+		free(hits);
+		search_exec_free(e);
+		search_query_free(q);
+		for (i = 0; i < n; i++)
+			tokv_done(&mt[i].v);
+		for (i = 0; i < SNAP_SLOTS; i++) {
+			free(sn.old[i]);
+			tokv_done(&docv[i]);
+		}
+	}
+	search_free(si);
+	docs_done(&d);
+}
+END_TEST
+
 static Suite *search_suite(void)
 {
 	Suite *s = suite_create("search");
@@ -649,6 +970,9 @@ static Suite *search_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_set_timeout(tr, 60);
 	tcase_add_test(tr, random_consistency);
+	tcase_add_test(tr, random_consistency_many_blocks);
+	tcase_add_test(tr, steps_see_the_beginning);
+	tcase_add_test(tr, pages_follow_the_whole_list);
 	suite_add_tcase(s, tr);
 	return s;
 }

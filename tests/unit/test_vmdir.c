@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -249,6 +250,54 @@ START_TEST(test_apply_many_ops_and_umask)
 	ck_assert_int_eq(st.st_mode & 0777, 0750);
 	for (int i = 0; i < 6; i++)
 		free(texts[i]);
+}
+END_TEST
+
+/* A bulk pass over more x directories than the process may hold open
+ * files (here 400): written all the same, and the directories its
+ * deletions empty go, even those it had to close meanwhile. */
+START_TEST(test_apply_more_directories_than_open_files)
+{
+	enum { N = 1000 };
+	struct vmdir_op *ops = calloc(N, sizeof(*ops));
+	char **texts = calloc(N, sizeof(*texts));
+	struct rlimit old, low;
+	char msg[256] = "";
+	int i;
+
+	ck_assert_ptr_nonnull(ops);
+	ck_assert_ptr_nonnull(texts);
+	for (i = 0; i < N; i++) {
+		ops[i].coord = (struct coord){1 + i, 1, 2};
+		texts[i] = text_of(1 + i, 1, 2, "spread", &ops[i].len);
+		ops[i].text = texts[i];
+	}
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 400;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	ck_assert_msg(vmdir_apply(&vd, ops, N, false, msg, sizeof(msg)) == 0,
+		      "%s", msg);
+	for (i = 0; i < N; i++) {
+		if (i % 2)
+			continue;
+		ops[i].text = NULL; /* the even ones deleted */
+	}
+	for (i = 0; i < N; i++)
+		if (i % 2)
+			ops[i].text = texts[i];
+	ck_assert_msg(vmdir_apply(&vd, ops, N, false, msg, sizeof(msg)) == 0,
+		      "%s", msg);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+	ck_assert(!exists(path_of(".vector-memory/x-001")));
+	ck_assert(exists(path_of(".vector-memory/x-002/y-1-z-2.json")));
+	ck_assert(!exists(path_of(".vector-memory/x-999")));
+	ck_assert(exists(path_of(".vector-memory/x-1000/y-1-z-2.json")));
+	ck_assert_int_eq(count_entries(path_of(".vector-memory")), N / 2 + 1);
+	for (i = 0; i < N; i++)
+		free(texts[i]);
+	free(texts);
+	free(ops);
 }
 END_TEST
 
@@ -849,6 +898,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_apply_many_ops_and_umask);
 	tcase_add_test(tc, test_apply_overwrite);
 	tcase_add_test(tc, test_apply_delete);
+	tcase_add_test(tc, test_apply_more_directories_than_open_files);
 	tcase_add_test(tc, test_apply_bad_coordinate);
 	tcase_add_test(tc, test_load_all);
 	tcase_add_test(tc, test_load_absent);

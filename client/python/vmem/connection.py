@@ -5,6 +5,12 @@ pool hands each connection to one thread at a time). Server notifications
 (lines without ``id``) are skipped. After any transport failure, timeout
 or protocol confusion the connection is marked ``broken`` and must not be
 used again: the daemon may still answer the abandoned request later.
+
+The socket stays in blocking mode and a call's deadline is the kernel's
+(SO_SNDTIMEO / SO_RCVTIMEO, set only when it changes), so a call costs
+one send and, for an answer that arrives whole, one recv: a Python socket
+timeout would add a poll() before every send and recv, and a mode switch
+per call.
 """
 
 import errno
@@ -48,21 +54,51 @@ def _check_nul(value: Any, where: str = "params") -> None:
             _check_nul(item, where)
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"),
+                            allow_nan=False)
+_METHOD_JSON: Dict[str, str] = {}  # method name -> its JSON string
+
+
+def _method_json(method: str) -> str:
+    text = _METHOD_JSON.get(method)
+    if text is None:
+        text = _ENCODER.encode(method)
+        if len(_METHOD_JSON) < 256:
+            _METHOD_JSON[method] = text
+    return text
+
+
+def _params_json(params: Dict[str, Any]) -> str:
+    """The params' JSON. The commonest request, a read of one coordinate,
+    is written directly (the encoder's setup costs more than the text)."""
+    if len(params) == 1:
+        c = params.get("coordinate")
+        if type(c) is dict and len(c) == 3:
+            x, y, z = c.get("x"), c.get("y"), c.get("z")
+            if type(x) is int and type(y) is int and type(z) is int:
+                return '{"coordinate":{"x":%d,"y":%d,"z":%d}}' % (x, y, z)
+    return _ENCODER.encode(params)
+
+
 def encode_request(rid: int, method: str,
                    params: Optional[Dict[str, Any]]) -> bytes:
     """One request line; InvalidParamsError for what JSON or UTF-8 cannot
     carry (NaN, lone surrogates, NUL, unserialisable objects)."""
-    msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        _check_nul(params)
-        msg["params"] = params
     try:
-        text = json.dumps(msg, ensure_ascii=False, separators=(",", ":"),
-                          allow_nan=False)
-        return text.encode("utf-8") + b"\n"
+        if params is None:
+            text = '{"jsonrpc":"2.0","id":%d,"method":%s}' % (
+                rid, _method_json(method))
+        else:
+            text = '{"jsonrpc":"2.0","id":%d,"method":%s,"params":%s}' % (
+                rid, _method_json(method), _params_json(params))
+        data = text.encode("utf-8") + b"\n"
     except (TypeError, ValueError) as e:  # UnicodeEncodeError included
         raise InvalidParamsError("cannot encode %s params: %s"
                                  % (method, e)) from None
+    # A NUL is written as \u0000: look closer only when that text is there.
+    if params is not None and "\\u0000" in text:
+        _check_nul(params)
+    return data
 
 
 class Connection:
@@ -74,6 +110,22 @@ class Connection:
         self.buf = bytearray()
         self.next_id = 0
         self.broken = False
+        sock.settimeout(None)  # blocking: deadlines are the kernel's
+        self._timeout: Optional[float] = None  # SO_SNDTIMEO/SO_RCVTIMEO
+
+    def _set_timeout(self, timeout: Optional[float]) -> None:
+        """The kernel's bound on each send and recv (None: none)."""
+        if timeout == self._timeout:
+            return
+        if timeout is None:
+            tv = struct.pack("ll", 0, 0)
+        else:
+            # At least 1 us: zero would mean no bound.
+            usec = max(int(timeout * 1e6), 1)
+            tv = struct.pack("ll", usec // 1000000, usec % 1000000)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self._timeout = timeout
 
     def close(self) -> None:
         self.broken = True
@@ -92,9 +144,10 @@ class Connection:
         is never sent into a dead connection."""
         if self.broken:
             return False
+        if self.buf:
+            return True  # a late answer is waiting: the peer was alive
         try:
-            # Timeout 0: no poll() first, recv fails with EAGAIN at once.
-            self.sock.settimeout(0.0)
+            # MSG_DONTWAIT: EAGAIN at once when nothing is there.
             data = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
             return True
@@ -119,9 +172,9 @@ class Connection:
         line = encode_request(rid, method, params)
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self.sock.settimeout(timeout)
+            self._set_timeout(timeout)
             self.sock.sendall(line)
-        except socket.timeout:
+        except (socket.timeout, BlockingIOError):
             raise self._fail("timed out sending %s to %s"
                              % (method, self.path)) from None
         except OSError as e:
@@ -160,27 +213,23 @@ class Connection:
                 if not line.strip():
                     scanned = 0
                     continue
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    self.close()
-                    raise ProtocolError("unparsable line from the daemon: "
-                                        "%r" % line[:200]) from None
+                return self._decode(line)
             scanned = len(self.buf)
             if scanned > MAX_LINE:
                 raise self._fail("response line from %s over %d bytes"
                                  % (self.path, MAX_LINE))
-            if deadline is None:
-                self.sock.settimeout(None)
-            else:
+            if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise self._fail("no answer to %s from %s in time"
                                      % (method, self.path))
-                self.sock.settimeout(left)
+                # Lowered only once a tenth has passed: resetting the
+                # kernel's bound on every call would cost two syscalls.
+                if left < 0.9 * self._timeout:  # type: ignore[operator]
+                    self._set_timeout(left)
             try:
                 chunk = self.sock.recv(READ_CHUNK)
-            except socket.timeout:
+            except (socket.timeout, BlockingIOError):
                 raise self._fail("no answer to %s from %s in time"
                                  % (method, self.path)) from None
             except InterruptedError:
@@ -191,7 +240,18 @@ class Connection:
             if not chunk:
                 raise self._fail("connection to %s closed by the daemon "
                                  "during %s" % (self.path, method))
+            if not self.buf and chunk.endswith(b"\n") and \
+                    chunk.count(b"\n") == 1 and chunk.strip():
+                return self._decode(chunk)  # the usual case: one line
             self.buf += chunk
+
+    def _decode(self, line: bytes) -> Any:
+        try:
+            return json.loads(line)
+        except ValueError:
+            self.close()
+            raise ProtocolError("unparsable line from the daemon: %r"
+                                % line[:200]) from None
 
 
 def _peer_uid(sock: socket.socket) -> int:

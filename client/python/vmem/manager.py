@@ -131,8 +131,10 @@ class _Pool:
             self.opened += 1
         return conn
 
-    def acquire(self) -> Tuple[Connection, bool]:
-        """A connection for one call, and whether it was reused."""
+    def acquire(self, probe: bool = True) -> Tuple[Connection, bool]:
+        """A connection for one call, and whether it was reused. probe:
+        check that a reused one is still alive (a read skips it: found
+        dead, it is retried on a fresh connection anyway)."""
         while True:
             with self.lock:
                 if self.closed:
@@ -147,7 +149,7 @@ class _Pool:
                 conn = self.idle.pop() if self.idle else None
             if conn is None:
                 return self.open(), False
-            if conn.alive():
+            if not probe or conn.alive():
                 return conn, True
 
     def release(self, conn: Connection) -> None:
@@ -168,7 +170,7 @@ class _Pool:
             with self.lock:
                 self.unflushed = True
         for attempt in (1, 2):
-            conn, reused = self.acquire()
+            conn, reused = self.acquire(probe=method not in _READ_ONLY)
             try:
                 result = conn.call(method, params, timeout)
                 if then is not None:

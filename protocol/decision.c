@@ -268,8 +268,7 @@ static bool is_space(uint32_t cp)
 	       cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
-/* True when valid UTF-8 s[0..len) holds only whitespace. */
-static bool blank(const char *str, size_t len)
+bool utf8_blank(const char *str, size_t len)
 {
 	const unsigned char *s = (const unsigned char *)str;
 	size_t i = 0, n;
@@ -291,7 +290,7 @@ int content_check_new(const char *s, size_t len, char msg[VMEM_ERRMSG_LEN])
 {
 	int rc = content_check(s, len, msg);
 
-	if (rc == 0 && blank(s, len)) {
+	if (rc == 0 && utf8_blank(s, len)) {
 		set_msg(msg, "content must not be empty or only whitespace");
 		rc = RPC_INVALID_PARAMS;
 	}

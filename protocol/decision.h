@@ -86,6 +86,10 @@ int issue_context_check(const json_t *ctx, char msg[VMEM_ERRMSG_LEN]);
 /* True when s[0..len) is valid UTF-8 without NUL bytes. */
 bool utf8_valid(const char *s, size_t len);
 
+/* True when valid UTF-8 s[0..len) holds only whitespace (that of
+ * Python's str.strip(), ASCII and Unicode), or nothing. */
+bool utf8_blank(const char *s, size_t len);
+
 /* Format microseconds since the epoch as RFC 3339 UTC with 6 digits + Z. */
 void timestamp_format(int64_t usec, char out[VMEM_TIMESTAMP_LEN + 1]);
 

@@ -8,6 +8,7 @@
  */
 #include "vmem.h"
 
+#include "cli.h"
 #include "mcp.h"
 #include "service.h"
 
@@ -32,27 +33,6 @@
 #define HL_ON		 "\033[1;31m"
 #define HL_ON_NO_COLOR	 "\033[1m"
 #define HL_OFF		 "\033[0m"
-
-enum { EXIT_OK = 0, EXIT_DOMAIN = 1, EXIT_USAGE = 2 };
-
-struct cli {
-	const char *repo;
-	const char *socket;
-	const char *agent;
-	bool json;
-	bool no_autostart;
-	int timeout_ms;
-	bool overwrite;
-	int64_t if_version;
-	json_t *context;  /* --context k=v pairs, or NULL */
-	const char **pos; /* positional arguments (argv's), argc slots */
-	int npos;
-	const char *range[3]; /* ls --x, --y, --z (before: --z) as given */
-	const char *limit;    /* --limit as given */
-	const char *after;    /* --after as given */
-	bool all;	      /* search --all */
-	const char *message;  /* sync -m */
-};
 
 static const char *const layer_names[] = {"Architecture", "Interfaces",
 					  "Implementation", "Ephemeral"};
@@ -118,7 +98,33 @@ static void usage(FILE *f)
 	      "  service install|uninstall|status\n"
 	      "                       run this tree's daemon under the "
 	      "systemd\n"
-	      "                       user manager (socket-activated)\n"
+	      "                       user manager (socket-activated)\n",
+	      f);
+	fputs("  exp add|ls|similar|stats|get|rm\n"
+	      "                       experiences: what agents met, did and "
+	      "got\n"
+	      "                       add --context TEXT --action TEXT "
+	      "--outcome TEXT\n"
+	      "                         [--tag T]... [--importance N] "
+	      "[--metadata JSON]:\n"
+	      "                         record one (as --agent)\n"
+	      "                       ls [--tag T]... [--since 7d|TIME] "
+	      "[--until TIME]\n"
+	      "                         [--min-importance N] [--limit N]: "
+	      "an agent's\n"
+	      "                         (--agent; default the agent of "
+	      "writes), newest\n"
+	      "                         first; --since takes 30m, 12h, 7d, "
+	      "2w or a time\n"
+	      "                       similar TEXT... [--min-importance N] "
+	      "[--limit N]:\n"
+	      "                         experiences like the situation TEXT, "
+	      "best first\n"
+	      "                         (--agent: one agent's)\n"
+	      "                       stats: counts, importance, time span "
+	      "and a tag\n"
+	      "                         histogram (--agent: one agent's)\n"
+	      "                       get ID, rm ID: print, delete one\n"
 	      "  mcp                  serve MCP on stdin/stdout for an MCP "
 	      "client\n"
 	      "                       (--agent: the agent id of its writes)\n"
@@ -194,8 +200,7 @@ static bool usage_of(const char *cmd, FILE *f)
 	return found;
 }
 
-__attribute__((format(printf, 1, 2), noreturn)) static void
-die_usage(const char *fmt, ...)
+void die_usage(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -210,7 +215,7 @@ die_usage(const char *fmt, ...)
 	exit(EXIT_USAGE);
 }
 
-__attribute__((noreturn)) static void die_oom(void)
+void die_oom(void)
 {
 	fputs("vmem: out of memory\n", stderr);
 	exit(EXIT_USAGE);
@@ -220,7 +225,7 @@ __attribute__((noreturn)) static void die_oom(void)
 static bool coord_given;
 
 /* Report a failed library call; returns the exit status. */
-static int report(int rc, const struct vmem_error *err)
+int report(int rc, const struct vmem_error *err)
 {
 	if (rc == -EREMOTEIO && coord_given &&
 	    strcmp(err->type, "CoordinateValidationError") == 0) {
@@ -259,7 +264,7 @@ static int report(int rc, const struct vmem_error *err)
 }
 
 /* A strict decimal integer: the whole string, no blanks, no sign '+'. */
-static bool parse_i64(const char *s, int64_t *out)
+bool parse_i64(const char *s, int64_t *out)
 {
 	char *end;
 	long long v;
@@ -355,7 +360,7 @@ static void add_context(struct cli *cli, const char *kv)
 
 static void parse_args(struct cli *cli, int argc, char **argv)
 {
-	bool rest = false;
+	bool rest = false, exp;
 	const char *v;
 	int64_t n;
 	int i;
@@ -366,6 +371,8 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
 
+		/* vmem exp: --context is the experience's text. */
+		exp = cli->npos > 0 && strcmp(cli->pos[0], "exp") == 0;
 		if (rest || a[0] != '-' || a[1] == '\0' ||
 		    (a[1] >= '0' && a[1] <= '9')) {
 			cli->pos[cli->npos++] = a;
@@ -383,6 +390,7 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 			cli->socket = opt_value(argc, argv, &i, "--socket");
 		} else if (opt_is(a, "--agent", true)) {
 			cli->agent = opt_value(argc, argv, &i, "--agent");
+			cli->agent_given = true;
 		} else if (strcmp(a, "--json") == 0) {
 			cli->json = true;
 		} else if (strcmp(a, "--no-autostart") == 0) {
@@ -399,9 +407,32 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 			if (!parse_i64(v, &n) || n <= 0)
 				die_usage("--if-version takes a version > 0");
 			cli->if_version = n;
+		} else if (exp && opt_is(a, "--context", true)) {
+			cli->text[0] = opt_value(argc, argv, &i, "--context");
 		} else if (opt_is(a, "--context", true)) {
 			add_context(cli,
 				    opt_value(argc, argv, &i, "--context"));
+		} else if (opt_is(a, "--action", true)) {
+			cli->text[1] = opt_value(argc, argv, &i, "--action");
+		} else if (opt_is(a, "--outcome", true)) {
+			cli->text[2] = opt_value(argc, argv, &i, "--outcome");
+		} else if (opt_is(a, "--tag", true)) {
+			v = opt_value(argc, argv, &i, "--tag");
+			if (cli->ntags == CLI_TAGS_MAX)
+				die_usage("at most %d --tag", CLI_TAGS_MAX);
+			cli->tags[cli->ntags++] = v;
+		} else if (opt_is(a, "--importance", true)) {
+			cli->importance =
+				opt_value(argc, argv, &i, "--importance");
+		} else if (opt_is(a, "--min-importance", true)) {
+			cli->min_importance =
+				opt_value(argc, argv, &i, "--min-importance");
+		} else if (opt_is(a, "--metadata", true)) {
+			cli->metadata = opt_value(argc, argv, &i, "--metadata");
+		} else if (opt_is(a, "--since", true)) {
+			cli->since = opt_value(argc, argv, &i, "--since");
+		} else if (opt_is(a, "--until", true)) {
+			cli->until = opt_value(argc, argv, &i, "--until");
 		} else if (opt_is(a, "--x", true)) {
 			cli->range[0] = opt_value(argc, argv, &i, "--x");
 		} else if (opt_is(a, "--y", true)) {
@@ -435,7 +466,7 @@ static bool autostart_on(int autostart)
 	return !(e && strcmp(e, "1") == 0);
 }
 
-static int open_client(const struct cli *cli, int autostart, const char *agent,
+int open_client(const struct cli *cli, int autostart, const char *agent,
 		       vmem_client **c)
 {
 	struct vmem_options o = {0};
@@ -510,12 +541,12 @@ static const char *name_of(const char *const *names, size_t count, json_int_t i)
 	return names[i - 1];
 }
 
-static json_int_t int_member(json_t *o, const char *key)
+json_int_t int_member(json_t *o, const char *key)
 {
 	return json_integer_value(json_object_get(o, key));
 }
 
-static const char *str_member(json_t *o, const char *key)
+const char *str_member(json_t *o, const char *key)
 {
 	const char *s = json_string_value(json_object_get(o, key));
 
@@ -747,7 +778,7 @@ static void print_opt_line(const char *label, json_t *v)
 
 /* Call method with params (stolen); the parsed result, or NULL after
  * printing it (--json) or reporting an error (*status says which). */
-static json_t *call_json(struct cli *cli, vmem_client *c, const char *method,
+json_t *call_json(struct cli *cli, vmem_client *c, const char *method,
 			 json_t *params, int *status)
 {
 	struct vmem_error err;
@@ -1134,7 +1165,7 @@ out:
 
 /* ---- queries: ls, before, search ------------------------------------ */
 
-static void set_or_die(json_t *o, const char *key, json_t *v)
+void set_or_die(json_t *o, const char *key, json_t *v)
 {
 	if (!v || json_object_set_new(o, key, v))
 		die_oom();
@@ -1324,7 +1355,7 @@ static int cp_cols(uint32_t cp)
 	return 1;
 }
 
-static int text_cols(const char *s, size_t len)
+int text_cols(const char *s, size_t len)
 {
 	size_t i = 0;
 	uint32_t cp;
@@ -1343,8 +1374,8 @@ static int text_cols(const char *s, size_t len)
  * highlighted with hl (an escape sequence) when hl is not NULL. Returns
  * the columns printed.
  */
-static int put_text(const char *s, size_t len, int maxcols,
-		    const unsigned char *mark, const char *hl)
+int put_text(const char *s, size_t len, int maxcols,
+	     const unsigned char *mark, const char *hl)
 {
 	int cols = 0, w, room = maxcols;
 	bool lit = false;
@@ -1379,7 +1410,7 @@ static int put_text(const char *s, size_t len, int maxcols,
 }
 
 /* A cell padded to width columns (right-aligned when right). */
-static void put_cell(const char *s, int width, bool right)
+void put_cell(const char *s, int width, bool right)
 {
 	int cols = text_cols(s, strlen(s));
 
@@ -1392,7 +1423,7 @@ static void put_cell(const char *s, int width, bool right)
 }
 
 /* "12s", "5m", "3h", "2d" since an RFC 3339 UTC timestamp. */
-static void format_age(const char *ts, time_t now, char *buf, size_t size)
+void format_age(const char *ts, time_t now, char *buf, size_t size)
 {
 	struct tm tm = {0};
 	long long d;
@@ -1658,7 +1689,7 @@ struct row {
 	json_t *d;
 };
 
-static int term_cols(void)
+int term_cols(void)
 {
 	struct winsize ws;
 
@@ -1890,7 +1921,9 @@ static int cmd_mcp(const struct cli *cli)
 		die_usage("mcp takes options only, not '%s'", cli->pos[1]);
 	if (cli->json || cli->overwrite || cli->if_version || cli->context ||
 	    cli->range[0] || cli->range[1] || cli->range[2] || cli->limit ||
-	    cli->after || cli->all || cli->message)
+	    cli->after || cli->all || cli->message || cli->text[1] ||
+	    cli->text[2] || cli->ntags || cli->importance ||
+	    cli->min_importance || cli->metadata || cli->since || cli->until)
 		die_usage("mcp takes --repo, --socket, --agent, --timeout and "
 			  "--no-autostart only");
 	o.repo = cli->repo;
@@ -1938,6 +1971,15 @@ int main(int argc, char **argv)
 	}
 	if (usage_of(cmd, NULL))
 		usage_cmd = cmd;
+	if (strcmp(cmd, "exp") == 0) {
+		status = cmd_exp(&cli);
+		goto out;
+	}
+	if (cli.text[1] || cli.text[2] || cli.ntags || cli.importance ||
+	    cli.min_importance || cli.metadata || cli.since || cli.until)
+		die_usage("--action, --outcome, --tag, --importance, "
+			  "--min-importance, --metadata, --since and --until "
+			  "apply to exp only");
 	ls = strcmp(cmd, "ls") == 0;
 	before = strcmp(cmd, "before") == 0;
 	search = strcmp(cmd, "search") == 0;

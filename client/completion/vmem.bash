@@ -7,7 +7,8 @@
 
 # Options that take a value (the next word, or after "=").
 _vmem_valued='--repo --socket --agent --timeout --if-version --context
-	--x --y --z --limit --after -m --message'
+	--x --y --z --limit --after -m --message --action --outcome --tag
+	--importance --min-importance --metadata --since --until'
 
 _vmem_takes_value()
 {
@@ -22,7 +23,7 @@ _vmem()
 {
 	local cur prev cmd sub i w nargs=0
 	local commands='store get exists rm ls before search watch log reload
-		history rollback-point sync status daemon service mcp help'
+		history rollback-point sync status daemon service exp mcp help'
 	local globals='--repo --socket --json --no-autostart --agent --timeout
 		--help --version'
 	local opts=''
@@ -108,6 +109,21 @@ _vmem()
 				-- "$cur"))
 			return 0
 		fi
+		;;
+	exp)
+		if ((nargs == 0)) && [[ $cur != -* ]]; then
+			COMPREPLY=($(compgen -W 'add ls similar stats get rm' \
+				-- "$cur"))
+			return 0
+		fi
+		case $sub in
+		add) opts='--context --action --outcome --tag --importance
+			--metadata' ;;
+		ls) opts='--tag --since --until --min-importance --limit' ;;
+		similar) opts='--min-importance --limit' ;;
+		'') opts='--context --action --outcome --tag --importance
+			--metadata --since --until --min-importance --limit' ;;
+		esac
 		;;
 	help)
 		if ((nargs == 0)) && [[ $cur != -* ]]; then

@@ -2,9 +2,10 @@
 only, so that ``pip install client/python`` works offline: pip's isolated
 build environment needs nothing (``requires = []``).
 
-It builds a pure-Python wheel of the ``vmem`` package (py3-none-any), an
-sdist, and an editable wheel (a .pth file naming this directory). The
-version is read from ``vmem/__init__.py``.
+It builds a pure-Python wheel of the ``vmem`` package and of
+``amplihack_memory`` (the seed 004 name of ``vmem.experience``)
+(py3-none-any), an sdist, and an editable wheel (a .pth file naming this
+directory). The version is read from ``vmem/__init__.py``.
 """
 
 import base64
@@ -16,6 +17,7 @@ import tarfile
 import zipfile
 
 NAME = "vmem"
+PACKAGES = (NAME, "amplihack_memory")
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUMMARY = "Python client of vmemd, the vector memory daemon"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -55,12 +57,14 @@ def _wheel_file():
 
 
 def _package_files():
-    """(archive name, absolute path) of every file of the package."""
+    """(archive name, absolute path) of every file of the packages."""
     found = []
-    pkg = os.path.join(HERE, NAME)
-    for name in sorted(os.listdir(pkg)):
-        if name.endswith(".py") or name == "py.typed":
-            found.append(("%s/%s" % (NAME, name), os.path.join(pkg, name)))
+    for package in PACKAGES:
+        pkg = os.path.join(HERE, package)
+        for name in sorted(os.listdir(pkg)):
+            if name.endswith(".py") or name == "py.typed":
+                found.append(("%s/%s" % (package, name),
+                              os.path.join(pkg, name)))
     return found
 
 
@@ -81,7 +85,7 @@ def _write_wheel(wheel_directory, contents):
     contents = list(contents) + [
         ("%s/METADATA" % info, _metadata().encode("utf-8")),
         ("%s/WHEEL" % info, _wheel_file().encode()),
-        ("%s/top_level.txt" % info, (NAME + "\n").encode()),
+        ("%s/top_level.txt" % info, ("\n".join(PACKAGES) + "\n").encode()),
     ]
     record = [_record_line(n, d) for n, d in contents]
     record.append("%s/RECORD,," % info)
@@ -121,7 +125,7 @@ def prepare_metadata_for_build_wheel(metadata_directory,
     path = os.path.join(metadata_directory, info)
     os.makedirs(path, exist_ok=True)
     for name, text in (("METADATA", _metadata()), ("WHEEL", _wheel_file()),
-                       ("top_level.txt", NAME + "\n")):
+                       ("top_level.txt", "\n".join(PACKAGES) + "\n")):
         with open(os.path.join(path, name), "w", encoding="utf-8") as f:
             f.write(text)
     return info

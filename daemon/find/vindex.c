@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "grow.h"
 #include "errmsg.h"
 #include "hnsw.h"
 #include "statedir.h"
@@ -119,23 +120,6 @@ void vindex_free(struct vindex *vi)
 	free(vi);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t size)
-{
-	size_t n = *cap ? *cap : 1024;
-	void *q;
-
-	if (need <= *cap)
-		return 0;
-	while (n < need)
-		n *= 2;
-	q = realloc(*p, n * size);
-	if (!q)
-		return -ENOMEM;
-	memset((char *)q + *cap * size, 0, (n - *cap) * size);
-	*p = q;
-	*cap = n;
-	return 0;
-}
 
 /* Room for row r in the per-row arrays (both grow together). */
 static int grow_rows(struct vindex *vi, size_t need)
@@ -143,11 +127,11 @@ static int grow_rows(struct vindex *vi, size_t need)
 	size_t cap = vi->row_cap;
 	int ret;
 
-	ret = grow((void **)&vi->row_slot, &cap, need, sizeof(uint32_t));
+	ret = grow_array((void **)&vi->row_slot, &cap, need, sizeof(uint32_t));
 	if (ret < 0)
 		return ret;
 	cap = vi->row_cap;
-	ret = grow((void **)&vi->row_key, &cap, need, VINDEX_KEY);
+	ret = grow_array((void **)&vi->row_key, &cap, need, VINDEX_KEY);
 	if (ret < 0)
 		return ret;
 	vi->row_cap = cap;
@@ -179,7 +163,7 @@ int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 		errmsg_set(msg, msglen, "slot out of range");
 		return -EINVAL;
 	}
-	ret = grow((void **)&vi->slot_row, &vi->slot_cap, (size_t)slot + 1,
+	ret = grow_array((void **)&vi->slot_row, &vi->slot_cap, (size_t)slot + 1,
 		   sizeof(uint32_t));
 	if (ret == 0)
 		ret = grow_rows(vi, (size_t)vecset_rows(vi->vs) + 1);
@@ -799,7 +783,7 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 	ret = -ENOMEM;
 	unit = calloc(stride, sizeof(float));
 	if (!unit || grow_rows(vi, rows ? rows : 1) < 0 ||
-	    grow((void **)&vi->slot_row, &vi->slot_cap, 1, sizeof(uint32_t)) <
+	    grow_array((void **)&vi->slot_row, &vi->slot_cap, 1, sizeof(uint32_t)) <
 		    0) {
 		errmsg_set(msg, msglen, "out of memory");
 		goto out;
@@ -846,7 +830,7 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 				   r);
 			goto out;
 		}
-		if (grow((void **)&vi->slot_row, &vi->slot_cap,
+		if (grow_array((void **)&vi->slot_row, &vi->slot_cap,
 			 (size_t)slot + 1, sizeof(uint32_t)) < 0 ||
 		    vecset_add_normalised(vi->vs, unit, norm, &row) < 0) {
 			ret = -ENOMEM;

@@ -41,6 +41,7 @@
 #include "gitlock.h"
 #include "gitpack.h"
 #include "gitproc.h"
+#include "vmdir.h"
 
 #define VM_DIR	       ".vector-memory"
 #define VM_PREFIX      VM_DIR "/"
@@ -267,6 +268,9 @@ static void range(FILE *f, const char *axis, int lo, int hi)
 		fprintf(f, "%s %d-%d", axis, lo, hi);
 }
 
+/* The paths of the experiences' shards. */
+#define EXPERIENCES_PREFIX VMDIR_EXPERIENCES "/"
+
 /* The decision a path names ("x-005/y-2-z-1.json"), if it names one. */
 static bool path_coord(const char *path, struct coord *c)
 {
@@ -285,7 +289,7 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 {
 	struct coord lo = {0}, hi = {0}, c;
 	char *buf = NULL;
-	size_t len = 0, i, nd = 0;
+	size_t len = 0, i, nd = 0, ns = 0;
 	FILE *f;
 
 	f = open_memstream(&buf, &len);
@@ -305,7 +309,11 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 		hi.y = c.y > hi.y ? c.y : hi.y;
 		hi.z = c.z > hi.z ? c.z : hi.z;
 	}
-	fprintf(f, "vector-memory: %zu decisions", nd);
+	for (i = 0; i < n; i++)
+		ns += strncmp(l[i].path, EXPERIENCES_PREFIX,
+			      strlen(EXPERIENCES_PREFIX)) == 0;
+	if (nd > 0 || ns == 0)
+		fprintf(f, "vector-memory: %zu decisions", nd);
 	if (nd > 0) {
 		fputs(" (", f);
 		range(f, "x", lo.x, hi.x);
@@ -315,6 +323,10 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 		range(f, "z", lo.z, hi.z);
 		fputs(")", f);
 	}
+	if (ns > 0)
+		fprintf(f, "%s%zu experience shard%s",
+			nd > 0 ? ", " : "vector-memory: ", ns,
+			ns == 1 ? "" : "s");
 	fputs("\n", f);
 	for (i = 0; i < n; i++) {
 		if (i == 0)

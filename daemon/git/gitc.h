@@ -71,7 +71,9 @@ struct gitc_msgline {
  * The generated message for a batch: subject
  * "vector-memory: N decisions (x A-B, y C-D, z E-F)" (N counts the
  * decision files, the ranges are over them; a single value prints as
- * "x 5"), a blank line, then one line per path: "x-005/y-2-z-1.json by
+ * "x 5"), followed by ", K experience shards" when the batch holds some
+ * (a batch of shards only: "vector-memory: K experience shards"), a
+ * blank line, then one line per path: "x-005/y-2-z-1.json by
  * AGENT", another path as itself, either with " deleted" for a deletion.
  * malloc'd, caller frees; NULL on allocation failure.
  */

@@ -20,6 +20,8 @@
 
 #include "log.h"
 #include "protocol/errors.h"
+#include "protocol/experience.h"
+#include "vmdir.h"
 
 #define RETRY_FIRST_MS	  250
 #define RETRY_MAX_MS	  5000
@@ -247,15 +249,38 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	return 0;
 }
 
-/* Is path one the queue commits? Decisions' files and metadata.json; a
- * kind whose files live under .vector-memory adds its own here. */
+/* An experience shard's path: experiences/<agent segment>/<date>.jsonl
+ * (protocol/experience.h). */
+static bool shard_path(const char *path)
+{
+	static const char prefix[] = VMDIR_EXPERIENCES "/";
+	char seg[EXP_SEGMENT_MAX + 1], agent[VMEM_AGENT_ID_MAX + 1];
+	const char *rest, *slash;
+	size_t len;
+
+	if (strncmp(path, prefix, sizeof(prefix) - 1) != 0)
+		return false;
+	rest = path + sizeof(prefix) - 1;
+	slash = strchr(rest, '/');
+	if (!slash || (size_t)(slash - rest) > EXP_SEGMENT_MAX ||
+	    strchr(slash + 1, '/'))
+		return false;
+	memcpy(seg, rest, (size_t)(slash - rest));
+	seg[slash - rest] = '\0';
+	return exp_segment_decode(seg, agent, sizeof(agent), &len) == 0 &&
+	       exp_shard_name_valid(slash + 1);
+}
+
+/* Is path one the queue commits? Decisions' files, metadata.json and
+ * experience shards; a kind whose files live under .vector-memory adds
+ * its own here. */
 static bool committable(const struct gitq *q, const char *path)
 {
 	struct coord c;
 	const char *slash = strchr(path, '/');
 	char dir[32];
 
-	if (strcmp(path, "metadata.json") == 0)
+	if (strcmp(path, "metadata.json") == 0 || shard_path(path))
 		return true;
 	if (!slash || (size_t)(slash - path) >= sizeof(dir) ||
 	    strchr(slash + 1, '/'))

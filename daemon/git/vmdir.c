@@ -28,7 +28,7 @@
 #include "errmsg.h"
 
 #define FILE_MAX       (1024 * 1024)
-#define TMP_PREFIX     ".tmp-"
+#define TMP_PREFIX     VMDIR_TMP_PREFIX
 #define METADATA       "metadata.json"
 #define METADATA_TEXT  "{\n  \"format\": 1\n}\n"
 #define SEED_INDEX     "index.json" /* the seed library's optional index */
@@ -53,8 +53,7 @@ struct load {
 	vmdir_load_fn cb;
 	vmdir_known_fn known; /* vmdir_rescan: files not to read */
 	void *ctx;
-	struct statedir q; /* quarantine/, opened on first use */
-	time_t now;
+	struct vmdir_quarantine qc; /* where bad files go, and the report */
 	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
 	char *errmsg;
 	size_t errn;
@@ -98,7 +97,7 @@ static int xdir_parse(const char *name, int max_x, int *x)
 	return 0;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
+int vmdir_write_all(int fd, const char *buf, size_t len)
 {
 	ssize_t r;
 
@@ -170,7 +169,7 @@ static int copy_file(int sdfd, const char *name, int qfd, const char *qname)
 		}
 		if (r == 0)
 			break;
-		ret = write_all(out, buf, (size_t)r);
+		ret = vmdir_write_all(out, buf, (size_t)r);
 		if (ret < 0)
 			goto out;
 	}
@@ -305,56 +304,104 @@ static int report_add(struct vmdir_load_report *rep, const char *path,
 	return 0;
 }
 
-/*
- * Move entry name (rel is its path below .vector-memory) of directory sdfd
- * into the quarantine directory under a fresh name, and report it.
- */
-static int quarantine(struct load *l, int sdfd, const char *name,
-		      const char *rel, const char *reason)
+void vmdir_quarantine_init(struct vmdir_quarantine *qc,
+			   const struct statedir *state,
+			   struct vmdir_load_report *rep, char *errmsg,
+			   size_t errn)
 {
-	char qname[NAME_MAX + 1], flat[NAME_MAX + 1], path[4096];
-	char moved[4096];
-	size_t i;
-	int ret, tries;
+	memset(qc, 0, sizeof(*qc));
+	qc->state = state;
+	qc->q.fd = -1;
+	qc->now = time(NULL);
+	qc->rep = rep;
+	qc->errmsg = errmsg;
+	qc->errn = errn;
+}
 
-	if (!l->d->state) {
-		errmsg_set(l->errmsg, l->errn,
+void vmdir_quarantine_done(struct vmdir_quarantine *qc)
+{
+	statedir_done(&qc->q);
+}
+
+/* Open quarantine/ on first use. */
+static int quarantine_open(struct vmdir_quarantine *qc, const char *rel)
+{
+	if (!qc->state) {
+		errmsg_set(qc->errmsg, qc->errn,
 			   "cannot quarantine %s: no state directory", rel);
 		return -EINVAL;
 	}
-	if (!l->q.path) {
-		ret = statedir_sub(l->d->state, VMDIR_QUARANTINE, true, &l->q,
-				   l->errmsg, l->errn);
-		if (ret < 0)
-			return ret;
-	}
-	snprintf(path, sizeof(path), VMDIR_DIRNAME "/%s", rel);
+	if (qc->q.path)
+		return 0;
+	return statedir_sub(qc->state, VMDIR_QUARANTINE, true, &qc->q,
+			    qc->errmsg, qc->errn);
+}
+
+/* The quarantine name of rel (its '/' made '_'), try-th variant. */
+static void quarantine_name(const struct vmdir_quarantine *qc, const char *rel,
+			    int tries, char *qname, size_t n)
+{
+	char flat[NAME_MAX + 1];
+
 	snprintf(flat, sizeof(flat), "%s", rel);
-	for (i = 0; flat[i]; i++)
+	for (size_t i = 0; flat[i]; i++)
 		if (flat[i] == '/')
 			flat[i] = '_';
+	if (tries == 0)
+		snprintf(qname, n, "%lld-%.200s", (long long)qc->now, flat);
+	else
+		snprintf(qname, n, "%lld-%.200s-%d", (long long)qc->now, flat,
+			 tries);
+}
+
+/* Sync quarantine/ and report what went there. */
+static int quarantine_report(struct vmdir_quarantine *qc, const char *path,
+			     const char *qname, const char *reason)
+{
+	char moved[4096];
+	int ret;
+
+	if (fsync(qc->q.fd) < 0) {
+		ret = -errno;
+		errmsg_set(qc->errmsg, qc->errn,
+			   "cannot sync after quarantining %s: %s", path,
+			   strerror(-ret));
+		return ret;
+	}
+	snprintf(moved, sizeof(moved), "%s/%s", qc->q.path, qname);
+	ret = report_add(qc->rep, path, moved, reason);
+	if (ret < 0)
+		errmsg_set(qc->errmsg, qc->errn, "out of memory");
+	return ret;
+}
+
+int vmdir_quarantine_move(struct vmdir_quarantine *qc, int sdfd,
+			  const char *name, const char *rel, const char *reason)
+{
+	char qname[NAME_MAX + 1], path[4096];
+	int ret, tries;
+
+	ret = quarantine_open(qc, rel);
+	if (ret < 0)
+		return ret;
+	snprintf(path, sizeof(path), VMDIR_DIRNAME "/%s", rel);
 	for (tries = 0;; tries++) {
-		if (tries == 0)
-			snprintf(qname, sizeof(qname), "%lld-%.200s",
-				 (long long)l->now, flat);
-		else
-			snprintf(qname, sizeof(qname), "%lld-%.200s-%d",
-				 (long long)l->now, flat, tries);
-		ret = renameat2(sdfd, name, l->q.fd, qname, RENAME_NOREPLACE);
+		quarantine_name(qc, rel, tries, qname, sizeof(qname));
+		ret = renameat2(sdfd, name, qc->q.fd, qname, RENAME_NOREPLACE);
 		if (ret < 0 && errno == EINVAL) {
 			/* no RENAME_NOREPLACE here: check, then rename */
-			if (faccessat(l->q.fd, qname, F_OK,
+			if (faccessat(qc->q.fd, qname, F_OK,
 				      AT_SYMLINK_NOFOLLOW) == 0)
 				errno = EEXIST;
 			else
-				ret = renameat(sdfd, name, l->q.fd, qname);
+				ret = renameat(sdfd, name, qc->q.fd, qname);
 		}
 		if (ret == 0)
 			break;
 		if (errno == EEXIST && tries < 1000)
 			continue;
 		if (errno == EXDEV) {
-			ret = move_across(sdfd, name, l->q.fd, qname, 0);
+			ret = move_across(sdfd, name, qc->q.fd, qname, 0);
 			if (ret == -EEXIST && tries < 1000)
 				continue;
 			if (ret == 0)
@@ -362,22 +409,70 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 		} else {
 			ret = -errno;
 		}
-		errmsg_set(l->errmsg, l->errn, "cannot quarantine %s (%s): %s",
-			   path, reason, strerror(-ret));
+		errmsg_set(qc->errmsg, qc->errn,
+			   "cannot quarantine %s (%s): %s", path, reason,
+			   strerror(-ret));
 		return ret;
 	}
-	if (fsync(l->q.fd) < 0 || fsync(sdfd) < 0) {
+	if (fsync(sdfd) < 0) {
 		ret = -errno;
-		errmsg_set(l->errmsg, l->errn,
+		errmsg_set(qc->errmsg, qc->errn,
 			   "cannot sync after quarantining %s: %s", path,
 			   strerror(-ret));
 		return ret;
 	}
-	snprintf(moved, sizeof(moved), "%s/%s", l->q.path, qname);
-	ret = report_add(l->rep, path, moved, reason);
+	return quarantine_report(qc, path, qname, reason);
+}
+
+int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
+			   const void *data, size_t len, const char *reason)
+{
+	char qname[NAME_MAX + 1], path[4096];
+	int fd = -1, ret, tries;
+
+	ret = quarantine_open(qc, rel);
 	if (ret < 0)
-		errmsg_set(l->errmsg, l->errn, "out of memory");
-	return ret;
+		return ret;
+	snprintf(path, sizeof(path), VMDIR_DIRNAME "/%s", rel);
+	for (tries = 0;; tries++) {
+		quarantine_name(qc, rel, tries, qname, sizeof(qname));
+		fd = openat(qc->q.fd, qname,
+			    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+				    O_CLOEXEC,
+			    0600);
+		if (fd >= 0 || errno != EEXIST || tries >= 1000)
+			break;
+	}
+	if (fd < 0) {
+		ret = -errno;
+		errmsg_set(qc->errmsg, qc->errn,
+			   "cannot quarantine lines of %s: %s", path,
+			   strerror(-ret));
+		return ret;
+	}
+	ret = vmdir_write_all(fd, data, len);
+	if (ret == 0 && fsync(fd) < 0)
+		ret = -errno;
+	if (close(fd) < 0 && ret == 0)
+		ret = -errno;
+	if (ret < 0) {
+		unlinkat(qc->q.fd, qname, 0);
+		errmsg_set(qc->errmsg, qc->errn,
+			   "cannot quarantine lines of %s: %s", path,
+			   strerror(-ret));
+		return ret;
+	}
+	return quarantine_report(qc, path, qname, reason);
+}
+
+/*
+ * Move entry name (rel is its path below .vector-memory) of directory sdfd
+ * into the quarantine directory under a fresh name, and report it.
+ */
+static int quarantine(struct load *l, int sdfd, const char *name,
+		      const char *rel, const char *reason)
+{
+	return vmdir_quarantine_move(&l->qc, sdfd, name, rel, reason);
 }
 
 static int remove_temp(struct load *l, int dfd, const char *name,
@@ -617,6 +712,8 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 				? "metadata.json is not a regular file"
 				: "index.json is not a regular file");
 	}
+	if (!strcmp(name, VMDIR_EXPERIENCES))
+		return 0; /* kinds/experience's, which checks it itself */
 	if (has_prefix(name, TMP_PREFIX))
 		return remove_temp(l, vfd, name, name, dirty);
 	if (type == S_IFLNK)
@@ -774,7 +871,6 @@ static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		.cb = cb,
 		.known = known,
 		.ctx = ctx,
-		.q = {.fd = -1},
 		.errmsg = errmsg,
 		.errn = errn,
 	};
@@ -786,7 +882,7 @@ static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 	if (!rep)
 		rep = l.rep = &local;
 	memset(rep, 0, sizeof(*rep));
-	l.now = time(NULL);
+	vmdir_quarantine_init(&l.qc, d->state, rep, errmsg, errn);
 	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		ret = -errno;
@@ -838,7 +934,7 @@ out:
 		close(vfd);
 	if (rootfd >= 0)
 		close(rootfd);
-	statedir_done(&l.q);
+	vmdir_quarantine_done(&l.qc);
 	free(l.buf);
 	if (rep == &local)
 		vmdir_load_report_done(&local);
@@ -888,10 +984,8 @@ static int xdirs_close(struct apply *a)
 	return 0;
 }
 
-/* Open (creating when create, with mode unless 0) directory name in dfd,
- * refusing symlinks. */
-static int open_subdir(int dfd, const char *name, bool create, mode_t mode,
-		       bool *made)
+int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
+		      bool *made)
 {
 	struct stat st;
 	int fd;
@@ -942,7 +1036,7 @@ static int write_durable(int dfd, const char *name, const char *tag,
 	if (mode && fchmod(fd, mode) < 0)
 		ret = -errno;
 	if (ret == 0)
-		ret = write_all(fd, text, len);
+		ret = vmdir_write_all(fd, text, len);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -986,7 +1080,7 @@ static struct xdir *xdir_get(struct apply *a, int x, const char *name,
 		a->xs = xs;
 		a->capx = a->capx ? a->capx * 2 : 8;
 	}
-	fd = open_subdir(a->vfd, name, create, a->dir_mode, &made);
+	fd = vmdir_open_subdir(a->vfd, name, create, a->dir_mode, &made);
 	if (fd == -ENOENT && !create)
 		fd = -1;
 	else if (fd < 0) {
@@ -1023,7 +1117,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			   strerror(-ret));
 		goto out;
 	}
-	ret = open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
+	ret = vmdir_open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
 	if (ret < 0) {
 		errmsg_set(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
 			   strerror(-ret),

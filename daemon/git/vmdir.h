@@ -4,8 +4,10 @@
  * through directory fds opened with O_NOFOLLOW, so a symlink anywhere
  * under .vector-memory is refused rather than followed.
  *
- * Invariants: only decision files (x-NNN/y-Y-z-Z.json), metadata.json
- * and the seed library's optional index.json (left as it is) live there;
+ * Invariants: only decision files (x-NNN/y-Y-z-Z.json), metadata.json,
+ * the seed library's optional index.json (left as it is) and the
+ * experiences' directory (VMDIR_EXPERIENCES, left to git/shards) live
+ * there;
  * temporary files are ".tmp-*" names that are never committed
  * and are removed at start-up; a file that does not parse or validate is
  * moved to the quarantine directory, never skipped silently or emptied.
@@ -19,12 +21,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "protocol/decision.h"
 #include "statedir.h"
 
 #define VMDIR_DIRNAME	 ".vector-memory"
 #define VMDIR_QUARANTINE "quarantine" /* in the state directory */
+/* Below VMDIR_DIRNAME: the experiences' shards (git/shards.h). */
+#define VMDIR_EXPERIENCES "experiences"
+/* The prefix of temporary files, never committed, removed at start-up. */
+#define VMDIR_TMP_PREFIX ".tmp-"
 
 struct vmdir {
 	char *root;		      /* working-tree root (owned) */
@@ -119,6 +126,43 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 void vmdir_load_report_done(struct vmdir_load_report *rep);
 
+/*
+ * Where a load moves what it cannot use: quarantine/ of the state
+ * directory (opened on first use, refusing what statedir refuses), named
+ * "<unix time>-<path with '/' made '_'>[-N]", each move reported in rep.
+ * Blocking; one user at a time.
+ */
+struct vmdir_quarantine {
+	const struct statedir *state; /* borrowed; NULL: nothing can move */
+	struct statedir q;
+	time_t now;
+	struct vmdir_load_report *rep; /* borrowed */
+	char *errmsg;
+	size_t errn;
+};
+
+void vmdir_quarantine_init(struct vmdir_quarantine *qc,
+			   const struct statedir *state,
+			   struct vmdir_load_report *rep, char *errmsg,
+			   size_t errn);
+void vmdir_quarantine_done(struct vmdir_quarantine *qc);
+
+/*
+ * Move entry name of directory dfd (a file, a symlink, a directory with
+ * what it holds; rel is its path below .vector-memory) into quarantine/,
+ * and report it with reason. 0 or -errno (errmsg).
+ */
+int vmdir_quarantine_move(struct vmdir_quarantine *qc, int dfd,
+			  const char *name, const char *rel, const char *reason);
+
+/*
+ * Keep data (bytes that were part of rel, e.g. lines taken out of it) in
+ * a new file of quarantine/ named after rel, durably, and report it with
+ * reason. 0 or -errno (errmsg).
+ */
+int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
+			   const void *data, size_t len, const char *reason);
+
 /* Add rep's counts and a copy of its quarantined entries to all (one
  * report for several loads). 0, or -ENOMEM with all unchanged. */
 int vmdir_load_report_merge(struct vmdir_load_report *all,
@@ -147,6 +191,18 @@ int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
  */
 int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		char *errmsg, size_t errn);
+
+/*
+ * Open directory name of dfd with O_NOFOLLOW (a symlink: -ELOOP, not a
+ * directory: -ENOTDIR), creating it when create and absent (with mode,
+ * unless 0; *made then says so). The descriptor, or -errno.
+ */
+int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
+		      bool *made);
+
+/* write(2) all of buf, going on after EINTR and short writes. 0 or
+ * -errno. */
+int vmdir_write_all(int fd, const char *buf, size_t len);
 
 /* Make every earlier vmdir_apply durable (syncfs). 0 or -errno. */
 int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn);

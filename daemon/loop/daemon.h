@@ -13,6 +13,7 @@
 
 #include "catchup.h"
 #include "decision.h"
+#include "experience.h"
 #include "gitq.h"
 #include "leases.h"
 #include "life.h"
@@ -46,6 +47,7 @@ struct daemon {
 	struct repo repo;
 	struct store store;
 	struct decisions decisions; /* the decision kind, in the store */
+	struct experiences experiences; /* the experience kind, likewise */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

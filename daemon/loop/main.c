@@ -502,11 +502,38 @@ static void decision_changed(struct daemon *d, enum kind_change_type type,
 		    ch->rec);
 }
 
+/*
+ * An experience changed (a write, a reload): to the subscribers; and its
+ * shard's file, when it changes (a write's line, bad lines taken out),
+ * into the next commit.
+ */
+static void experience_changed(struct daemon *d, enum kind_change_type type,
+			       const struct experience_change *ch)
+{
+	char id[EXPID_LEN + 1], path[sizeof(VMDIR_EXPERIENCES) + 256];
+
+	if (ch->path) {
+		snprintf(path, sizeof(path), VMDIR_EXPERIENCES "/%s", ch->path);
+		gitq_mark(&d->gitq, path);
+	}
+	if (!ch->id)
+		return;
+	expid_format(ch->id, id);
+	subs_notify_experience(&d->subs,
+			       type == KIND_RELOADED ? SUBS_RELOADED
+			       : ch->json	     ? SUBS_STORED
+						     : SUBS_DELETED,
+			       id, ch->agent, ch->agent_len, ch->json,
+			       ch->json_len);
+}
+
 /* A kind changed its state: each kind's changes go where they belong. */
 static void changed_cb(void *ctx, const struct kind_change *ch)
 {
 	if (ch->kind == &decision_kind)
 		decision_changed(ctx, ch->type, ch->detail);
+	else if (ch->kind == &experience_kind)
+		experience_changed(ctx, ch->type, ch->detail);
 }
 
 /* Hand the store's writes to the commit queue: what the log replay
@@ -703,9 +730,15 @@ int main(int argc, char **argv)
 		fail_startup(1, "out of memory");
 	d->decisions.dir.file_mode = d->repo.file_mode;
 	d->decisions.dir.dir_mode = d->repo.dir_mode;
+	if (experiences_init(&d->experiences, d->repo.root, &d->repo.state) <
+	    0)
+		fail_startup(1, "out of memory");
+	d->experiences.files.file_mode = d->repo.file_mode;
+	d->experiences.files.dir_mode = d->repo.dir_mode;
 	rc = store_open(&d->store, d->loop, &d->repo.state,
-			(struct store_kind *const[]){&d->decisions.sk}, 1,
-			&d->loaded, errmsg, sizeof(errmsg));
+			(struct store_kind *const[]){&d->decisions.sk,
+						     &d->experiences.sk},
+			2, &d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
@@ -778,6 +811,7 @@ int main(int argc, char **argv)
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	/* After the loop's last run: a job's end may still touch it. */
 	decisions_done(&d->decisions);
+	experiences_done(&d->experiences);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
 	vmdir_load_report_done(&d->loaded);

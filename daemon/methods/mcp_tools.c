@@ -15,6 +15,7 @@
 #include "methods.h"
 #include "params.h"
 #include "protocol/decision.h"
+#include "protocol/experience.h"
 #include "search.h"
 
 #define DESC_MAX 2048
@@ -271,6 +272,133 @@ static int in_sync(json_t *props, int max_x)
 	return rc ? -1 : 0;
 }
 
+/* ---- experiences ---- */
+
+static json_t *p_agent(const char *desc)
+{
+	return json_pack("{s:s,s:i,s:i,s:s,s:s}", "type", "string", "minLength",
+			 1, "maxLength", VMEM_AGENT_ID_MAX, "pattern",
+			 AGENT_ID_PATTERN, "description", desc);
+}
+
+static json_t *p_tags(const char *desc, int min)
+{
+	return json_pack("{s:s,s:{s:s,s:i,s:i,s:s},s:i,s:i,s:b,s:s}", "type",
+			 "array", "items", "type", "string", "minLength", 1,
+			 "maxLength", EXP_TAG_MAX, "pattern", AGENT_ID_PATTERN,
+			 "minItems", min, "maxItems", EXP_TAGS_MAX,
+			 "uniqueItems", 1, "description", desc);
+}
+
+static json_t *p_importance(const char *desc)
+{
+	return p_int(desc, EXP_IMPORTANCE_MIN, EXP_IMPORTANCE_MAX);
+}
+
+static json_t *p_time(const char *desc)
+{
+	return json_pack("{s:s,s:s,s:s}", "type", "string", "format",
+			 "date-time", "description", desc);
+}
+
+static int in_record(json_t *props, int max_x)
+{
+	char d[DESC_MAX];
+	int rc = 0;
+
+	(void)max_x;
+	snprintf(d, sizeof(d),
+		 "The situation you were in (what was asked, what you saw): "
+		 "the text similar situations are found by later. Not empty "
+		 "or only white space, at most %d bytes of UTF-8.",
+		 EXP_TEXT_MAX);
+	SET("context", p_str(d, 1, EXP_TEXT_MAX));
+	snprintf(d, sizeof(d),
+		 "What you did. Not empty, at most %d bytes of UTF-8.",
+		 EXP_TEXT_MAX);
+	SET("action", p_str(d, 1, EXP_TEXT_MAX));
+	snprintf(d, sizeof(d),
+		 "What came of it (success, failure, what you learned). Not "
+		 "empty, at most %d bytes of UTF-8.",
+		 EXP_TEXT_MAX);
+	SET("outcome", p_str(d, 1, EXP_TEXT_MAX));
+	SET("tags", p_tags("Categories for recall (e.g. [\"testing\", "
+			   "\"flaky\"]): up to 32 distinct strings of 1..64 "
+			   "bytes, order kept.",
+			   0));
+	SET("importance",
+	    p_importance("How much this should count, 1 (trivial) to 10 "
+			 "(critical); default 5."));
+	SET("metadata",
+	    json_pack("{s:s,s:s}", "type", "object", "description",
+		      "Structured facts (a JSON object, at most 16 KB)."));
+	SET("agent_id",
+	    p_agent("Whose experience (default: the agent id of this "
+		    "session). At most 128 bytes, no control characters."));
+	SET("timeout_ms", p_timeout());
+	return rc ? -1 : 0;
+}
+
+static int in_recall(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("agent_id",
+	    p_agent("Whose experiences (default: the agent id of this "
+		    "session)."));
+	SET("tags", p_tags("Only experiences holding every one of these "
+			   "tags.",
+			   1));
+	SET("min_importance",
+	    p_importance("Only experiences of at least this importance "
+			 "(default 1)."));
+	SET("since", p_time("Only experiences recorded at or after this "
+			    "time (RFC 3339, e.g. 2025-01-06T00:00:00Z)."));
+	SET("until", p_time("Only experiences recorded at or before this "
+			    "time (RFC 3339)."));
+	SET("limit", p_limit());
+	SET("after", json_pack("{s:s,s:s}", "type", "string", "description",
+			       "Paging: the experiences older than this one "
+			       "(pass next_after of the previous page)."));
+	return rc ? -1 : 0;
+}
+
+static int in_similar(json_t *props, int max_x)
+{
+	char d[DESC_MAX];
+	int rc = 0;
+
+	(void)max_x;
+	snprintf(d, sizeof(d),
+		 "The situation you are in, in words: experiences whose "
+		 "context (weighted most), action or outcome share its words "
+		 "come first (BM25). Whole words only; a word ending in * "
+		 "matches as a prefix (\"deploy*\"). Stop words (the, and, "
+		 "...) are ignored; at most %d bytes.",
+		 EXP_TEXT_MAX);
+	SET("context", p_str(d, 1, EXP_TEXT_MAX));
+	SET("agent_id", p_agent("Only this agent's experiences (default: "
+				"every agent's)."));
+	SET("min_importance",
+	    p_importance("Only experiences of at least this importance."));
+	SET("limit", p_limit());
+	SET("after", json_pack("{s:s,s:s}", "type", "string", "description",
+			       "Paging: the results ranked after this one "
+			       "(pass next_after of the previous page)."));
+	return rc ? -1 : 0;
+}
+
+static int in_exp_stats(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("agent_id", p_agent("One agent's statistics (default: every "
+				"agent's, with the count of each)."));
+	return rc ? -1 : 0;
+}
+
 #undef SET
 
 /* ---- output schemas ---- */
@@ -425,6 +553,97 @@ static json_t *o_sync(int max_x)
 			 "coordinates");
 }
 
+/* An experience; in a listing its texts may be previews. */
+static json_t *o_experience(bool listed, bool scored)
+{
+	json_t *o = json_pack(
+		"{s:s,s:{s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:s},"
+		"s:{s:s,s:i,s:i},s:{s:s,s:{s:s}},s:{s:s}},"
+		"s:[s,s,s,s,s,s,s,s,s]}",
+		"type", "object", "properties", "id", "type", "string",
+		"agent_id", "type", "string", "context", "type", "string",
+		"action", "type", "string", "outcome", "type", "string",
+		"timestamp", "type", "string", "importance", "type", "integer",
+		"minimum", EXP_IMPORTANCE_MIN, "maximum", EXP_IMPORTANCE_MAX,
+		"tags", "type", "array", "items", "type", "string", "metadata",
+		"type", "object", "required", "id", "agent_id", "context",
+		"action", "outcome", "timestamp", "importance", "tags",
+		"metadata");
+	json_t *props = json_object_get(o, "properties");
+	static const char *const texts[] = {"context", "action", "outcome"};
+	int rc = 0;
+
+	for (size_t i = 0; o && listed && i < 3; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "%s_truncated", texts[i]);
+		rc |= json_object_set_new(
+			props, name,
+			json_pack("{s:s,s:s}", "type", "boolean", "description",
+				  "the text is a preview (1 KB)"));
+		snprintf(name, sizeof(name), "%s_bytes", texts[i]);
+		rc |= json_object_set_new(
+			props, name,
+			json_pack("{s:s,s:s}", "type", "integer", "description",
+				  "the whole text's length in bytes"));
+	}
+	if (o && scored) {
+		rc |= json_object_set_new(props, "score",
+					  json_pack("{s:s}", "type", "number"));
+		rc |= json_object_set_new(
+			props, "matched_terms",
+			json_pack("{s:s,s:{s:s}}", "type", "array", "items",
+				  "type", "string"));
+		rc |= json_array_append_new(json_object_get(o, "required"),
+					    json_string("score"));
+		rc |= json_array_append_new(json_object_get(o, "required"),
+					    json_string("matched_terms"));
+	}
+	if (rc) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static json_t *o_record(int max_x)
+{
+	(void)max_x;
+	return o_experience(false, false);
+}
+
+static json_t *o_recall(int max_x)
+{
+	(void)max_x;
+	return o_page("experiences", o_experience(true, false),
+		      o_maybe("string"));
+}
+
+static json_t *o_similar(int max_x)
+{
+	(void)max_x;
+	return o_page("experiences", o_experience(true, true),
+		      o_maybe("string"));
+}
+
+static json_t *o_exp_stats(int max_x)
+{
+	(void)max_x;
+	return json_pack(
+		"{s:s,s:{s:o,s:{s:s,s:i},s:{s:s},s:o,s:o,s:{s:s,s:{s:s}},"
+		"s:{s:s},s:{s:s,s:{s:s}},s:{s:s}},s:[s,s,s,s,s,s,s]}",
+		"type", "object", "properties", "agent_id", o_maybe("string"),
+		"total_count", "type", "integer", "minimum", 0,
+		"avg_importance", "type", "number", "oldest", o_maybe("string"),
+		"newest", o_maybe("string"), "tag_distribution", "type",
+		"object", "additionalProperties", "type", "integer",
+		"tags_total", "type", "integer", "agents", "type", "object",
+		"additionalProperties", "type", "integer", "agents_total",
+		"type", "integer", "required", "agent_id", "total_count",
+		"avg_importance", "oldest", "newest", "tag_distribution",
+		"tags_total");
+}
+
 /* ---- argument mapping and cursors ---- */
 
 /* search_decisions' after {x, y, z, score}: the handler's after (a
@@ -468,6 +687,11 @@ static json_t *cur_search(json_t *item)
 	return c;
 }
 
+static json_t *cur_id(json_t *item)
+{
+	return json_incref(json_object_get(item, "id"));
+}
+
 static json_t *cur_history(json_t *item)
 {
 	json_t *commit = json_object_get(item, "commit");
@@ -495,12 +719,31 @@ static const char *const search_required[] = {"terms", NULL};
 static const char *const history_args[] = {"limit", "after", NULL};
 static const char *const delete_args[] = {"if_version", "timeout_ms", NULL};
 static const char *const sync_args[] = {"message", NULL};
+static const char *const record_args[] = {
+	"context", "action",   "outcome",  "tags",
+	"importance", "metadata", "agent_id", "timeout_ms", NULL};
+static const char *const record_required[] = {"context", "action", "outcome",
+					      NULL};
+static const char *const recall_args[] = {"agent_id", "tags",  "min_importance",
+					  "since",    "until", "limit",
+					  "after",    NULL};
+static const char *const similar_args[] = {"context", "agent_id",
+					   "min_importance", "limit", "after",
+					   NULL};
+static const char *const similar_required[] = {"context", NULL};
+static const char *const exp_stats_args[] = {"agent_id", NULL};
 
 #define PAGING                                                                 \
 	" A page holds at most 50 results by default (limit, at most 200) "    \
 	"and under 64 KB of text; contents over 1 KB are cut (content_"        \
 	"truncated: get_decision shows them whole). When more is true, call "  \
 	"again with the same arguments and after set to next_after."
+
+#define EXP_PAGING                                                             \
+	" A page holds at most 50 results by default (limit, at most 200) "    \
+	"and under 64 KB of text; context, action and outcome over 1 KB are "  \
+	"cut (<field>_truncated). When more is true, call again with the same " \
+	"arguments and after set to next_after."
 
 /* In the order tools/list shows them; few enough for a linear search. */
 static const struct mcp_tool tools[] = {
@@ -574,6 +817,43 @@ static const struct mcp_tool tools[] = {
 	 "when nothing was pending.",
 	 git_sync, TOOL_IDEMPOTENT, sync_args, none, in_sync, o_sync, NULL,
 	 NULL, NULL},
+	{"find_similar_experiences", "Find similar experiences",
+	 "Before acting: look up what agents did in situations like yours "
+	 "and what came of it. Describe your situation in context; the "
+	 "experiences whose context (weighted most), action and outcome "
+	 "share its words come first, ranked by BM25 relevance (ties: the "
+	 "more important, then the newer), each with score and "
+	 "matched_terms. Whole words only: \"post\" does not match "
+	 "\"PostgreSQL\", \"post*\" does. A context of only stop words is "
+	 "a QueryError." EXP_PAGING,
+	 experience_find_similar, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
+	 similar_args, similar_required, in_similar, o_similar, NULL, cur_id,
+	 "experiences"},
+	{"record_experience", "Record an experience",
+	 "After acting: record the situation (context), what you did "
+	 "(action) and what came of it (outcome), with tags and an "
+	 "importance from 1 to 10 (default 5), so that you and every other "
+	 "agent of this repository (and of its clones, through git) can find "
+	 "it again with find_similar_experiences or recall_experiences. "
+	 "Record failures as well as successes. Returns the stored "
+	 "experience with its id (time-ordered) and timestamp; it is "
+	 "durable when this returns, immutable, and committed to git in the "
+	 "next batch.",
+	 experience_store, 0, record_args, record_required, in_record,
+	 o_record, NULL, NULL, NULL},
+	{"recall_experiences", "Recall experiences",
+	 "An agent's experiences, newest first (default: this session's "
+	 "agent), filtered by tags (all of them), minimum importance and a "
+	 "time window." EXP_PAGING,
+	 experience_retrieve, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
+	 recall_args, none, in_recall, o_recall, NULL, cur_id, "experiences"},
+	{"experience_stats", "Experience statistics",
+	 "How many experiences an agent (or every agent) recorded, their "
+	 "average importance, the oldest and newest, and how often each tag "
+	 "occurs (the 1000 most frequent; tags_total counts them all). "
+	 "Without agent_id: every agent's, with the count of each.",
+	 experience_stats, TOOL_READ_ONLY | TOOL_IDEMPOTENT, exp_stats_args,
+	 none, in_exp_stats, o_exp_stats, NULL, NULL, NULL},
 };
 
 #define N_TOOLS (sizeof(tools) / sizeof(tools[0]))
@@ -705,24 +985,36 @@ json_t *mcp_preview(const char *s, size_t len, size_t max)
 	return json_stringn(s, cut);
 }
 
-/* Cut an item's content to a preview, saying so; 0 or -1. */
+/* Cut an item's texts (a decision's content, an experience's context,
+ * action and outcome) to previews, saying so; 0 or -1. */
 static int preview_item(json_t *item)
 {
-	json_t *content = json_object_get(item, "content");
-	json_t *p;
+	static const char *const texts[] = {"content", "context", "action",
+					    "outcome"};
 
-	if (!json_is_string(content))
-		return 0;
-	p = mcp_preview(json_string_value(content), json_string_length(content),
-			MCP_PREVIEW_BYTES);
-	if (!p)
-		return 0;
-	if (json_object_set_new(item, "content_bytes",
-				json_integer((json_int_t)json_string_length(
-					content))) < 0 ||
-	    json_object_set_new(item, "content", p) < 0 ||
-	    json_object_set_new(item, "content_truncated", json_true()) < 0)
-		return -1;
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		json_t *text = json_object_get(item, texts[i]);
+		char name[32];
+		json_t *p;
+
+		if (!json_is_string(text))
+			continue;
+		p = mcp_preview(json_string_value(text),
+				json_string_length(text), MCP_PREVIEW_BYTES);
+		if (!p)
+			continue;
+		snprintf(name, sizeof(name), "%s_bytes", texts[i]);
+		if (json_object_set_new(item, name,
+					json_integer((json_int_t)
+							     json_string_length(
+								     text))) <
+			    0 ||
+		    json_object_set_new(item, texts[i], p) < 0)
+			return -1;
+		snprintf(name, sizeof(name), "%s_truncated", texts[i]);
+		if (json_object_set_new(item, name, json_true()) < 0)
+			return -1;
+	}
 	return 0;
 }
 

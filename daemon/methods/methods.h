@@ -43,6 +43,14 @@ int decision_store(struct call *call);
 int decision_delete(struct call *call);
 int decision_store_many(struct call *call);
 
+/* methods_experience.c */
+int experience_store(struct call *call);
+int experience_get(struct call *call);
+int experience_delete(struct call *call);
+int experience_retrieve(struct call *call);
+int experience_find_similar(struct call *call);
+int experience_stats(struct call *call);
+
 /* methods_git.c */
 int git_sync(struct call *call);
 int git_reload(struct call *call);

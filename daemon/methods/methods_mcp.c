@@ -118,7 +118,7 @@ static json_t *server_info(void)
  * and the agent id this session writes as (agent may be NULL). */
 static json_t *instructions(struct call *call, const char *agent)
 {
-	char text[6144]; /* the repository path and a paragraph */
+	char text[8192]; /* the repository path and a paragraph */
 	char who[512];
 
 	if (agent)
@@ -147,7 +147,11 @@ static json_t *instructions(struct call *call, const char *agent)
 		 "true); record each choice you make with store_decision at "
 		 "your issue, stage and layer. Stored decisions are durable "
 		 "at once and committed to git in batches (sync_memory "
-		 "commits now).%s",
+		 "commits now). Experiences are what agents met, did and got: "
+		 "before acting, look for similar situations with "
+		 "find_similar_experiences; after acting, record the outcome "
+		 "with record_experience (recall_experiences and "
+		 "experience_stats read them back).%s",
 		 call->d->repo.root, call->d->limits.max_x, who);
 	return json_string(text);
 }

@@ -118,11 +118,12 @@ int server_health(struct call *call)
 	for (p = strtok_r(list, ",", &save); p && locks;
 	     p = strtok_r(NULL, ",", &save))
 		json_array_append_new(locks, json_string(p + (*p == ' ')));
-	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
+	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
 			  d->stopping ? "stopping"
 				      : (degraded ? "degraded" : "ok"),
 			  "version", VMEMD_VERSION, "repo", d->repo.root,
 			  "decisions", (json_int_t)d->decisions.index.count,
+			  "experiences", (json_int_t)d->experiences.ix.n_live,
 			  "pending", (json_int_t)gitq_pending(&d->gitq),
 			  "last_commit", last_commit_json(&d->gitq),
 			  "commit_deferred",
@@ -374,7 +375,7 @@ int server_stats(struct call *call)
 		call,
 		json_pack(
 			"{s:I,s:I,s:o,s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I},"
-			"s:I,s:I,s:I,s:{s:I,s:I,s:I}}",
+			"s:I,s:I,s:I,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I}}",
 			"uptime_s",
 			(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000),
 			"connections",
@@ -390,6 +391,9 @@ int server_stats(struct call *call)
 			resident_bytes(), "memory", "content_bytes",
 			(json_int_t)ix->content_bytes, "record_bytes",
 			(json_int_t)ix->record_bytes, "search_bytes",
-			(json_int_t)search_memory(ix->search)));
+			(json_int_t)search_memory(ix->search), "experiences",
+			"count", (json_int_t)d->experiences.ix.n_live, "agents",
+			(json_int_t)d->experiences.ix.n_agents, "index_bytes",
+			(json_int_t)expindex_memory(&d->experiences.ix)));
 	return CALL_DONE;
 }

@@ -1,29 +1,91 @@
 /*
- * Subscriptions: watch.subscribe registers a box of coordinates for the
- * calling connection, which then receives watch.changed notifications
- * (see subs.h); watch.unsubscribe ends one.
+ * Subscriptions: watch.subscribe registers, for the calling connection,
+ * a box of coordinates (decisions), the experiences (of one agent, or
+ * all), or both (kinds); the connection then receives watch.changed
+ * notifications (see subs.h); watch.unsubscribe ends one.
  */
 #include "methods.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #include "daemon.h"
 #include "dispatch.h"
 #include "params.h"
 #include "protocol/errors.h"
 
+/* The "kinds" of a subscription (SUBS_*): absent, decisions. */
+static bool param_kinds(struct call *call, unsigned *out)
+{
+	json_t *v = json_object_get(call->params, "kinds"), *k;
+	size_t i;
+
+	*out = SUBS_KIND_DECISION;
+	if (!v)
+		return true;
+	if (!json_is_array(v) || json_array_size(v) == 0)
+		goto bad;
+	*out = 0;
+	json_array_foreach(v, i, k)
+	{
+		const char *name = json_string_value(k);
+
+		if (name && !strcmp(name, "decision"))
+			*out |= SUBS_KIND_DECISION;
+		else if (name && !strcmp(name, "experience"))
+			*out |= SUBS_KIND_EXPERIENCE;
+		else
+			goto bad;
+	}
+	return true;
+bad:
+	call_error(call, RPC_INVALID_PARAMS, NULL,
+		   "kinds must be a non-empty array of \"decision\" and "
+		   "\"experience\"");
+	return false;
+}
+
 int watch_subscribe(struct call *call)
 {
 	static const char *const allowed[] = {"x_range", "y_range", "z_range",
-					      NULL};
+					      "kinds",	 "agent_id", NULL};
+	static const char *const box[] = {"x_range", "y_range", "z_range"};
+	json_t *agent = json_object_get(call->params, "agent_id");
 	struct axis_range x, y, z;
+	char msg[VMEM_ERRMSG_LEN];
+	unsigned kinds;
 	uint64_t id;
 
-	if (!param_only(call, allowed) || !param_range(call, "x_range", &x) ||
+	if (!param_only(call, allowed) || !param_kinds(call, &kinds) ||
+	    !param_range(call, "x_range", &x) ||
 	    !param_range(call, "y_range", &y) ||
 	    !param_range(call, "z_range", &z))
 		return CALL_DONE;
-	if (subs_add(&call->d->subs, call->conn, &x, &y, &z, &id) < 0) {
+	for (size_t i = 0; i < 3; i++)
+		if (!(kinds & SUBS_KIND_DECISION) &&
+		    json_object_get(call->params, box[i])) {
+			call_error(call, RPC_INVALID_PARAMS, NULL,
+				   "%s applies to decisions: add \"decision\" "
+				   "to kinds",
+				   box[i]);
+			return CALL_DONE;
+		}
+	if (agent && !(kinds & SUBS_KIND_EXPERIENCE)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "agent_id applies to experiences: add "
+			   "\"experience\" to kinds");
+		return CALL_DONE;
+	}
+	if (agent && (!json_is_string(agent) ||
+		      agent_id_check(json_string_value(agent),
+				     json_string_length(agent), msg) != 0)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL, "%s",
+			   json_is_string(agent) ? msg
+						 : "agent_id must be a string");
+		return CALL_DONE;
+	}
+	if (subs_add_kinds(&call->d->subs, call->conn, kinds, &x, &y, &z,
+			   json_string_value(agent), &id) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}

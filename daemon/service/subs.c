@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "buf.h"
 #include "conn.h"
@@ -26,6 +27,7 @@ void subs_done(struct subs *s)
 		struct subscription *sub = s->head;
 
 		s->head = sub->next;
+		free(sub->agent_id);
 		free(sub);
 	}
 	s->n = 0;
@@ -36,6 +38,25 @@ int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
 	     uint64_t *id)
 {
 	return subs_add_format(s, conn, x, y, z, SUBS_WATCH, id);
+}
+
+int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
+		   const struct axis_range *x, const struct axis_range *y,
+		   const struct axis_range *z, const char *agent, uint64_t *id)
+{
+	char *copy = agent ? strdup(agent) : NULL;
+	int rc;
+
+	if (agent && !copy)
+		return -ENOMEM;
+	rc = subs_add_format(s, conn, x, y, z, SUBS_WATCH, id);
+	if (rc < 0) {
+		free(copy);
+		return rc;
+	}
+	s->head->kinds = kinds;
+	s->head->agent_id = copy;
+	return 0;
 }
 
 static bool same_range(const struct axis_range *a, const struct axis_range *b)
@@ -69,6 +90,7 @@ int subs_add_format(struct subs *s, struct conn *conn,
 	sub->id = ++s->last_id;
 	sub->format = format;
 	sub->conn = conn;
+	sub->kinds = SUBS_KIND_DECISION;
 	sub->x = *x;
 	sub->y = *y;
 	sub->z = *z;
@@ -91,6 +113,7 @@ static size_t remove_matching(struct subs *s, const struct conn *conn,
 
 		if (sub->conn == conn && (all || sub->id == id)) {
 			*p = sub->next;
+			free(sub->agent_id);
 			free(sub);
 			s->n--;
 			removed++;
@@ -137,8 +160,9 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		next = sub->next;
 		/* A subscriber cut off in this burst keeps its
 		 * subscriptions until its close callback: skip them. */
-		if (sub->conn->closing || !in_range(&sub->x, c->x) ||
-		    !in_range(&sub->y, c->y) || !in_range(&sub->z, c->z))
+		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_DECISION) ||
+		    !in_range(&sub->x, c->x) || !in_range(&sub->y, c->y) ||
+		    !in_range(&sub->z, c->z))
 			continue;
 		if (sub->format == SUBS_MCP_LIST) {
 			/* One per loop iteration (conn_flush_notified). */
@@ -173,6 +197,45 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		if (!buf_append(&line, head, (size_t)n) ||
 		    !(rec ? buf_append(&line, rec->json, rec->json_len)
 			  : buf_puts(&line, "null")) ||
+		    !buf_puts(&line, "}}\n")) {
+			log_err("out of memory notifying subscriber %" PRIu64,
+				sub->id);
+			conn_close(sub->conn);
+			continue;
+		}
+		conn_notify(sub->conn, line.data, line.len);
+	}
+	buf_done(&line);
+}
+
+void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
+			    const char *agent, size_t agent_len,
+			    const char *json, size_t json_len)
+{
+	struct subscription *sub, *next;
+	struct buf line = {0};
+
+	for (sub = s->head; sub; sub = next) {
+		char head[256];
+		int n;
+
+		next = sub->next; /* notifying may close a slow subscriber */
+		/* one cut off in this burst: see subs_notify */
+		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_EXPERIENCE) ||
+		    (sub->agent_id &&
+		     (!agent || strlen(sub->agent_id) != agent_len ||
+		      memcmp(sub->agent_id, agent, agent_len) != 0)))
+			continue;
+		n = snprintf(head, sizeof(head),
+			     "{\"jsonrpc\":\"2.0\",\"method\":"
+			     "\"watch.changed\",\"params\":{\"subscription\":"
+			     "%" PRIu64 ",\"kind\":\"experience\",\"event\":"
+			     "\"%s\",\"id\":\"%s\",\"experience\":",
+			     sub->id, event_names[ev], id);
+		line.len = 0;
+		if (!buf_append(&line, head, (size_t)n) ||
+		    !(json ? buf_append(&line, json, json_len)
+			   : buf_puts(&line, "null")) ||
 		    !buf_puts(&line, "}}\n")) {
 			log_err("out of memory notifying subscriber %" PRIu64,
 				sub->id);

@@ -1,6 +1,7 @@
 /*
  * Subscriptions (watch.subscribe): a connection asks to be told of the
- * changes inside a box of coordinates, and gets a watch.changed
+ * changes inside a box of coordinates (decisions) and, or only, of the
+ * experiences (of one agent, or of all), and gets a watch.changed
  * notification for every store, delete and reload change there, in the
  * order the daemon applied them. Delivery is the connection's business
  * (conn_notify: a subscriber that stops reading is disconnected). Loop
@@ -34,11 +35,21 @@ enum subs_format {
 	SUBS_MCP_LIST,
 };
 
+/* The kinds of record a subscription is told about (a mask; 1 << 1 and
+ * 1 << 2 are left to the conversation kinds, messages and documents). */
+enum {
+	SUBS_KIND_DECISION = 1 << 0,
+	SUBS_KIND_EXPERIENCE = 1 << 3,
+};
+
 struct subscription {
 	uint64_t id;
 	enum subs_format format;
 	struct conn *conn;
-	struct axis_range x, y, z;
+	unsigned kinds; /* SUBS_KIND_DECISION, SUBS_KIND_EXPERIENCE */
+	struct axis_range x, y, z; /* decisions: the box */
+	char *agent_id;		/* experiences: only this agent's (owned;
+				   NULL: every agent's) */
 	struct subscription *next;
 };
 
@@ -57,6 +68,12 @@ void subs_done(struct subs *s);
 int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
 	     const struct axis_range *y, const struct axis_range *z,
 	     uint64_t *id);
+
+/* A watch.changed subscription to kinds (SUBS_*): decisions in the box,
+ * experiences of agent (copied; NULL: all). 0 or -ENOMEM. */
+int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
+		   const struct axis_range *x, const struct axis_range *y,
+		   const struct axis_range *z, const char *agent, uint64_t *id);
 
 /* subs_add with a format other than watch.changed's. */
 int subs_add_format(struct subs *s, struct conn *conn,
@@ -81,5 +98,11 @@ void subs_drop_conn(struct subs *s, const struct conn *conn);
  * (NULL when there is none). */
 void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 		 const struct record *rec);
+
+/* Tell the experience subscribers of agent's experience id (the text
+ * form); json is the record now (NULL when there is none). */
+void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
+			    const char *agent, size_t agent_len,
+			    const char *json, size_t json_len);
 
 #endif

@@ -18,6 +18,15 @@
  * the same value size, through our own minimal RESP client). Ratios against
  * them are printed last. Only ratios travel between machines.
  *
+ * Experiences (issue 14): --exp-preload N first stores N experiences of
+ * about 600 bytes of text from 20 agents; the mixes xstore, xretrieve
+ * (limit 10, one tag), xsimilar and xstats load the experience methods;
+ * their latencies inside the daemon (server.stats) are printed after the
+ * rows, with xstore's ratios to decision.store (store) of the same run.
+ * --restart then stops the daemon, times its next start-up (the log
+ * replayed, every shard and decision file loaded) and prints its
+ * resident memory against the content it holds.
+ *
  * It never fails on time. It exits non-zero only on real errors: a server
  * that does not start, a broken connection, or an error response to one of
  * its requests.
@@ -57,6 +66,9 @@
 #define SEARCH_TAGS   50
 #define BEFORE_ISSUES 10
 #define NS	      1000000000ull
+#define EXP_AGENTS    20
+#define EXP_TAGS      40
+#define EXP_VOCAB     4000
 
 enum proto { P_JSON, P_LINE, P_RESP };
 
@@ -68,6 +80,10 @@ enum op {
 	OP_SEARCH,
 	OP_RANGE,
 	OP_BEFORE,
+	OP_XSTORE,
+	OP_XRETRIEVE,
+	OP_XSIMILAR,
+	OP_XSTATS,
 	N_MIX_OPS,
 	OP_ECHO = N_MIX_OPS,
 	OP_PRELOAD,
@@ -77,8 +93,10 @@ enum op {
 };
 
 static const char *const op_names[] = {
-	"get",	  "exists", "store",   "store_new", "search",	 "range",
-	"before", "echo",   "preload", "redis SET", "redis GET", "preload",
+	"get",	     "exists",	  "store",     "store_new", "search",
+	"range",     "before",	  "xstore",    "xretrieve", "xsimilar",
+	"xstats",    "echo",	  "preload",   "redis SET", "redis GET",
+	"preload",
 };
 
 struct mix {
@@ -102,6 +120,8 @@ struct opts {
 	int n_mixes;
 	bool compare;
 	bool pin;
+	int exp_preload; /* experiences stored before the rows */
+	bool restart;	 /* time a restart, then the memory */
 };
 
 struct row {
@@ -165,6 +185,9 @@ static struct {
 	uint64_t next_fresh; /* next unused coordinate for store_new */
 	size_t get_resp_len; /* for the echo server's replies */
 	char *filler;	     /* value_bytes of words, no JSON escapes */
+	char *vocab[EXP_VOCAB];	 /* the experiences' words */
+	uint64_t exp_text_bytes; /* context + action + outcome stored */
+	uint64_t exp_stored;
 	cpu_set_t all_cpus;
 	struct row rows[MAX_ROWS];
 	int n_rows;
@@ -316,6 +339,131 @@ static int emit_resp_set(struct buf *o, uint64_t k)
 	return 0;
 }
 
+/* ---- experiences ---- */
+
+/* A word of the vocabulary, skewed to the first ones (the product of two
+ * uniform draws), as words of a language are. */
+static const char *exp_word(uint64_t *rng)
+{
+	uint64_t a = rnd(rng) % EXP_VOCAB, b = rnd(rng) % EXP_VOCAB;
+
+	return g.vocab[a * b / EXP_VOCAB];
+}
+
+/* Pronounceable made-up words (no stop word, no JSON escape). */
+static int make_vocab(void)
+{
+	static const char *const syl[] = {"ka", "ri", "to", "mu", "sel", "vo",
+					  "dan", "pe", "lin", "go", "zu",
+					  "mar", "te", "fi", "ro", "bex"};
+
+	for (int i = 0; i < EXP_VOCAB; i++) {
+		char w[32] = "";
+		int v = i, n = 2 + i % 3;
+
+		for (int k = 0; k < n; k++) {
+			strcat(w, syl[v % 16]);
+			v /= 16;
+		}
+		g.vocab[i] = strdup(w);
+		if (!g.vocab[i])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Words up to about bytes bytes into o. */
+static void exp_words(struct buf *o, uint64_t *rng, size_t bytes)
+{
+	size_t start = o->len;
+
+	while (o->len - start < bytes) {
+		const char *w = exp_word(rng);
+		size_t n = strlen(w);
+
+		if (o->len > start)
+			o->p[o->len++] = ' ';
+		memcpy(o->p + o->len, w, n);
+		o->len += n;
+	}
+	g.exp_text_bytes += o->len - start;
+}
+
+static int emit_xstore(struct buf *o, uint64_t id, uint64_t *rng)
+{
+	static const size_t sizes[3] = {300, 150, 150};
+	static const char *const names[3] = {"context", "action", "outcome"};
+	unsigned tag = (unsigned)(rnd(rng) % EXP_TAGS * (rnd(rng) % EXP_TAGS) /
+				  EXP_TAGS);
+	int n;
+
+	if (buf_reserve(o, 1024) < 0)
+		return -ENOMEM;
+	n = snprintf(o->p + o->len, 256,
+		     "%s%" PRIu64 ",\"method\":\"experience.store\","
+		     "\"params\":{\"agent_id\":\"agent-%02u\"",
+		     jhead, id, (unsigned)(rnd(rng) % EXP_AGENTS));
+	o->len += (size_t)n;
+	for (int f = 0; f < 3; f++) {
+		o->len += (size_t)sprintf(o->p + o->len, ",\"%s\":\"",
+					  names[f]);
+		exp_words(o, rng, sizes[f]);
+		o->p[o->len++] = '"';
+	}
+	o->len += (size_t)sprintf(o->p + o->len,
+				  ",\"tags\":[\"tag%02u\"%s],\"importance\":"
+				  "%u}}\n",
+				  tag, tag % 3 ? "" : ",\"common\"",
+				  (unsigned)(rnd(rng) % 10) + 1);
+	g.exp_stored++;
+	return 0;
+}
+
+static int emit_xquery(struct buf *o, enum op op, uint64_t id, uint64_t *rng)
+{
+	unsigned agent = (unsigned)(rnd(rng) % EXP_AGENTS);
+	int n = 0;
+
+	if (buf_reserve(o, 512) < 0)
+		return -ENOMEM;
+	if (op == OP_XRETRIEVE) {
+		n = snprintf(o->p + o->len, 512,
+			     "%s%" PRIu64 ",\"method\":\"experience.retrieve\","
+			     "\"params\":{\"agent_id\":\"agent-%02u\","
+			     "\"tags\":[\"tag%02u\"],\"limit\":10}}\n",
+			     jhead, id, agent,
+			     (unsigned)(rnd(rng) % EXP_TAGS));
+	} else if (op == OP_XSTATS) {
+		if (rnd(rng) % 2)
+			n = snprintf(o->p + o->len, 512,
+				     "%s%" PRIu64
+				     ",\"method\":\"experience.stats\","
+				     "\"params\":{\"agent_id\":\"agent-%02u\"}"
+				     "}\n",
+				     jhead, id, agent);
+		else
+			n = snprintf(o->p + o->len, 512,
+				     "%s%" PRIu64
+				     ",\"method\":\"experience.stats\"}\n",
+				     jhead, id);
+	} else {
+		int words = 3 + (int)(rnd(rng) % 6);
+
+		n = snprintf(o->p + o->len, 512,
+			     "%s%" PRIu64 ",\"method\":\"experience."
+			     "find_similar\",\"params\":{\"context\":\"",
+			     jhead, id);
+		for (int i = 0; i < words; i++)
+			n += snprintf(o->p + o->len + n, 512 - (size_t)n,
+				      "%s%s", i ? " " : "", exp_word(rng));
+		n += snprintf(o->p + o->len + n, 512 - (size_t)n, "\"}}\n");
+	}
+	if (n < 0 || n >= 512)
+		return -EOVERFLOW;
+	o->len += (size_t)n;
+	return 0;
+}
+
 /* Append one request for op to o. seq numbers the preload. */
 static int emit(struct buf *o, enum op op, uint64_t id, uint64_t *rng,
 		uint64_t seq)
@@ -371,6 +519,12 @@ static int emit(struct buf *o, enum op op, uint64_t id, uint64_t *rng,
 			     (int)(rnd(rng) % 6) + 1);
 		break;
 	}
+	case OP_XSTORE:
+		return emit_xstore(o, id, rng);
+	case OP_XRETRIEVE:
+	case OP_XSIMILAR:
+	case OP_XSTATS:
+		return emit_xquery(o, op, id, rng);
 	case OP_RSET:
 		return emit_resp_set(o, k);
 	case OP_RPRELOAD:
@@ -1101,8 +1255,10 @@ static void print_header(void)
 	       "cpu us/op");
 }
 
-/* CPU time (s) used so far by every thread of process pid, or -1. */
-static double proc_cpu_s(pid_t pid)
+/* CPU seconds (user + system, every thread) a process used so far (-1
+ * if unknown): on a shared machine the wall time of a start-up or a row
+ * says more about the others than about us. */
+static double cpu_seconds(pid_t pid)
 {
 	struct timespec ts;
 	clockid_t clk;
@@ -1161,9 +1317,9 @@ static int measure(const char *label, const char *sock, pid_t server,
 	int64_t n;
 
 	place(server, pinned);
-	cpu0 = proc_cpu_s(server);
+	cpu0 = cpu_seconds(server);
 	n = run_load(sock, proto, mix, clients, o->depth, o->seconds, 0, &r);
-	cpu1 = proc_cpu_s(server);
+	cpu1 = cpu_seconds(server);
 	place(server, false);
 	if (cpu0 >= 0 && cpu1 >= cpu0 && r.answered)
 		cpu_us = (cpu1 - cpu0) * 1e6 / (double)r.answered;
@@ -1294,6 +1450,32 @@ static void ratio(const char *what, int clients, double ours, double base,
 	       *target ? "  " : "", target);
 }
 
+/* experience.store against decision.store of the same run: the
+ * throughput ratio (target >= 0.9) and the latency ratio (the inverse
+ * of a speed, so <= 1 / 0.9). */
+static void print_exp_ratios(const struct opts *o)
+{
+	bool head = false;
+
+	for (int i = 0; i < o->n_clients; i++) {
+		int c = o->clients[i];
+		const struct row *st = find_row("store", c);
+		const struct row *xs = find_row("xstore", c);
+
+		if (!st || !xs)
+			continue;
+		if (!head)
+			printf("\n%-32s %7s %10s %10s %-4s %6s  %s\n",
+			       "experiences (same run)", "clients", "xstore",
+			       "store", "", "ratio", "target");
+		head = true;
+		ratio("xstore ops/s / store ops/s", c, xs->tput, st->tput,
+		      "/s", ">= 0.9");
+		ratio("xstore p50 / store p50", c, xs->p50, st->p50, "us",
+		      "<= 1.11");
+	}
+}
+
 static void print_ratios(const struct opts *o, bool redis)
 {
 	const struct row *fs = find_row("fdatasync (log append)", 1);
@@ -1327,6 +1509,125 @@ static void print_ratios(const struct opts *o, bool redis)
 			ratio("store p50 / fdatasync p50", c, st->p50, fs->p50,
 			      "us", "<= 1.2");
 	}
+	print_exp_ratios(o);
+}
+
+/* ---- inside the daemon ---- */
+
+/* The latencies server.stats measured inside the daemon for the methods
+ * the experience rows used (and decision.store's, for reference). */
+static int print_daemon_latencies(void)
+{
+	static const char *const methods[] = {
+		"experience.store",	 "experience.retrieve",
+		"experience.find_similar", "experience.stats",
+		"decision.store",	 "decision.get"};
+	static const char *const targets[] = {"", "p99 <= 100", "p99 <= 2000",
+					      "p99 <= 1000", "", ""};
+	char *resp = NULL, key[64];
+	size_t len;
+	int rc = rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+			  "\"server.stats\"}\n",
+			  &resp, &len, 60);
+
+	if (rc < 0)
+		return rc;
+	printf("\n%-26s %9s %9s %9s %9s  %s\n", "inside the daemon", "calls",
+	       "p50 us", "p99 us", "max us", "target");
+	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+		const char *p;
+		unsigned long long count, errors;
+		double p50, p99, max;
+
+		snprintf(key, sizeof(key), "\"%s\":{", methods[i]);
+		p = strstr(resp, key);
+		if (!p || sscanf(p + strlen(key),
+				 "\"count\":%llu,\"errors\":%llu,\"p50_us\":"
+				 "%lf,\"p99_us\":%lf,\"max_us\":%lf",
+				 &count, &errors, &p50, &p99, &max) != 5)
+			continue;
+		printf("%-26s %9llu %9.1f %9.1f %9.1f  %s\n", methods[i], count,
+		       p50, p99, max, targets[i]);
+	}
+	free(resp);
+	return 0;
+}
+
+/* VmRSS of a process, in bytes (-1 if unknown). */
+static long long rss_bytes(pid_t pid)
+{
+	char path[64], line[256];
+	long long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+/* Bytes of the files below dir (the shards, the decision files). */
+static long long tree_bytes;
+
+static int sum_cb(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)path;
+	(void)ftw;
+	if (flag == FTW_F)
+		tree_bytes += sb->st_size;
+	return 0;
+}
+
+/*
+ * Stop the daemon (which writes and commits everything), start it again
+ * and time its start until it listens (every shard and decision file
+ * loaded); then its resident memory against the content it holds.
+ */
+static int measure_restart(const struct opts *o)
+{
+	long long before = rss_bytes(g.vmemd), after, dec, exps;
+	double cpu;
+	char vm[128];
+	uint64_t t;
+	int st, rc;
+
+	st = stop_child(&g.vmemd, SIGTERM, 600);
+	if (st != 0) {
+		fprintf(stderr, "vmem-bench: vmemd did not stop cleanly\n");
+		return -ECHILD;
+	}
+	t = now_ns();
+	if ((rc = start_vmemd(o->vmemd)) < 0)
+		return rc;
+	t = now_ns() - t;
+	cpu = cpu_seconds(g.vmemd);
+	/* The start's transient buffers go back first. */
+	usleep(500000);
+	after = rss_bytes(g.vmemd);
+	snprintf(vm, sizeof(vm), "%s/.vector-memory/experiences", g.dir);
+	tree_bytes = 0;
+	nftw(vm, sum_cb, 16, FTW_PHYS);
+	exps = tree_bytes;
+	dec = (long long)o->preload * o->value_bytes;
+	printf("\nrestart: %d decisions and %llu experiences loaded, "
+	       "listening after %.3f s (target <= 2 s), %.2f s of CPU\n",
+	       o->preload, (unsigned long long)g.exp_stored, (double)t / 1e9,
+	       cpu);
+	printf("content: %.1f MB of experience text (context, action, "
+	       "outcome), %.1f MB of shards, %.1f MB of decision content\n",
+	       (double)g.exp_text_bytes / 1e6, (double)exps / 1e6,
+	       (double)dec / 1e6);
+	printf("vmemd resident: %.1f MB before the restart, %.1f MB after it: "
+	       "%.2fx the text, %.2fx the shards' bytes (target <= 2)\n",
+	       (double)before / 1e6, (double)after / 1e6,
+	       (double)after / (double)(g.exp_text_bytes + (uint64_t)dec),
+	       (double)after / (double)(exps + dec));
+	return 0;
 }
 
 /* ---- options ---- */
@@ -1340,11 +1641,16 @@ static void usage(FILE *f)
 		"SPEC]...\n"
 		"                  [--preload N] [--max-x N] [--compare] "
 		"[--pin]\n"
+		"                  [--exp-preload N] [--restart]\n"
 		"  --mix SPEC   op[=weight],... with op one of get, exists, "
 		"store,\n"
-		"               store_new, search, range, before "
-		"(repeatable;\n"
-		"               default: get, then store, each its own row)\n");
+		"               store_new, search, range, before, xstore, "
+		"xretrieve,\n"
+		"               xsimilar, xstats (repeatable; default: get, "
+		"then\n"
+		"               store, each its own row)\n"
+		"  --exp-preload N  store N experiences (20 agents) first\n"
+		"  --restart    then time a restart and show the memory\n");
 }
 
 static int parse_mix(const char *spec, struct mix *m)
@@ -1410,6 +1716,8 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{"max-x", required_argument, NULL, 'x'},
 		{"compare", no_argument, NULL, 'C'},
 		{"pin", no_argument, NULL, 'P'},
+		{"exp-preload", required_argument, NULL, 'E'},
+		{"restart", no_argument, NULL, 'R'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -1456,6 +1764,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'P':
 			o->pin = true;
 			break;
+		case 'E':
+			o->exp_preload = atoi(optarg);
+			break;
+		case 'R':
+			o->restart = true;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
@@ -1466,7 +1780,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	if (optind < argc || !o->vmemd || !(o->seconds > 0) ||
 	    o->seconds > 3600 || o->depth < 1 || o->depth > MAX_DEPTH ||
 	    o->value_bytes < 16 || o->value_bytes > 102400 || o->preload < 1 ||
-	    o->max_x < 0 || o->max_x > 1000000)
+	    o->max_x < 0 || o->max_x > 1000000 || o->exp_preload < 0)
 		return -EINVAL;
 	if (o->n_mixes == 0) {
 		parse_mix("get", &o->mixes[0]);
@@ -1475,12 +1789,14 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (!o->max_x) {
 		/* store_new needs room: only then widen the space. */
-		bool fresh = false;
+		bool fresh = o->preload > 15000;
 
 		for (int i = 0; i < o->n_mixes; i++)
 			for (int j = 0; j < o->mixes[i].n; j++)
 				fresh |= o->mixes[i].op[j] == OP_STORE_NEW;
 		o->max_x = fresh ? 100000 : 1000;
+		if (o->preload > 15000 && fresh)
+			o->max_x = 100000;
 	}
 	if ((int64_t)o->preload > (int64_t)o->max_x * 15) {
 		fprintf(stderr, "vmem-bench: --preload is at most 15 x "
@@ -1579,7 +1895,8 @@ static int bench_redis(const struct opts *o)
 static bool writes(const struct mix *m)
 {
 	for (int i = 0; i < m->n; i++)
-		if (m->op[i] == OP_STORE || m->op[i] == OP_STORE_NEW)
+		if (m->op[i] == OP_STORE || m->op[i] == OP_STORE_NEW ||
+		    m->op[i] == OP_XSTORE)
 			return true;
 	return false;
 }
@@ -1635,6 +1952,28 @@ int main(int argc, char **argv)
 		goto out;
 	if ((rc = preload_vmem(&o)) < 0)
 		goto out;
+	if ((rc = make_vocab()) < 0)
+		goto out;
+	if (o.exp_preload > 0) {
+		struct mix m = {.label = "preload", .n = 1, .op = {OP_XSTORE}};
+		uint64_t t = now_ns();
+		int64_t n;
+
+		m.weight[0] = m.total = 1;
+		n = run_load(g.vmem_sock, P_JSON, &m, PRELOAD_CONNS,
+			     PRELOAD_DEPTH, 0, (uint64_t)o.exp_preload, NULL);
+		if (n < 0) {
+			rc = (int)n;
+			goto out;
+		}
+		t = now_ns() - t;
+		if ((rc = vmem_sync()) < 0)
+			goto out;
+		printf("preloaded %d experiences in %.1f s (%.0f/s), "
+		       "committed\n\n",
+		       o.exp_preload, (double)t / 1e9,
+		       o.exp_preload / ((double)t / 1e9));
+	}
 	g.label_w = 22;
 	for (j = 0; j < o.n_mixes; j++)
 		if ((int)strlen(o.mixes[j].label) > g.label_w)
@@ -1679,6 +2018,14 @@ int main(int argc, char **argv)
 		}
 		print_ratios(&o, redis);
 	}
+	if (o.exp_preload > 0 || g.exp_stored > 0) {
+		if (!o.compare)
+			print_exp_ratios(&o);
+		if ((rc = print_daemon_latencies()) < 0)
+			goto out;
+	}
+	if (o.restart && (rc = measure_restart(&o)) < 0)
+		goto out;
 	if (o.pin)
 		printf("\n* pinned: the client and every thread of the server "
 		       "on one CPU\n");
@@ -1703,5 +2050,7 @@ out:
 		nftw(g.dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 	free(g.filler);
 	free(echo_reply);
+	for (i = 0; i < EXP_VOCAB; i++)
+		free(g.vocab[i]);
 	return rc < 0 ? 1 : 0;
 }

@@ -28,7 +28,9 @@ CAPABILITIES = {"tools": {"listChanged": False},
 PAGE_BYTES = 64 * 1024
 PREVIEW = 1024
 LISTINGS = {"query_decisions": "decisions", "decisions_before": "decisions",
-            "search_decisions": "decisions", "decision_history": "versions"}
+            "search_decisions": "decisions", "decision_history": "versions",
+            "recall_experiences": "experiences",
+            "find_similar_experiences": "experiences"}
 TOOLS = {
     "store_decision": "decision.store",
     "get_decision": "decision.get",
@@ -38,6 +40,10 @@ TOOLS = {
     "decision_history": "decision.history",
     "delete_decision": "decision.delete",
     "sync_memory": "git.sync",
+    "find_similar_experiences": "experience.find_similar",
+    "record_experience": "experience.store",
+    "recall_experiences": "experience.retrieve",
+    "experience_stats": "experience.stats",
 }
 COORD_TOOLS = ["store_decision", "get_decision", "decision_history",
                "delete_decision"]
@@ -330,7 +336,7 @@ class ToolList(McpMixin, vt.VmemTestCase):
         res = c.call("tools/list")
         self.assertEqual(sorted(res), ["tools"])
         tools = {t["name"]: t for t in res["tools"]}
-        self.assertEqual(len(res["tools"]), 8)
+        self.assertEqual(len(res["tools"]), len(TOOLS))
         self.assertEqual(sorted(tools), sorted(TOOLS))
         for name, t in tools.items():
             with self.subTest(tool=name):

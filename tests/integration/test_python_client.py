@@ -1170,8 +1170,10 @@ class TestPackaging(NoDaemonCase):
         with zipfile.ZipFile(os.path.join(out, name)) as zf:
             names = zf.namelist()
             for module in ("__init__", "errors", "model", "discovery",
-                           "connection", "manager"):
+                           "connection", "manager", "experience"):
                 self.assertIn("vmem/%s.py" % module, names)
+            # The seed 004 package name of vmem.experience.
+            self.assertIn("amplihack_memory/__init__.py", names)
             info = "vmem-%s.dist-info/" % vmem.__version__
             meta = zf.read(info + "METADATA").decode()
             self.assertIn("Version: %s\n" % vmem.__version__, meta)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Crash torture: 8 client processes store, overwrite (overwrite and
-if_version) and delete on ~200 coordinates while the parent kills vmemd
+if_version) and delete on ~200 coordinates, and store and delete
+experiences, while the parent kills vmemd
 with SIGKILL at random moments (at least 200 kills, TORTURE_KILLS) and
 restarts it. Every request is recorded as sent and every response with its
 full result; after a kill the outcome of a request whose connection died is
@@ -73,12 +74,15 @@ def op_params(kind, c, content=None, ctx=None, **kw):
     return params
 
 
+METHODS = {"store": "decision.store", "delete": "decision.delete",
+           "xstore": "experience.store", "xdelete": "experience.delete"}
+
+
 def run_op(conn, op):
     """Send op (a dict: c, kind, params) on conn and record the outcome in
     it: s (sent), a (answered, None when unknown), res or err. Returns
     False when the connection is lost."""
-    method = "decision.store" if op["kind"] == "store" else \
-        "decision.delete"
+    method = METHODS[op["kind"]]
     op["s"] = time.monotonic()
     try:
         op["res"] = conn.call(method, op["params"])
@@ -97,8 +101,25 @@ def run_op(conn, op):
         return False
 
 
-def next_op(rng, conn, n, seq, coords):
-    """The next operation of client n (it may read the current version)."""
+def next_xop(rng, n, seq, mine):
+    """An experience operation of client n: a store, or the deletion of
+    one of its acknowledged experiences (mine: their ids)."""
+    if mine and rng.random() < 0.2:
+        return {"c": None, "kind": "xdelete",
+                "params": {"id": rng.choice(mine)}}
+    return {"c": None, "kind": "xstore",
+            "params": {"context": make_content(rng, "x%d.%d" % (n, seq)),
+                       "action": "acted %d" % seq,
+                       "outcome": "outcome %d" % seq,
+                       "tags": ["torture", "client-%d" % n],
+                       "importance": rng.randint(1, 10)}}
+
+
+def next_op(rng, conn, n, seq, coords, mine=None):
+    """The next operation of client n (it may read the current version);
+    with mine (the client's experience ids), some are experiences."""
+    if mine is not None and rng.random() < 0.15:
+        return next_xop(rng, n, seq, mine)
     c = rng.choice(coords)
     tag = "t%d.%d" % (n, seq)
     ctx = {"issue_id": "T-%d" % n, "seq": str(seq)} \
@@ -136,6 +157,7 @@ def client_main(n, seed, sock, run, stop, gen, queue):
     conn = None
     seq = 0
     idle = -1
+    mine = []
     while not stop.is_set():
         if not run.is_set():
             if conn is not None:
@@ -154,7 +176,7 @@ def client_main(n, seed, sock, run, stop, gen, queue):
                 continue
         seq += 1
         try:
-            op = next_op(rng, conn, n, seq, COORDS)
+            op = next_op(rng, conn, n, seq, COORDS, mine)
         except (LOST + (vt.RpcError,)):
             conn.close()
             conn = None
@@ -163,6 +185,8 @@ def client_main(n, seed, sock, run, stop, gen, queue):
         if not run_op(conn, op):
             conn.close()
             conn = None
+        if op["kind"] == "xstore" and isinstance(op.get("res"), dict):
+            mine.append(op["res"]["id"])
         queue.put(("op", op))
     if conn is not None:
         conn.close()
@@ -180,6 +204,7 @@ class Model:
 
     def __init__(self):
         self.ops = {}
+        self.xops = []  # experience operations, in the order reported
         self.reaps = []
         self.by_content = {}
         self.acked = 0
@@ -187,6 +212,16 @@ class Model:
         self.bugs = []
 
     def add(self, op):
+        if op["kind"] in ("xstore", "xdelete"):
+            self.xops.append(op)
+            if "bug" in op:
+                self.bugs.append("%s: %s" % (short(op["params"]),
+                                             op["bug"]))
+            if op["a"] is None:
+                self.unknown += 1
+            elif "res" in op:
+                self.acked += 1
+            return
         c = tuple(op["c"])
         op["c"] = c
         self.ops.setdefault(c, []).append(op)
@@ -312,8 +347,10 @@ def read_tree(repo):
     files, other = {}, []
     for rel in repo.vm_files():
         full = os.path.join(repo.vmdir, rel)
-        if os.path.isdir(full) or rel == "metadata.json":
-            continue
+        if os.path.isdir(full) or rel == "metadata.json" or \
+                (rel.startswith("experiences" + os.sep) and
+                 not TMP_RE.match(os.path.basename(rel))):
+            continue  # shards: check_experiences
         m = FILE_RE.match(rel)
         if not m:
             other.append(rel)
@@ -367,6 +404,84 @@ def check_files(model, repo, conn, daemon_pid, where):
     if health.get("quarantined"):
         problems.append("quarantined: %r" % health["quarantined"])
     return ["%s: %s" % (where, p) for p in problems], len(set(model.ops))
+
+
+def read_shards(repo):
+    """[(shard, line bytes)] of every line of every experience shard."""
+    lines = []
+    base = os.path.join(repo.vmdir, "experiences")
+    for dirpath, _, filenames in os.walk(base):
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                data = f.read()
+            rel = os.path.relpath(path, repo.vmdir)
+            if data and not data.endswith(b"\n"):
+                lines.append((rel, None))  # a torn last line
+            lines += [(rel, ln) for ln in data.split(b"\n")[:-1]]
+    return lines
+
+
+def check_experiences(model, repo, conn):
+    """Every acknowledged experience is served as acknowledged, unless a
+    deletion of it may have happened (gone when one was acknowledged
+    with true); every record served was sent by a client; the shards'
+    lines are whole, parse, appear once, and fold to what is served.
+    Returns the problems."""
+    problems = []
+    stores = {}
+    for op in model.xops:
+        if op["kind"] == "xstore" and isinstance(op.get("res"), dict):
+            stores[op["res"]["id"]] = op["res"]
+    contexts = {op["params"]["context"]: op for op in model.xops
+                if op["kind"] == "xstore"}
+    deleted = {op["params"]["id"] for op in model.xops
+               if op["kind"] == "xdelete" and op.get("res") is True}
+    maybe = {op["params"]["id"] for op in model.xops
+             if op["kind"] == "xdelete" and op["a"] is None}
+    seen, live, gone = set(), {}, set()
+    for rel, line in read_shards(repo):
+        if line is None:
+            problems.append("%s ends inside a line" % rel)
+            continue
+        if (rel, line) in seen:
+            problems.append("%s holds a line twice: %s" % (rel, line[:120]))
+        seen.add((rel, line))
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            problems.append("%s: a line does not parse: %s"
+                            % (rel, line[:120]))
+            continue
+        if "deleted" in rec:
+            gone.add(rec["deleted"])
+        else:
+            live[rec["id"]] = rec
+    for rid in gone:
+        live.pop(rid, None)
+    for rid, rec in stores.items():
+        got = conn.call("experience.get", {"id": rid})
+        if rid in deleted:
+            if got is not None:
+                problems.append("experience %s served after its "
+                                "acknowledged deletion" % rid)
+        elif got != rec and not (got is None and rid in maybe):
+            problems.append("experience %s is %s, acknowledged as %s"
+                            % (rid, short(got), short(rec)))
+        if got is not None and live.get(rid) != got:
+            problems.append("experience %s is served but its shards "
+                            "say %s" % (rid, short(live.get(rid))))
+    for rid, rec in live.items():
+        op = contexts.get(rec["context"])
+        if op is None or op["agent"] != rec["agent_id"] or \
+                "err" in op:
+            problems.append("the shards hold an experience no client "
+                            "stored: %s" % short(rec))
+    total = conn.call("experience.stats")["total_count"]
+    if total != len(live):
+        problems.append("%d experiences served, the shards fold to %d"
+                        % (total, len(live)))
+    return problems
 
 
 def git_fsck(repo, env):
@@ -474,6 +589,12 @@ class Torture(vt.GitCase):
         vt.diag("torture: %d operations sent, %d unknown outcomes, %d "
                 "coordinate checks" % (sum(map(len, model.ops.values())),
                                        model.unknown, checked))
+        xacked = [op for op in model.xops if "res" in op]
+        vt.diag("torture: %d experience operations, %d stores and %d "
+                "deletions acknowledged"
+                % (len(model.xops),
+                   sum(op["kind"] == "xstore" for op in xacked),
+                   sum(op["kind"] == "xdelete" for op in xacked)))
         self.assertEqual(problems, [], "\n".join(problems[:20]))
         self.assertGreaterEqual(kills, KILLS)
         self.assertGreater(model.acked, KILLS)
@@ -513,6 +634,8 @@ class Torture(vt.GitCase):
         try:
             found, n = check_files(model, self.repo, conn, self.daemon.pid,
                                    where)
+            found += ["%s: %s" % (where, p)
+                      for p in check_experiences(model, self.repo, conn)]
         finally:
             conn.close()
         problems += found
@@ -523,8 +646,13 @@ class Torture(vt.GitCase):
         """After the last check: graceful stop, nothing of ours left, the
         files are still what the model allows and git holds them. Returns
         the problems."""
+        conn = self.daemon.connect(timeout=vt.scaled(30))
+        try:
+            problems = ["before the graceful stop: " + p
+                        for p in check_experiences(model, self.repo, conn)]
+        finally:
+            conn.close()
         self.daemon.stop(timeout=vt.scaled(60))
-        problems = []
         files, other = read_tree(self.repo)
         problems += ["stray entry after a graceful stop: %s" % p
                      for p in other]

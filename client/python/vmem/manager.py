@@ -46,10 +46,12 @@ _READ_ONLY = frozenset({
     "server.hello", "server.health", "server.stats", "decision.get",
     "decision.exists", "decision.history", "decision.query_range",
     "decision.query_partial_order", "decision.search", "git.log",
-    "git.rollback_point",
+    "git.rollback_point", "experience.get", "experience.retrieve",
+    "experience.find_similar", "experience.stats",
 })
 _WRITES = frozenset({"decision.store", "decision.store_many",
-                     "decision.delete"})
+                     "decision.delete", "experience.store",
+                     "experience.delete"})
 
 
 def _coord(value: CoordLike) -> Dict[str, int]:

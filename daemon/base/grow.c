@@ -1,0 +1,28 @@
+/* Growing a malloc'd array (see grow.h). */
+#include "grow.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int grow_array(void **p, size_t *cap, size_t need, size_t size)
+{
+	size_t n = *cap ? *cap : 16;
+	void *q;
+
+	if (need <= *cap)
+		return 0;
+	while (n < need) {
+		if (n > SIZE_MAX / 2 / size)
+			return -ENOMEM;
+		n *= 2;
+	}
+	q = realloc(*p, n * size);
+	if (!q)
+		return -ENOMEM;
+	memset((char *)q + *cap * size, 0, (n - *cap) * size);
+	*p = q;
+	*cap = n;
+	return 0;
+}

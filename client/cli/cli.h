@@ -42,6 +42,11 @@ struct cli {
 	const char *tags[CLI_TAGS_MAX];
 	int ntags;
 	const char *importance, *min_importance, *metadata, *since, *until;
+	/* vmem chat and vmem doc (conversations and documents) */
+	json_t *meta;		    /* --meta k=v pairs, or NULL */
+	const char *embedding_file; /* --embedding-file as given */
+	const char *top;	    /* --top as given */
+	const char *user;	    /* --user as given */
 };
 
 /* A usage error: the message, where to read more, exit 2. */

@@ -125,6 +125,27 @@ static void usage(FILE *f)
 	      "and a tag\n"
 	      "                         histogram (--agent: one agent's)\n"
 	      "                       get ID, rm ID: print, delete one\n"
+	      "  chat ls|show [SESSION] [--user U] [--limit N]\n"
+	      "                       conversations: ls lists the sessions, "
+	      "newest\n"
+	      "                       activity first (--user: one user's); "
+	      "show\n"
+	      "                       SESSION prints its last messages (100),\n"
+	      "                       oldest first\n"
+	      "  doc add|search|between [ARGS] [--meta KEY=VALUE ...]\n"
+	      "                       documents: add FILE|- "
+	      "[--embedding-file F]\n"
+	      "                       stores one (--meta: its metadata); "
+	      "search\n"
+	      "                       --embedding-file F [--top K] lists the "
+	      "most\n"
+	      "                       similar (cosine), --meta filtering; "
+	      "between\n"
+	      "                       START END [--limit N] those created in "
+	      "the\n"
+	      "                       window (RFC 3339), newest first. F: a "
+	      "JSON\n"
+	      "                       array or whitespace-separated numbers\n"
 	      "  mcp                  serve MCP on stdin/stdout for an MCP "
 	      "client\n"
 	      "                       (--agent: the agent id of its writes)\n"
@@ -200,10 +221,33 @@ static bool usage_of(const char *cmd, FILE *f)
 	return found;
 }
 
+/* What a usage error frees before it exits, so that a sanitizer's leak
+ * check passes on a failed command too: the parsed command line, and
+ * the chat or doc call being built. */
+static struct cli *held_cli;
+static json_t *held_json[2];
+
+static void release_held(void)
+{
+	if (held_cli) {
+		json_decref(held_cli->context);
+		json_decref(held_cli->meta);
+		free(held_cli->pos);
+		held_cli->context = held_cli->meta = NULL;
+		held_cli->pos = NULL;
+		held_cli = NULL;
+	}
+	for (size_t i = 0; i < sizeof(held_json) / sizeof(held_json[0]); i++) {
+		json_decref(held_json[i]);
+		held_json[i] = NULL;
+	}
+}
+
 void die_usage(const char *fmt, ...)
 {
 	va_list ap;
 
+	release_held();
 	fputs("vmem: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -217,6 +261,7 @@ void die_usage(const char *fmt, ...)
 
 void die_oom(void)
 {
+	release_held();
 	fputs("vmem: out of memory\n", stderr);
 	exit(EXIT_USAGE);
 }
@@ -358,6 +403,26 @@ static void add_context(struct cli *cli, const char *kv)
 	free(key);
 }
 
+/* --meta KEY=VALUE: a string member of the metadata. */
+static void add_meta(struct cli *cli, const char *kv)
+{
+	const char *eq = strchr(kv, '=');
+	char *key;
+
+	if (!eq || eq == kv)
+		die_usage("--meta takes KEY=VALUE, not '%s'", kv);
+	if (!cli->meta && !(cli->meta = json_object()))
+		die_oom();
+	key = strndup(kv, (size_t)(eq - kv));
+	if (!key)
+		die_oom();
+	if (json_object_set_new(cli->meta, key, json_string(eq + 1))) {
+		free(key);
+		die_usage("--meta '%s' is not valid UTF-8", kv);
+	}
+	free(key);
+}
+
 static void parse_args(struct cli *cli, int argc, char **argv)
 {
 	bool rest = false, exp;
@@ -445,6 +510,15 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 			cli->after = opt_value(argc, argv, &i, "--after");
 		} else if (strcmp(a, "--all") == 0) {
 			cli->all = true;
+		} else if (opt_is(a, "--meta", true)) {
+			add_meta(cli, opt_value(argc, argv, &i, "--meta"));
+		} else if (opt_is(a, "--embedding-file", true)) {
+			cli->embedding_file =
+				opt_value(argc, argv, &i, "--embedding-file");
+		} else if (opt_is(a, "--top", true)) {
+			cli->top = opt_value(argc, argv, &i, "--top");
+		} else if (opt_is(a, "--user", true)) {
+			cli->user = opt_value(argc, argv, &i, "--user");
 		} else if (strcmp(a, "-m") == 0 ||
 			   opt_is(a, "--message", true)) {
 			cli->message =
@@ -974,8 +1048,8 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 	q = json_object_get(h, "git_locks");
 	json_array_foreach(q, i, item)
 	{
-		printf("%-13s%s (left alone: not ours)\n", "git lock:",
-		       json_string_value(item));
+		printf("%-13s%s (left alone: not ours)\n",
+		       "git lock:", json_string_value(item));
 	}
 	print_opt_line("last error:", json_object_get(h, "last_error"));
 	q = json_object_get(h, "quarantined");
@@ -1891,6 +1965,332 @@ static int cmd_watch(struct cli *cli, vmem_client *c)
 	return EXIT_OK;
 }
 
+/* ---- chat and doc: conversations and documents ---- */
+
+/* A --limit or --top value: 1..max, else a usage error. */
+static json_int_t count_opt(const char *name, const char *v, int64_t max)
+{
+	int64_t n;
+
+	if (!parse_i64(v, &n) || n < 1 || n > max)
+		die_usage("%s takes an integer in 1..%lld", name,
+			  (long long)max);
+	return (json_int_t)n;
+}
+
+/* The numbers of an embedding file: a JSON array, or numbers separated
+ * by white space or commas. */
+static json_t *read_embedding(const char *path)
+{
+	FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "re");
+	json_t *arr, *v;
+	char *text = NULL, *p, *end;
+	size_t len = 0, cap = 0, n;
+
+	if (!f)
+		die_usage("cannot read %s: %s", path, strerror(errno));
+	for (;;) {
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 65536;
+			if (cap > STDIN_MAX || !(p = realloc(text, cap + 1))) {
+				free(text);
+				if (f != stdin)
+					fclose(f);
+				die_usage("%s is too large", path);
+			}
+			text = p;
+		}
+		n = fread(text + len, 1, cap - len, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	if (f != stdin)
+		fclose(f);
+	if (!text)
+		die_usage("%s is empty", path);
+	text[len] = '\0';
+	p = text + strspn(text, " \t\r\n");
+	if (*p == '[') {
+		arr = json_loads(p, 0, NULL);
+		free(text);
+		if (!json_is_array(arr)) {
+			json_decref(arr);
+			die_usage("%s: not a JSON array of numbers", path);
+		}
+		return arr;
+	}
+	if (!(arr = json_array()))
+		die_oom();
+	while (*(p += strspn(p, " \t\r\n,"))) {
+		double d = strtod(p, &end);
+
+		if (end == p) {
+			char bad[21];
+
+			snprintf(bad, sizeof(bad), "%s", p);
+			free(text);
+			json_decref(arr);
+			die_usage("%s: '%s' is not a number", path, bad);
+		}
+		if (!(v = json_real(d)) || json_array_append_new(arr, v))
+			die_oom();
+		p = end;
+	}
+	free(text);
+	return arr;
+}
+
+/* A file's text (FILE, or - for stdin), as a JSON string. */
+static json_t *read_text(const char *path)
+{
+	char *text;
+	size_t len;
+	json_t *s;
+	FILE *f;
+
+	if (strcmp(path, "-") == 0) {
+		text = read_stdin(&len);
+	} else {
+		f = fopen(path, "re");
+		if (!f)
+			die_usage("cannot read %s: %s", path, strerror(errno));
+		text = NULL;
+		len = 0;
+		if (fseek(f, 0, SEEK_END) == 0) {
+			long size = ftell(f);
+
+			if (size < 0 || (size_t)size > STDIN_MAX) {
+				fclose(f);
+				die_usage("%s is too large", path);
+			}
+			rewind(f);
+			text = malloc((size_t)size + 1);
+			if (!text)
+				die_oom();
+			len = fread(text, 1, (size_t)size, f);
+			text[len] = '\0';
+		}
+		fclose(f);
+		if (!text)
+			die_usage("cannot read %s", path);
+	}
+	if (!text)
+		die_oom();
+	if (len == 0) {
+		free(text);
+		die_usage("%s is empty", path);
+	}
+	s = json_stringn(text, len);
+	free(text);
+	if (!s)
+		die_usage("%s is not UTF-8 text", path);
+	return s;
+}
+
+static void set_new(json_t *o, const char *key, json_t *v)
+{
+	if (!v || json_object_set_new(o, key, v))
+		die_oom();
+}
+
+/* chat ls [--user U] [--limit N] | chat show SESSION [--limit N]: the
+ * method in "method", its params in "params". */
+static json_t *chat_params(const struct cli *cli)
+{
+	json_t *p = json_object(), *call = json_object();
+
+	held_json[0] = p;
+	held_json[1] = call;
+	if (!p || !call)
+		die_oom();
+	if (cli->npos >= 1 && strcmp(cli->pos[0], "ls") == 0) {
+		if (cli->npos != 1)
+			die_usage("chat ls takes options only");
+		if (cli->user)
+			set_new(p, "user_id", json_string(cli->user));
+		set_new(call, "method", json_string("session.list"));
+	} else if (cli->npos >= 1 && strcmp(cli->pos[0], "show") == 0) {
+		if (cli->npos != 2)
+			die_usage("chat show takes SESSION");
+		if (cli->user)
+			die_usage("--user applies to chat ls only");
+		set_new(p, "session_id", json_string(cli->pos[1]));
+		set_new(call, "method", json_string("message.history"));
+	} else {
+		die_usage("chat takes ls or show");
+	}
+	if (cli->limit)
+		set_new(p, "limit",
+			json_integer(count_opt("--limit", cli->limit, 10000)));
+	held_json[0] = held_json[1] = NULL;
+	set_new(call, "params", p);
+	return call;
+}
+
+static json_t *doc_params(const struct cli *cli)
+{
+	const char *sub = cli->npos >= 1 ? cli->pos[0] : "";
+	json_t *p = json_object(), *call = json_object();
+	const char *method;
+
+	held_json[0] = p;
+	held_json[1] = call;
+	if (!p || !call)
+		die_oom();
+	if (strcmp(sub, "add") == 0) {
+		if (cli->npos != 2)
+			die_usage("doc add takes FILE (or - for stdin)");
+		if (cli->top || cli->limit)
+			die_usage("--top and --limit do not apply to doc add");
+		set_new(p, "content", read_text(cli->pos[1]));
+		if (cli->meta)
+			set_new(p, "metadata", json_incref(cli->meta));
+		if (cli->embedding_file)
+			set_new(p, "embedding",
+				read_embedding(cli->embedding_file));
+		method = "document.store";
+	} else if (strcmp(sub, "search") == 0) {
+		if (cli->npos != 1)
+			die_usage("doc search takes options only");
+		if (!cli->embedding_file)
+			die_usage("doc search needs --embedding-file F");
+		if (cli->limit)
+			die_usage("doc search takes --top, not --limit");
+		set_new(p, "query_embedding",
+			read_embedding(cli->embedding_file));
+		if (cli->top)
+			set_new(p, "top_k",
+				json_integer(
+					count_opt("--top", cli->top, 1000)));
+		if (cli->meta)
+			set_new(p, "metadata_filters", json_incref(cli->meta));
+		method = "document.semantic_search";
+	} else if (strcmp(sub, "between") == 0) {
+		if (cli->npos != 3)
+			die_usage("doc between takes START END");
+		if (cli->top || cli->embedding_file)
+			die_usage("--top and --embedding-file do not apply to "
+				  "doc between");
+		set_new(p, "start", json_string(cli->pos[1]));
+		set_new(p, "end", json_string(cli->pos[2]));
+		if (cli->limit)
+			set_new(p, "limit",
+				json_integer(count_opt("--limit", cli->limit,
+						       10000)));
+		if (cli->meta)
+			set_new(p, "metadata_filters", json_incref(cli->meta));
+		method = "document.temporal_query";
+	} else {
+		die_usage("doc takes add, search or between");
+	}
+	set_new(call, "method", json_string(method));
+	held_json[0] = held_json[1] = NULL;
+	set_new(call, "params", p);
+	return call;
+}
+
+/* The first line of s, cut to fit width columns. */
+static void put_line(const char *s, int width)
+{
+	put_text(s, strcspn(s, "\n"), width, NULL, NULL);
+}
+
+static void print_sessions(json_t *arr)
+{
+	size_t i;
+	json_t *s;
+
+	if (json_array_size(arr) == 0) {
+		puts("no sessions");
+		return;
+	}
+	printf("%-36s  %-27s  %8s  %s\n", "SESSION", "UPDATED", "MESSAGES",
+	       "USER");
+	json_array_foreach(arr, i, s)
+	{
+		printf("%-36s  %-27s  %8lld  ", str_member(s, "id"),
+		       str_member(s, "updated_at"),
+		       (long long)int_member(s, "message_count"));
+		put_line(str_member(s, "user_id"), 40);
+		putchar('\n');
+	}
+}
+
+static void print_messages(json_t *arr)
+{
+	size_t i;
+	json_t *m;
+
+	if (json_array_size(arr) == 0) {
+		puts("no messages");
+		return;
+	}
+	json_array_foreach(arr, i, m)
+	{
+		const char *content = str_member(m, "content");
+
+		printf("[%s] %s:\n", str_member(m, "created_at"),
+		       str_member(m, "role"));
+		fputs(content, stdout);
+		if (!*content || content[strlen(content) - 1] != '\n')
+			putchar('\n');
+	}
+}
+
+static void print_documents(json_t *arr, bool scores)
+{
+	int width = term_cols() - (scores ? 36 + 2 + 10 + 2 : 36 + 2 + 27 + 2);
+	size_t i;
+	json_t *d;
+
+	if (json_array_size(arr) == 0) {
+		puts("no documents");
+		return;
+	}
+	if (width < CONTENT_MIN_COLS)
+		width = CONTENT_MIN_COLS;
+	if (scores)
+		printf("%-36s  %10s  %s\n", "DOCUMENT", "SCORE", "CONTENT");
+	else
+		printf("%-36s  %-27s  %s\n", "DOCUMENT", "CREATED", "CONTENT");
+	json_array_foreach(arr, i, d)
+	{
+		if (scores)
+			printf("%-36s  %10.6f  ", str_member(d, "id"),
+			       json_number_value(json_object_get(d, "score")));
+		else
+			printf("%-36s  %-27s  ", str_member(d, "id"),
+			       str_member(d, "created_at"));
+		put_line(str_member(d, "content"), width);
+		putchar('\n');
+	}
+}
+
+/* chat and doc: one call (built by chat_params or doc_params), printed. */
+static int cmd_memory(struct cli *cli, vmem_client *c, json_t *call)
+{
+	const char *method = str_member(call, "method");
+	json_t *r;
+	int status;
+
+	r = call_json(cli, c, method,
+		      json_incref(json_object_get(call, "params")), &status);
+	if (!r)
+		return status;
+	if (strcmp(method, "session.list") == 0)
+		print_sessions(r);
+	else if (strcmp(method, "message.history") == 0)
+		print_messages(r);
+	else if (strcmp(method, "document.store") == 0)
+		printf("stored document %s\n", str_member(r, "id"));
+	else
+		print_documents(r, strcmp(method, "document.semantic_search") ==
+					   0);
+	json_decref(r);
+	return EXIT_OK;
+}
+
 /* Refuse bad arguments before connecting (or starting a daemon). */
 static void check_args(const char *cmd, const struct cli *cli)
 {
@@ -1943,6 +2343,7 @@ int main(int argc, char **argv)
 	bool ls, before, search, watch;
 	int status;
 
+	held_cli = &cli;
 	parse_args(&cli, argc, argv);
 	env = getenv("VMEM_AGENT_ID");
 	if (!cli.agent && env && *env)
@@ -1996,9 +2397,16 @@ int main(int argc, char **argv)
 	if (cli.range[2] && !ls && !before && !watch)
 		die_usage("--z applies to ls, before and watch only");
 	if (cli.limit && !ls && !search && strcmp(cmd, "history") != 0 &&
-	    strcmp(cmd, "log") != 0)
-		die_usage("--limit applies to ls, search, history and log "
-			  "only");
+	    strcmp(cmd, "log") != 0 && strcmp(cmd, "chat") != 0 &&
+	    strcmp(cmd, "doc") != 0)
+		die_usage("--limit applies to ls, search, history, log, chat "
+			  "and doc only");
+	if (cli.meta && strcmp(cmd, "doc") != 0)
+		die_usage("--meta applies to doc only");
+	if ((cli.embedding_file || cli.top) && strcmp(cmd, "doc") != 0)
+		die_usage("--embedding-file and --top apply to doc only");
+	if (cli.user && strcmp(cmd, "chat") != 0)
+		die_usage("--user applies to chat only");
 	if (cli.all && !search)
 		die_usage("--all applies to search only");
 	if (cli.message && strcmp(cmd, "sync") != 0)
@@ -2026,6 +2434,13 @@ int main(int argc, char **argv)
 		status = open_client(&cli, -1, cli.agent, &c);
 		if (status == EXIT_OK)
 			status = cmd_watch(&cli, c);
+		goto out;
+	}
+	if (strcmp(cmd, "chat") == 0 || strcmp(cmd, "doc") == 0) {
+		params = cmd[0] == 'c' ? chat_params(&cli) : doc_params(&cli);
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_memory(&cli, c, params);
 		goto out;
 	}
 	if (strcmp(cmd, "log") == 0) {
@@ -2072,6 +2487,7 @@ out:
 	vmem_client_free(c);
 	json_decref(params);
 	json_decref(cli.context);
+	json_decref(cli.meta);
 	free(cli.pos);
 	if (fflush(stdout) != 0 && status == EXIT_OK)
 		status = EXIT_USAGE;

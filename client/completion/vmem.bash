@@ -8,7 +8,8 @@
 # Options that take a value (the next word, or after "=").
 _vmem_valued='--repo --socket --agent --timeout --if-version --context
 	--x --y --z --limit --after -m --message --action --outcome --tag
-	--importance --min-importance --metadata --since --until'
+	--importance --min-importance --metadata --since --until --meta
+	--embedding-file --top --user'
 
 _vmem_takes_value()
 {
@@ -23,7 +24,8 @@ _vmem()
 {
 	local cur prev cmd sub i w nargs=0
 	local commands='store get exists rm ls before search watch log reload
-		history rollback-point sync status daemon service exp mcp help'
+		history rollback-point sync status daemon service exp chat doc
+		mcp help'
 	local globals='--repo --socket --json --no-autostart --agent --timeout
 		--help --version'
 	local opts=''
@@ -46,7 +48,7 @@ _vmem()
 		COMPREPLY=($(compgen -d -- "$cur"))
 		return 0
 		;;
-	--socket)
+	--socket | --embedding-file)
 		compopt -o filenames 2>/dev/null
 		COMPREPLY=($(compgen -f -- "$cur"))
 		return 0
@@ -97,6 +99,25 @@ _vmem()
 	history | log) opts='--limit' ;;
 	sync) opts='-m --message' ;;
 	mcp) opts='--agent' ;;
+	chat)
+		if ((nargs == 0)) && [[ $cur != -* ]]; then
+			COMPREPLY=($(compgen -W 'ls show' -- "$cur"))
+			return 0
+		fi
+		opts='--user --limit'
+		;;
+	doc)
+		if ((nargs == 0)) && [[ $cur != -* ]]; then
+			COMPREPLY=($(compgen -W 'add search between' -- "$cur"))
+			return 0
+		fi
+		if [[ $sub == add ]] && ((nargs == 1)) && [[ $cur != -* ]]; then
+			compopt -o filenames 2>/dev/null
+			COMPREPLY=($(compgen -f -- "$cur"))
+			return 0
+		fi
+		opts='--meta --embedding-file --top --limit'
+		;;
 	daemon)
 		if ((nargs == 0)) && [[ $cur != -* ]]; then
 			COMPREPLY=($(compgen -W 'start stop run' -- "$cur"))

@@ -19,6 +19,19 @@ bool buf_append(struct buf *b, const void *p, size_t n);
 /* Append a NUL-terminated string. */
 bool buf_puts(struct buf *b, const char *s);
 
+/* Room for n more bytes without another allocation; false on failure. */
+bool buf_reserve(struct buf *b, size_t n);
+
+/*
+ * Append s (len bytes of valid UTF-8) as a JSON string, quotes included:
+ * '"', '\\' and the control characters escaped, every other byte as it
+ * is. false (buffer unchanged) on allocation failure.
+ */
+bool buf_json_str(struct buf *b, const char *s, size_t len);
+
+/* The bytes buf_json_str appends for s, quotes included. */
+size_t json_str_len(const char *s, size_t len);
+
 /* Hand the bytes to the caller (who frees them) and empty the buffer. */
 char *buf_take(struct buf *b, size_t *len);
 

@@ -220,6 +220,10 @@ extern "C" int hnsw_search(struct hnsw *h, const float *query, size_t k,
 	p.efSearch = (int)(ef < k ? k : ef);
 	h->index.hnsw.efSearch = p.efSearch;
 	p.sel = allow ? &sel : nullptr;
+	/* One query, on the caller's thread: an OpenMP team would only wake
+	 * (and spin) threads that compete with the loop. The setting is the
+	 * calling thread's own. */
+	omp_set_num_threads(1);
 	h->index.search(1, query, (idx_t)k, dist.data(), lab.data(), &p);
 	for (i = 0; i < k; i++) {
 		if (lab[i] < 0)

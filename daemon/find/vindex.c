@@ -182,6 +182,22 @@ int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 	return 0;
 }
 
+bool vindex_vector(const struct vindex *vi, uint32_t slot, float *v)
+{
+	uint32_t row, i;
+	const float *u;
+	float norm;
+
+	if (!vindex_has(vi, slot))
+		return false;
+	row = vi->slot_row[slot] - 1;
+	u = vecset_row(vi->vs, row);
+	norm = vecset_norm(vi->vs, row);
+	for (i = 0; i < vi->o.dim; i++)
+		v[i] = (float)((double)u[i] * (double)norm);
+	return true;
+}
+
 int vindex_remove(struct vindex *vi, uint32_t slot)
 {
 	if (!vindex_has(vi, slot))
@@ -842,7 +858,9 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 		memcpy(vi->row_key[row], p, VINDEX_KEY);
 		live++;
 	}
-	if (live != n_records) {
+	/* Records added since the save are the caller's to add (the tail);
+	 * more rows than records cannot be. */
+	if (live > n_records) {
 		errmsg_set(
 			msg, msglen,
 			"stale index: it covers %u records, %zu have vectors",

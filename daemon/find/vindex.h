@@ -25,9 +25,10 @@
  * and vector hashes, the vectors of dead rows, the graph) as bytes with a
  * checksum; vindex_load accepts a file only if it is whole, of this
  * dimension and graph shape, and every row matches the records the
- * caller has now (same key, same vector) and covers all of them;
- * anything else is refused with the reason (the caller then rebuilds in
- * the background while exact search serves), never half trusted.
+ * caller has now (same key, same vector; records added since are the
+ * caller's to add); anything else is refused with the reason (the caller
+ * then rebuilds in the background while exact search serves), never half
+ * trusted.
  *
  * Not thread-safe: every function but vindex_job_run is the owner's.
  */
@@ -91,6 +92,13 @@ void vindex_free(struct vindex *vi);
  */
 int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 	       const float *v, char *msg, size_t msglen);
+
+/*
+ * slot's vector into v (dim floats): its unit vector times its norm, in
+ * float32 (what was put, to within a unit or two in the last place);
+ * false when it has none.
+ */
+bool vindex_vector(const struct vindex *vi, uint32_t slot, float *v);
 
 /* Forget slot's vector. -ENOENT if it has none. */
 int vindex_remove(struct vindex *vi, uint32_t slot);
@@ -175,8 +183,12 @@ typedef int (*vindex_lookup_fn)(void *ctx, const uint8_t key[VINDEX_KEY],
 /*
  * A vindex from a file's bytes (blocking: hashes every vector), checked
  * against the caller's records: n_records is how many of them have a
- * vector. 0, or -EINVAL with the reason in msg (torn, other dimension or
- * options, stale) and *out NULL.
+ * vector. Every row must name a record with the very vector it was saved
+ * with; records added since the save (a crash before the next save) are
+ * not in the file, and the caller adds them (vindex_put: rows past the
+ * graph, searched exactly until a job takes them in). 0, or -EINVAL with
+ * the reason in msg (torn, other dimension or options, stale: a row's
+ * record gone or changed) and *out NULL.
  */
 int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 		size_t n_records, vindex_lookup_fn lookup, void *ctx,

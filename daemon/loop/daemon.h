@@ -12,7 +12,9 @@
 #include <uv.h>
 
 #include "catchup.h"
+#include "conversation.h"
 #include "decision.h"
+#include "document.h"
 #include "experience.h"
 #include "gitq.h"
 #include "leases.h"
@@ -22,6 +24,7 @@
 #include "stats.h"
 #include "store.h"
 #include "subs.h"
+#include "trace.h"
 #include "trim.h"
 #include "watch.h"
 #include "vmdir.h"
@@ -38,7 +41,8 @@ struct limits {
 	int max_x;
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;
-	unsigned idle_exit_s; /* in force: 0 never */
+	unsigned idle_exit_s;	/* in force: 0 never */
+	uint32_t embedding_dim; /* numbers per document embedding */
 };
 
 struct daemon {
@@ -48,6 +52,10 @@ struct daemon {
 	struct store store;
 	struct decisions decisions; /* the decision kind, in the store */
 	struct experiences experiences; /* the experience kind, likewise */
+	/* The local kinds (issue 15), in the store. */
+	struct conversations conversations;
+	struct documents documents;
+	struct trace_sink *trace; /* --trace-file; NULL: no tracing */
 	struct gitq gitq;
 	struct leases leases;
 	struct subs subs;

@@ -17,6 +17,7 @@ struct conn;
 struct daemon;
 struct forward;
 struct job;
+struct span;
 
 /* Handler return values. */
 enum {
@@ -53,7 +54,23 @@ struct call {
 	 */
 	bool (*cancel)(struct call *call);
 	void *cancel_data; /* the handler's, for cancel */
+	/* Its trace span (--trace-file, and the caller samples), else
+	 * NULL; the error it answered with, for the span. */
+	struct span *span;
+	char *span_err;
 };
+
+/*
+ * Attributes of the call's span (trace.h), nothing when it has none; the
+ * dispatcher adds operation.type, operation.success, db.system and
+ * rpc.method itself. call_attr_keys: the keys of an object (metadata).
+ */
+void call_attr_str(struct call *call, const char *key, const char *v,
+		   size_t len);
+void call_attr_int(struct call *call, const char *key, int64_t v);
+void call_attr_double(struct call *call, const char *key, double v);
+void call_attr_bool(struct call *call, const char *key, bool v);
+void call_attr_keys(struct call *call, const char *key, const json_t *obj);
 
 /* Dispatch one line; the connection is marked busy when as many lines
  * wait as it may have in flight (conn.h). */

@@ -84,6 +84,7 @@ static void usage(FILE *f)
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
 		"             [--line-deadline-ms MS] [--idle-exit-s S]\n"
+		"             [--embedding-dim N] [--trace-file PATH]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
 		"(--config FILE, else $XDG_CONFIG_HOME/vmem/config or\n"
@@ -119,6 +120,10 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_IDLE_EXIT_S},
 		{"log-level", required_argument, NULL,
 		 O_KEY + CONFIG_LOG_LEVEL},
+		{"embedding-dim", required_argument, NULL,
+		 O_KEY + CONFIG_EMBEDDING_DIM},
+		{"trace-file", required_argument, NULL,
+		 O_KEY + CONFIG_TRACE_FILE},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'V'},
 		{NULL, 0, NULL, 0},
@@ -343,7 +348,7 @@ static void load_config(const char *given)
 
 static void log_config(const struct config *c)
 {
-	char v[CONFIG_STR_MAX + 16];
+	char v[CONFIG_PATH_MAX + 16];
 
 	for (int k = 0; k < CONFIG_NKEYS; k++) {
 		config_format(c, (enum config_key)k, v, sizeof(v));
@@ -371,6 +376,7 @@ static void apply_config(struct daemon *d, const struct config *c,
 	if (at_start) {
 		l->max_depth = 64;
 		l->max_x = (int)c->num[CONFIG_MAX_X];
+		l->embedding_dim = (uint32_t)c->num[CONFIG_EMBEDDING_DIM];
 		return;
 	}
 	gitq_set_timing(&d->gitq, l->commit_delay_ms, l->commit_max_batch);
@@ -418,6 +424,21 @@ static void reload_config(struct daemon *d)
 			 cfg.path, cfg.cur.num[CONFIG_MAX_X],
 			 next.num[CONFIG_MAX_X]);
 		next.num[CONFIG_MAX_X] = cfg.cur.num[CONFIG_MAX_X];
+	}
+	/* Read at start-up only, like max_x. */
+	if (!config_same(&next, &cfg.cur, CONFIG_EMBEDDING_DIM)) {
+		log_warn("%s: embedding_dim cannot change at run time: "
+			 "keeping %llu",
+			 cfg.path, cfg.cur.num[CONFIG_EMBEDDING_DIM]);
+		next.num[CONFIG_EMBEDDING_DIM] =
+			cfg.cur.num[CONFIG_EMBEDDING_DIM];
+	}
+	if (!config_same(&next, &cfg.cur, CONFIG_TRACE_FILE)) {
+		log_warn("%s: trace_file cannot change at run time: keeping "
+			 "\"%s\"",
+			 cfg.path, cfg.cur.trace_file);
+		memcpy(next.trace_file, cfg.cur.trace_file,
+		       sizeof(next.trace_file));
 	}
 	n = config_describe_changes(&cfg.cur, &next, ~0u, changes,
 				    sizeof(changes));
@@ -502,6 +523,28 @@ static void decision_changed(struct daemon *d, enum kind_change_type type,
 		    ch->rec);
 }
 
+/* A message stored, a session deleted: to the subscribers of messages
+ * (local records: nothing to commit). */
+static void conversation_changed(struct daemon *d, const struct conv_change *ch)
+{
+	if (ch->what == CONV_MESSAGE_STORED)
+		subs_notify_message(&d->subs, ch->session, ch->m);
+	else if (ch->what == CONV_SESSION_DELETED)
+		subs_notify_message(&d->subs, ch->session, NULL);
+}
+
+static void document_changed(struct daemon *d, const struct doc_change *ch)
+{
+	static const enum subs_event ev[] = {
+		[DOC_STORED] = SUBS_STORED,
+		[DOC_UPDATED] = SUBS_UPDATED,
+		[DOC_DELETED] = SUBS_DELETED,
+	};
+
+	subs_notify_document(&d->subs, &d->documents.ix, ev[ch->what], ch->id,
+			     ch->d);
+}
+
 /*
  * An experience changed (a write, a reload): to the subscribers; and its
  * shard's file, when it changes (a write's line, bad lines taken out),
@@ -534,6 +577,10 @@ static void changed_cb(void *ctx, const struct kind_change *ch)
 		decision_changed(ctx, ch->type, ch->detail);
 	else if (ch->kind == &experience_kind)
 		experience_changed(ctx, ch->type, ch->detail);
+	else if (ch->kind == &conversation_kind)
+		conversation_changed(ctx, ch->detail);
+	else if (ch->kind == &document_kind)
+		document_changed(ctx, ch->detail);
 }
 
 /* Hand the store's writes to the commit queue: what the log replay
@@ -602,6 +649,8 @@ static void stop_timer_cb(uv_timer_t *t)
 	}
 	d->flush_started_ms = now;
 	d->flush_errors = d->store.n_errors;
+	/* The vector index is saved by the flush's writer pass. */
+	documents_stop(&d->documents);
 	uv_timer_set_repeat(t, 100);
 	store_flush(&d->store, store_idle_cb, d);
 }
@@ -633,6 +682,7 @@ void daemon_leave(struct daemon *d)
 	}
 	for (struct conn *c = d->server.conns; c; c = c->next)
 		conn_close(c);
+	documents_stop(&d->documents);
 	uv_timer_start(&stop_timer, stop_timer_cb, 0, 100);
 }
 
@@ -662,6 +712,53 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
 	(void)arg;
 	if (!uv_is_closing(h))
 		uv_close(h, NULL);
+}
+
+/* The trace sink wrote what it held. */
+static void trace_stopped_cb(void *arg)
+{
+	(void)arg;
+}
+
+/*
+ * The local kinds (conversations, documents) read their segments before
+ * the store replays the log over them; a failure stops the start.
+ */
+static void open_local_kinds(struct daemon *d)
+{
+	char errmsg[1024];
+	int rc;
+
+	rc = conversations_open(&d->conversations, d->loop, &d->repo.state,
+				errmsg, sizeof(errmsg));
+	if (rc < 0)
+		fail_startup(1, "cannot load the conversations: %s", errmsg);
+	rc = documents_open(&d->documents, d->loop, &d->repo.state,
+			    d->limits.embedding_dim, errmsg, sizeof(errmsg));
+	if (rc < 0)
+		fail_startup(1, "cannot load the documents: %s", errmsg);
+}
+
+/* --trace-file: a relative path is the starting directory's. */
+static void open_trace(struct daemon *d)
+{
+	char path[PATH_MAX * 2];
+	const char *p = cfg.cur.trace_file;
+
+	if (!p[0])
+		return;
+	if (p[0] != '/') {
+		char cwd[PATH_MAX];
+
+		if (!getcwd(cwd, sizeof(cwd)))
+			fail_startup(1, "trace_file %s: %s", p,
+				     strerror(errno));
+		snprintf(path, sizeof(path), "%s/%s", cwd, p);
+		p = path;
+	}
+	if (trace_sink_new(d->loop, p, 0, &d->trace) < 0)
+		fail_startup(1, "out of memory");
+	log_info("tracing every request to %s", p);
 }
 
 static void log_quarantine(const struct vmdir_load_report *rep)
@@ -722,6 +819,7 @@ int main(int argc, char **argv)
 			   note);
 
 	d->loop = uv_default_loop();
+	open_trace(d);
 	if (stats_init(&d->stats, method_count()) < 0)
 		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
@@ -735,10 +833,13 @@ int main(int argc, char **argv)
 		fail_startup(1, "out of memory");
 	d->experiences.files.file_mode = d->repo.file_mode;
 	d->experiences.files.dir_mode = d->repo.dir_mode;
+	open_local_kinds(d);
 	rc = store_open(&d->store, d->loop, &d->repo.state,
 			(struct store_kind *const[]){&d->decisions.sk,
-						     &d->experiences.sk},
-			2, &d->loaded, errmsg, sizeof(errmsg));
+						     &d->experiences.sk,
+						     &d->conversations.sk,
+						     &d->documents.sk},
+			4, &d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
@@ -807,11 +908,16 @@ int main(int argc, char **argv)
 	leases_close(&d->leases);
 	store_close(&d->store);
 	server_done(&d->server);
+	if (d->trace)
+		trace_sink_stop(d->trace, trace_stopped_cb, NULL);
 	uv_walk(d->loop, close_walk_cb, NULL);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 	/* After the loop's last run: a job's end may still touch it. */
+	trace_sink_free(d->trace);
 	decisions_done(&d->decisions);
 	experiences_done(&d->experiences);
+	conversations_done(&d->conversations);
+	documents_done(&d->documents);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
 	vmdir_load_report_done(&d->loaded);

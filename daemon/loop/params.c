@@ -7,12 +7,16 @@
  */
 #include "params.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conn.h"
 #include "daemon.h"
+#include "jsonfilter.h"
+#include "uuid.h"
 #include "protocol/errors.h"
 
 /* Refuse members of params not listed in allowed (NULL-terminated). */
@@ -197,5 +201,144 @@ bool param_threshold(struct call *call, const char *name, int max, int def,
 		return false;
 	}
 	*out = (int)json_integer_value(v);
+	return true;
+}
+
+/* ---- conversations and documents ---- */
+
+bool param_uuid(struct call *call, const char *name, bool required,
+		uint8_t out[16], char *text, bool *present)
+{
+	json_t *v = json_object_get(call->params, name);
+
+	if (present)
+		*present = false;
+	if (!v || json_is_null(v)) {
+		if (!required)
+			return true;
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "missing parameter: %s", name);
+		return false;
+	}
+	if (!json_is_string(v) ||
+	    uuid_parse(json_string_value(v), json_string_length(v), out) < 0) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "%s must be a UUID "
+			   "(xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+			   name);
+		return false;
+	}
+	if (text)
+		uuid_format(out, text);
+	if (present)
+		*present = true;
+	return true;
+}
+
+bool param_str(struct call *call, const char *name, const char **s, size_t *len)
+{
+	json_t *v = json_object_get(call->params, name);
+
+	if (!v) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "missing parameter: %s", name);
+		return false;
+	}
+	if (!json_is_string(v)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "%s must be a string", name);
+		return false;
+	}
+	*s = json_string_value(v);
+	*len = json_string_length(v);
+	return true;
+}
+
+bool param_meta(struct call *call, const char *name, char **text, size_t *len)
+{
+	char msg[VMEM_ERRMSG_LEN];
+	int ret = rec_meta_text(json_object_get(call->params, name), text, len,
+				msg, sizeof(msg));
+
+	if (ret == -EINVAL)
+		call_error(call, RPC_INVALID_PARAMS, NULL, "%s: %s", name, msg);
+	else if (ret < 0)
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+	return ret == 0;
+}
+
+bool param_time_required(struct call *call, const char *name, int64_t *out)
+{
+	json_t *v = json_object_get(call->params, name);
+
+	if (!v) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "missing parameter: %s", name);
+		return false;
+	}
+	if (!json_is_string(v) ||
+	    timestamp_parse_any(json_string_value(v), json_string_length(v),
+				out) < 0) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "%s must be an RFC 3339 time "
+			   "(YYYY-MM-DDTHH:MM:SS[.ffffff][Z|+HH:MM]; no "
+			   "offset is UTC)",
+			   name);
+		return false;
+	}
+	return true;
+}
+
+bool param_filters(struct call *call, json_t **out, size_t *count)
+{
+	json_t *v = json_object_get(call->params, "metadata_filters");
+	char msg[VMEM_ERRMSG_LEN];
+
+	*out = NULL;
+	*count = 0;
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_object(v)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "metadata_filters must be an object");
+		return false;
+	}
+	if (jsonfilter_check(v, msg, sizeof(msg)) < 0) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "metadata_filters: %s", msg);
+		return false;
+	}
+	*out = v;
+	*count = json_object_size(v);
+	return true;
+}
+
+bool param_user(struct call *call, const char **out, size_t *len)
+{
+	json_t *v = json_object_get(call->params, "user_id");
+	char msg[VMEM_ERRMSG_LEN];
+
+	*out = NULL;
+	*len = 0;
+	if (v) {
+		if (!json_is_string(v)) {
+			call_error(call, RPC_INVALID_PARAMS, NULL,
+				   "user_id must be a string");
+			return false;
+		}
+		if (rec_user_id_check(json_string_value(v),
+				      json_string_length(v), msg,
+				      sizeof(msg)) < 0) {
+			call_error(call, RPC_INVALID_PARAMS, NULL, "%s", msg);
+			return false;
+		}
+		*out = json_string_value(v);
+		*len = json_string_length(v);
+		return true;
+	}
+	if (call->conn->agent_id) {
+		*out = call->conn->agent_id;
+		*len = strlen(*out);
+	}
 	return true;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dispatch.h"
+#include "localrec.h"
 #include "protocol/decision.h"
 #include "query.h"
 
@@ -53,5 +54,40 @@ bool param_range(struct call *call, const char *name, struct axis_range *out);
  */
 bool param_threshold(struct call *call, const char *name, int max, int def,
 		     int *out);
+
+/* ---- conversations and documents (issue 15) ---- */
+
+/* The largest answer of a read of conversations or documents, built
+ * whole: a read that would pass it is refused (QueryError). */
+#define ANSWER_BYTES_MAX (16u << 20)
+
+/*
+ * A UUID member in its canonical text form into out (and its text,
+ * lowercase, into text when not NULL: 37 bytes). Required: ValueError
+ * when missing; optional (required false): *present says whether it was
+ * given (null counts as absent).
+ */
+bool param_uuid(struct call *call, const char *name, bool required,
+		uint8_t out[16], char *text, bool *present);
+
+/* A required string member, its bytes borrowed. */
+bool param_str(struct call *call, const char *name, const char **s,
+	       size_t *len);
+
+/* The optional "metadata"-like member name: its compact JSON text
+ * (malloc'd, the caller frees; "{}" when absent or null). */
+bool param_meta(struct call *call, const char *name, char **text, size_t *len);
+
+/* A required RFC 3339 time (as timestamp_parse_any reads them; no
+ * offset is UTC) in microseconds. */
+bool param_time_required(struct call *call, const char *name, int64_t *out);
+
+/* The optional "metadata_filters": an object within the filter limits,
+ * borrowed into *out (NULL when absent or null); *count its keys. */
+bool param_filters(struct call *call, json_t **out, size_t *count);
+
+/* The writer's user id: the "user_id" param (checked), else the
+ * connection's agent id, else *out NULL. */
+bool param_user(struct call *call, const char **out, size_t *len);
 
 #endif

@@ -15,6 +15,7 @@
 #include "methods.h"
 #include "params.h"
 #include "protocol/decision.h"
+#include "localrec.h"
 #include "protocol/experience.h"
 #include "search.h"
 
@@ -272,6 +273,26 @@ static int in_sync(json_t *props, int max_x)
 	return rc ? -1 : 0;
 }
 
+/* ---- conversations and documents (issue 15) ---- */
+
+static json_t *p_uuid(const char *desc)
+{
+	return json_pack("{s:s,s:s,s:s}", "type", "string", "format", "uuid",
+			 "description", desc);
+}
+
+static json_t *p_meta(const char *desc)
+{
+	return json_pack("{s:s,s:b,s:s}", "type", "object",
+			 "additionalProperties", 1, "description", desc);
+}
+
+static json_t *p_vector(const char *desc)
+{
+	return json_pack("{s:s,s:{s:s},s:i,s:s}", "type", "array", "items",
+			 "type", "number", "minItems", 1, "description", desc);
+}
+
 /* ---- experiences ---- */
 
 static json_t *p_agent(const char *desc)
@@ -299,6 +320,74 @@ static json_t *p_time(const char *desc)
 {
 	return json_pack("{s:s,s:s,s:s}", "type", "string", "format",
 			 "date-time", "description", desc);
+}
+
+static int in_remember(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("session_id", p_uuid("The conversation: a UUID. A session not "
+				 "known yet is created (for user_id)."));
+	SET("role",
+	    json_pack("{s:s,s:[s,s,s],s:s}", "type", "string", "enum", "user",
+		      "assistant", "system", "description", "Who said it."));
+	SET("content", p_str("The message: at least one character, at most "
+			     "1 MiB of UTF-8.",
+			     1, REC_CONTENT_MAX));
+	SET("metadata", p_meta("Optional facts about the message (model, "
+			       "tokens, source...)."));
+	SET("user_id", p_str("The user of a session this call creates "
+			     "(default: this session's agent id).",
+			     1, REC_USER_ID_MAX));
+	return rc ? -1 : 0;
+}
+
+static int in_conversation(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("session_id", p_uuid("The conversation: a UUID."));
+	SET("limit", p_limit());
+	return rc ? -1 : 0;
+}
+
+static int in_search_documents(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("query_embedding",
+	    p_vector("The query vector: exactly as many numbers as the "
+		     "daemon's embedding_dim (1536 unless configured)."));
+	SET("top_k",
+	    json_pack("{s:s,s:i,s:i,s:i,s:s}", "type", "integer", "minimum", 1,
+		      "maximum", MCP_PAGE_MAX, "default", 10, "description",
+		      "How many documents (the most similar first)."));
+	SET("metadata_filters",
+	    p_meta("Only documents whose metadata contains this object "
+		   "(PostgreSQL jsonb @>: nested objects, arrays contain "
+		   "elements), e.g. {\"category\": \"research\"}."));
+	SET("exact", p_bool("Compare with every document instead of using "
+			    "the index (slower; the index's recall is "
+			    "0.98 or more)."));
+	return rc ? -1 : 0;
+}
+
+static int in_between(json_t *props, int max_x)
+{
+	int rc = 0;
+
+	(void)max_x;
+	SET("start", p_time("The window's start, RFC 3339 (no offset: "
+			    "UTC), inclusive."));
+	SET("end", p_time("The window's end, inclusive; not before start."));
+	SET("metadata_filters",
+	    p_meta("Only documents whose metadata contains this object "
+		   "(jsonb @>)."));
+	SET("limit", p_limit());
+	return rc ? -1 : 0;
 }
 
 static int in_record(json_t *props, int max_x)
@@ -542,6 +631,87 @@ static json_t *o_history(int max_x)
 		o_maybe("string"));
 }
 
+static json_t *o_message(void)
+{
+	return json_pack(
+		"{s:s,s:{s:{s:s},s:{s:s},s:{s:s,s:[s,s,s]},s:{s:s},s:{s:s},"
+		"s:{s:s},s:{s:s},s:{s:s}},s:[s,s,s,s,s,s]}",
+		"type", "object", "properties", "id", "type", "string",
+		"session_id", "type", "string", "role", "type", "string",
+		"enum", "user", "assistant", "system", "content", "type",
+		"string", "created_at", "type", "string", "metadata", "type",
+		"object", "content_truncated", "type", "boolean",
+		"content_bytes", "type", "integer", "required", "id",
+		"session_id", "role", "content", "created_at", "metadata");
+}
+
+static json_t *o_remember(int max_x)
+{
+	(void)max_x;
+	return o_message();
+}
+
+static json_t *o_conversation(int max_x)
+{
+	(void)max_x;
+	return json_pack("{s:s,s:{s:{s:s,s:o},s:{s:s,s:i},s:{s:s,s:s}},"
+			 "s:[s,s,s]}",
+			 "type", "object", "properties", "messages", "type",
+			 "array", "items", o_message(), "count", "type",
+			 "integer", "minimum", 0, "older", "type", "boolean",
+			 "description", "older messages exist than those shown",
+			 "required", "messages", "count", "older");
+}
+
+static json_t *o_document(bool scored)
+{
+	json_t *o = json_pack(
+		"{s:s,s:{s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:s},"
+		"s:{s:s},s:{s:s}},s:[s,s,s,s,s,s]}",
+		"type", "object", "properties", "id", "type", "string",
+		"content", "type", "string", "metadata", "type", "object",
+		"created_at", "type", "string", "updated_at", "type", "string",
+		"has_embedding", "type", "boolean", "content_truncated", "type",
+		"boolean", "content_bytes", "type", "integer", "required", "id",
+		"content", "metadata", "created_at", "updated_at",
+		"has_embedding");
+
+	if (o && scored &&
+	    (json_object_set_new(json_object_get(o, "properties"), "score",
+				 json_pack("{s:s,s:s}", "type", "number",
+					   "description",
+					   "cosine similarity, -1..1")) < 0 ||
+	     json_array_append_new(json_object_get(o, "required"),
+				   json_string("score")) < 0)) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static json_t *o_documents(bool scored)
+{
+	return json_pack("{s:s,s:{s:{s:s,s:o},s:{s:s,s:i},s:{s:s,s:s}},"
+			 "s:[s,s,s]}",
+			 "type", "object", "properties", "documents", "type",
+			 "array", "items", o_document(scored), "count", "type",
+			 "integer", "minimum", 0, "more", "type", "boolean",
+			 "description", "more documents match than those shown",
+			 "required", "documents", "count", "more");
+}
+
+static json_t *o_search_documents(int max_x)
+{
+	(void)max_x;
+	return o_documents(true);
+}
+
+static json_t *o_between(int max_x)
+{
+	(void)max_x;
+	return o_documents(false);
+}
+
 static json_t *o_sync(int max_x)
 {
 	(void)max_x;
@@ -700,6 +870,142 @@ static json_t *cur_history(json_t *item)
 				      : json_string("uncommitted");
 }
 
+/* Conversations and documents: the handler is asked for one item more
+ * than shown (history: the limit; documents: top_k or limit), which says
+ * whether more exist. */
+static int prep_one_more(json_t *args, json_t *params, const char *name,
+			 json_int_t def, char *msg, size_t n)
+{
+	json_t *v = json_object_get(args, name);
+
+	if (v && (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		  json_integer_value(v) > MCP_PAGE_MAX)) {
+		snprintf(msg, n, "ValueError: %s must be an integer in 1..%d",
+			 name, MCP_PAGE_MAX);
+		return -1;
+	}
+	return json_object_set_new(
+		       params, name,
+		       json_integer((v ? json_integer_value(v) : def) + 1)) < 0
+		       ? -ENOMEM
+		       : 0;
+}
+
+static int prep_history(json_t *args, json_t *params, char *msg, size_t n)
+{
+	return prep_one_more(args, params, "limit", MCP_PAGE_DEFAULT, msg, n);
+}
+
+static int prep_search_documents(json_t *args, json_t *params, char *msg,
+				 size_t n)
+{
+	return prep_one_more(args, params, "top_k", 10, msg, n);
+}
+
+static int prep_between(json_t *args, json_t *params, char *msg, size_t n)
+{
+	return prep_one_more(args, params, "limit", MCP_PAGE_DEFAULT, msg, n);
+}
+
+static int preview_item(json_t *item);
+
+/*
+ * Items (a list, changed in place) cut to previews and to at most want
+ * of them under MCP_PAGE_BYTES, taken from the front, or from the back
+ * when newest_last (history: the most recent are kept). The kept items
+ * in a new array (in their order); *more when some were left out.
+ */
+static json_t *bounded(json_t *list, size_t want, bool newest_last, bool *more)
+{
+	size_t total = json_array_size(list), kept = 0, bytes = 128, i;
+	json_t *out = json_array();
+
+	*more = total > want;
+	if (!out)
+		return NULL;
+	for (i = 0; i < total && kept < want; i++) {
+		size_t at = newest_last ? total - 1 - i : i;
+		json_t *item = json_array_get(list, at);
+		size_t sz;
+
+		if (preview_item(item) < 0)
+			goto fail;
+		sz = json_dumpb(item, NULL, 0, JSON_COMPACT) + 1;
+		if (kept > 0 && bytes + sz > MCP_PAGE_BYTES) {
+			*more = true;
+			break;
+		}
+		bytes += sz;
+		if ((newest_last ? json_array_insert(out, 0, item)
+				 : json_array_append(out, item)) < 0)
+			goto fail;
+		kept++;
+	}
+	return out;
+fail:
+	json_decref(out);
+	return NULL;
+}
+
+static size_t arg_count(json_t *args, const char *name, size_t def)
+{
+	json_t *v = json_object_get(args, name);
+
+	return json_is_integer(v) ? (size_t)json_integer_value(v) : def;
+}
+
+static json_t *shape_history(json_t *args, json_t *result, char *hint, size_t n)
+{
+	bool older;
+	json_t *msgs =
+		bounded(result, arg_count(args, "limit", MCP_PAGE_DEFAULT),
+			true, &older);
+
+	if (!msgs)
+		return NULL;
+	if (older)
+		snprintf(hint, n,
+			 "Showing the %zu most recent messages; older ones "
+			 "exist (a larger limit shows more, up to %d).",
+			 json_array_size(msgs), MCP_PAGE_MAX);
+	return json_pack("{s:o,s:I,s:b}", "messages", msgs, "count",
+			 (json_int_t)json_array_size(msgs), "older", older);
+}
+
+static json_t *shape_documents(json_t *args, json_t *result, char *hint,
+			       size_t n, const char *name, size_t def,
+			       const char *what)
+{
+	bool more;
+	json_t *docs =
+		bounded(result, arg_count(args, name, def), false, &more);
+
+	if (!docs)
+		return NULL;
+	if (more)
+		snprintf(hint, n, "Showing %zu documents; %s",
+			 json_array_size(docs), what);
+	return json_pack("{s:o,s:I,s:b}", "documents", docs, "count",
+			 (json_int_t)json_array_size(docs), "more", more);
+}
+
+static json_t *shape_search_documents(json_t *args, json_t *result, char *hint,
+				      size_t n)
+{
+	return shape_documents(args, result, hint, n, "top_k", 10,
+			       "more documents match (a larger top_k shows "
+			       "more, up to 200).");
+}
+
+static json_t *shape_between(json_t *args, json_t *result, char *hint, size_t n)
+{
+	return shape_documents(
+		args, result, hint, n, "limit", MCP_PAGE_DEFAULT,
+		"older ones in the window exist: call again with "
+		"end set to the created_at of the last one "
+		"shown, or a larger limit.");
+}
+
 /* ---- the table ---- */
 
 static const char *const none[] = {NULL};
@@ -719,6 +1025,19 @@ static const char *const search_required[] = {"terms", NULL};
 static const char *const history_args[] = {"limit", "after", NULL};
 static const char *const delete_args[] = {"if_version", "timeout_ms", NULL};
 static const char *const sync_args[] = {"message", NULL};
+static const char *const remember_args[] = {"session_id", "role",    "content",
+					    "metadata",	  "user_id", NULL};
+static const char *const remember_required[] = {"session_id", "role", "content",
+						NULL};
+static const char *const conversation_args[] = {"session_id", "limit", NULL};
+static const char *const conversation_required[] = {"session_id", NULL};
+static const char *const search_documents_args[] = {
+	"query_embedding", "top_k", "metadata_filters", "exact", NULL};
+static const char *const search_documents_required[] = {"query_embedding",
+							NULL};
+static const char *const between_args[] = {"start", "end", "metadata_filters",
+					   "limit", NULL};
+static const char *const between_required[] = {"start", "end", NULL};
 static const char *const record_args[] = {
 	"context", "action",   "outcome",  "tags",
 	"importance", "metadata", "agent_id", "timeout_ms", NULL};
@@ -761,14 +1080,14 @@ static const struct mcp_tool tools[] = {
 	 "when this returns; it reaches git in the next batch commit "
 	 "(sync_memory commits now).",
 	 decision_store, TOOL_COORD | TOOL_DESTRUCTIVE, store_args,
-	 store_required, in_store, o_store, NULL, NULL, NULL},
+	 store_required, in_store, o_store, NULL, NULL, NULL, NULL},
 	{"get_decision", "Get a decision",
 	 "Read the decision at coordinate (x, y, z), its content whole. "
 	 "Returns {found, decision}: the decision (coordinate, content, "
 	 "timestamp, agent_id, issue_context, version), or found false and "
 	 "decision null when nothing is stored there.",
 	 decision_get, TOOL_COORD | TOOL_READ_ONLY | TOOL_IDEMPOTENT, none,
-	 none, in_coord, o_get, NULL, NULL, NULL},
+	 none, in_coord, o_get, NULL, NULL, NULL, NULL},
 	{"query_decisions", "Query a range",
 	 "List the decisions inside a box of coordinates, sorted by (x, y, "
 	 "z). Each range is [min, max], inclusive; an omitted range means the "
@@ -776,7 +1095,8 @@ static const struct mcp_tool tools[] = {
 	 "architecture decisions of issues 10 to 20. A range with min > max "
 	 "is a QueryError." PAGING,
 	 decision_query_range, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
-	 range_args, none, in_query, o_list, NULL, cur_coord, "decisions"},
+	 range_args, none, in_query, o_list, NULL, cur_coord, "decisions",
+	 NULL},
 	{"decisions_before", "Decisions before",
 	 "List every decision made before a point of the work: those of "
 	 "issues x < x_threshold, and at issue x_threshold those of stages "
@@ -785,7 +1105,8 @@ static const struct mcp_tool tools[] = {
 	 "x_threshold; z_filter keeps one layer only." PAGING,
 	 decision_query_partial_order,
 	 TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST, before_args,
-	 before_required, in_before, o_list, NULL, cur_coord, "decisions"},
+	 before_required, in_before, o_list, NULL, cur_coord, "decisions",
+	 NULL},
 	{"search_decisions", "Search decisions",
 	 "Full-text search of decision contents: the matching decisions, "
 	 "each with score (how many distinct terms matched) and "
@@ -794,7 +1115,7 @@ static const struct mcp_tool tools[] = {
 	 "\"post*\" does." PAGING,
 	 decision_search, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
 	 search_args, search_required, in_search, o_search, prep_search,
-	 cur_search, "decisions"},
+	 cur_search, "decisions", NULL},
 	{"decision_history", "Decision history",
 	 "The versions a coordinate has had, newest first, from git history "
 	 "plus the uncommitted current state: {content, agent_id, timestamp, "
@@ -803,20 +1124,57 @@ static const struct mcp_tool tools[] = {
 	 decision_history,
 	 TOOL_COORD | TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
 	 history_args, none, in_history, o_history, NULL, cur_history,
-	 "versions"},
+	 "versions", NULL},
 	{"delete_decision", "Delete a decision",
 	 "Delete the decision at coordinate (x, y, z) of layer 2, 3 or 4 (git "
 	 "history keeps it). Layer 1 cannot be deleted (ImmutableLayerError). "
 	 "Returns {deleted}: true if a decision was there, false if not.",
 	 decision_delete, TOOL_COORD | TOOL_DESTRUCTIVE | TOOL_IDEMPOTENT,
-	 delete_args, none, in_delete, o_delete, NULL, NULL, NULL},
+	 delete_args, none, in_delete, o_delete, NULL, NULL, NULL, NULL},
 	{"sync_memory", "Commit to git",
 	 "Commit every pending decision to git now (they are otherwise "
 	 "committed in batches about a second after they are stored). "
 	 "Returns {commit, decisions, coordinates, ranges}; commit is null "
 	 "when nothing was pending.",
 	 git_sync, TOOL_IDEMPOTENT, sync_args, none, in_sync, o_sync, NULL,
-	 NULL, NULL},
+	 NULL, NULL, NULL},
+	/* conversations and documents (issue 15): local, never committed */
+	{"remember_message", "Remember a message",
+	 "Append a message (role user, assistant or system) to a "
+	 "conversation of this repository's local memory; the session is "
+	 "created if it does not exist (a session id is any UUID the caller "
+	 "picks). Returns the stored message with its id and created_at "
+	 "(UTC). Durable when this returns; kept under .git/vmem, never "
+	 "committed.",
+	 message_store, 0, remember_args, remember_required, in_remember,
+	 o_remember, NULL, NULL, NULL, NULL},
+	{"conversation_history", "Conversation history",
+	 "The most recent messages of a conversation, oldest first: "
+	 "{messages, count, older}. At most limit (default 50, at most 200) "
+	 "and under 64 KB; contents over 1 KB are cut (content_truncated). "
+	 "An unknown session has no messages.",
+	 message_history, TOOL_READ_ONLY | TOOL_IDEMPOTENT, conversation_args,
+	 conversation_required, in_conversation, o_conversation, prep_history,
+	 NULL, NULL, shape_history},
+	{"search_documents", "Search documents",
+	 "The documents most similar to a query embedding (cosine), best "
+	 "first, each with its score, among those whose metadata contains "
+	 "metadata_filters (PostgreSQL jsonb @> semantics): {documents, "
+	 "count, more}. A filtered search always fills top_k when that many "
+	 "documents match. Contents over 1 KB are cut; the page stays under "
+	 "64 KB.",
+	 document_semantic_search, TOOL_READ_ONLY | TOOL_IDEMPOTENT,
+	 search_documents_args, search_documents_required, in_search_documents,
+	 o_search_documents, prep_search_documents, NULL, NULL,
+	 shape_search_documents},
+	{"documents_between", "Documents between two times",
+	 "The documents created in a time window [start, end] (RFC 3339, "
+	 "inclusive), newest first, optionally only those whose metadata "
+	 "contains metadata_filters: {documents, count, more}. At most limit "
+	 "(default 50, at most 200) and under 64 KB.",
+	 document_temporal_query, TOOL_READ_ONLY | TOOL_IDEMPOTENT,
+	 between_args, between_required, in_between, o_between, prep_between,
+	 NULL, NULL, shape_between},
 	{"find_similar_experiences", "Find similar experiences",
 	 "Before acting: look up what agents did in situations like yours "
 	 "and what came of it. Describe your situation in context; the "
@@ -828,7 +1186,7 @@ static const struct mcp_tool tools[] = {
 	 "a QueryError." EXP_PAGING,
 	 experience_find_similar, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
 	 similar_args, similar_required, in_similar, o_similar, NULL, cur_id,
-	 "experiences"},
+	 "experiences", NULL},
 	{"record_experience", "Record an experience",
 	 "After acting: record the situation (context), what you did "
 	 "(action) and what came of it (outcome), with tags and an "
@@ -840,20 +1198,21 @@ static const struct mcp_tool tools[] = {
 	 "durable when this returns, immutable, and committed to git in the "
 	 "next batch.",
 	 experience_store, 0, record_args, record_required, in_record,
-	 o_record, NULL, NULL, NULL},
+	 o_record, NULL, NULL, NULL, NULL},
 	{"recall_experiences", "Recall experiences",
 	 "An agent's experiences, newest first (default: this session's "
 	 "agent), filtered by tags (all of them), minimum importance and a "
 	 "time window." EXP_PAGING,
 	 experience_retrieve, TOOL_READ_ONLY | TOOL_IDEMPOTENT | TOOL_LIST,
-	 recall_args, none, in_recall, o_recall, NULL, cur_id, "experiences"},
+	 recall_args, none, in_recall, o_recall, NULL, cur_id, "experiences",
+	 NULL},
 	{"experience_stats", "Experience statistics",
 	 "How many experiences an agent (or every agent) recorded, their "
 	 "average importance, the oldest and newest, and how often each tag "
 	 "occurs (the 1000 most frequent; tags_total counts them all). "
 	 "Without agent_id: every agent's, with the count of each.",
 	 experience_stats, TOOL_READ_ONLY | TOOL_IDEMPOTENT, exp_stats_args,
-	 none, in_exp_stats, o_exp_stats, NULL, NULL, NULL},
+	 none, in_exp_stats, o_exp_stats, NULL, NULL, NULL, NULL},
 };
 
 #define N_TOOLS (sizeof(tools) / sizeof(tools[0]))
@@ -1069,6 +1428,10 @@ json_t *mcp_tool_result(const struct mcp_tool *tool, json_t *args,
 			json_t *result, char *hint, size_t n)
 {
 	hint[0] = '\0';
+	if (tool->shape)
+		return json_is_array(result)
+			       ? tool->shape(args, result, hint, n)
+			       : NULL;
 	if (tool->flags & TOOL_LIST)
 		return page(tool, args, result, hint, n);
 	if (tool->handler == decision_get)

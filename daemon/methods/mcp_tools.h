@@ -57,6 +57,10 @@ struct mcp_tool {
 	/* A listing: the cursor (`after`) that continues after item. */
 	json_t *(*cursor)(json_t *item);
 	const char *items; /* a listing: the member holding its items */
+	/* Its own structured result from the handler's (borrowed; may be
+	 * changed in place) and the arguments, bounded as a page is, with
+	 * hint as for mcp_tool_result; NULL: the default shaping. */
+	json_t *(*shape)(json_t *args, json_t *result, char *hint, size_t n);
 };
 
 /* The tool called name, or NULL (table-owned). */

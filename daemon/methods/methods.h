@@ -71,6 +71,22 @@ int lock_release(struct call *call);
 int watch_subscribe(struct call *call);
 int watch_unsubscribe(struct call *call);
 
+/* methods_conversation.c: sessions and messages. */
+int session_create(struct call *call);
+int session_get(struct call *call);
+int session_list(struct call *call);
+int session_delete(struct call *call);
+int message_store(struct call *call);
+int message_history(struct call *call);
+
+/* methods_document.c: documents. */
+int document_store(struct call *call);
+int document_get(struct call *call);
+int document_update(struct call *call);
+int document_delete(struct call *call);
+int document_semantic_search(struct call *call);
+int document_temporal_query(struct call *call);
+
 /* methods_mcp.c: MCP on the same socket. */
 int mcp_initialize(struct call *call);
 int mcp_initialized(struct call *call);

@@ -7,8 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <git2.h>
+
 #include "conn.h"
 #include "daemon.h"
+#include "hnsw.h"
 #include "dispatch.h"
 #include "params.h"
 #include "protocol/decision.h"
@@ -98,15 +101,74 @@ static json_t *last_commit_json(const struct gitq *q)
 			 when);
 }
 
+/* ---- the local kinds in health (issue 15) ---- */
+
+/* The versions of what serves the data (the seed's postgres_version and
+ * pgvector_version, for vmem). */
+static json_t *versions_json(void)
+{
+	int maj = 0, min = 0, rev = 0;
+	char git[32];
+
+	git_libgit2_version(&maj, &min, &rev);
+	snprintf(git, sizeof(git), "%d.%d.%d", maj, min, rev);
+	return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "vmemd", VMEMD_VERSION,
+			 "hnsw", hnsw_library(), "vector_kernel",
+			 vector_kernel(), "libuv", uv_version_string(),
+			 "libgit2", git, "jansson", JANSSON_VERSION);
+}
+
+static json_t *segments_json(const struct localseg *ls)
+{
+	struct seg_stats st;
+
+	localseg_stats(ls, &st);
+	return json_pack("{s:I,s:I,s:I,s:I,s:I}", "segments",
+			 (json_int_t)st.segments, "disk_bytes",
+			 (json_int_t)st.disk_bytes, "live_bytes",
+			 (json_int_t)st.live_bytes, "dead_bytes",
+			 (json_int_t)st.dead_bytes, "compactions",
+			 (json_int_t)ls->compactions);
+}
+
+static json_t *vector_index_json(const struct documents *ds)
+{
+	struct vindex_stats st;
+
+	vindex_stats(ds->ix.vi, &st);
+	return json_pack("{s:s,s:o,s:I,s:I,s:b,s:I}", "state",
+			 ds->index_state[0] ? ds->index_state : "empty", "note",
+			 ds->index_note[0] ? json_string(ds->index_note)
+					   : json_null(),
+			 "vectors", (json_int_t)st.live, "graph_rows",
+			 (json_int_t)st.graph_rows, "building", st.building,
+			 "saves", (json_int_t)ds->saves);
+}
+
+/* The newest error of the local kinds, "" when none. */
+static const char *local_error(const struct daemon *d)
+{
+	if (d->documents.last_error[0])
+		return d->documents.last_error;
+	if (d->documents.seg.last_error[0])
+		return d->documents.seg.last_error;
+	return d->conversations.seg.last_error;
+}
+
 int server_health(struct call *call)
 {
 	static const char *const allowed[] = {NULL};
 	struct daemon *d = call->d;
 	const char *last_error = d->store.last_error[0] && !d->gitq.stopped[0]
 					 ? d->store.last_error
-					 : d->gitq.last_error;
+				 : d->gitq.last_error[0] ? d->gitq.last_error
+							 : local_error(d);
 	bool degraded = d->loaded.n_quarantined > 0 ||
-			store_failing(&d->store) || d->gitq.stopped[0];
+			store_failing(&d->store) || d->gitq.stopped[0] ||
+			d->conversations.n_adopted > 0 ||
+			d->documents.n_orphans > 0;
+	const char *status =
+		d->stopping ? "stopping" : (degraded ? "degraded" : "ok");
 	json_t *h, *locks = json_array();
 	char *save = NULL, *p, list[sizeof(d->gitq.foreign_locks)];
 
@@ -119,22 +181,18 @@ int server_health(struct call *call)
 	     p = strtok_r(NULL, ",", &save))
 		json_array_append_new(locks, json_string(p + (*p == ' ')));
 	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
-			  d->stopping ? "stopping"
-				      : (degraded ? "degraded" : "ok"),
-			  "version", VMEMD_VERSION, "repo", d->repo.root,
-			  "decisions", (json_int_t)d->decisions.index.count,
-			  "experiences", (json_int_t)d->experiences.ix.n_live,
-			  "pending", (json_int_t)gitq_pending(&d->gitq),
-			  "last_commit", last_commit_json(&d->gitq),
-			  "commit_deferred",
-			  d->gitq.deferred[0] ? json_string(d->gitq.deferred)
-					      : json_null(),
-			  "quarantined", quarantined_json(&d->loaded),
-			  "last_error",
-			  last_error[0] ? json_string(last_error) : json_null(),
-			  "uptime_s",
-			  (json_int_t)((uv_now(d->loop) - d->started_ms) /
-				       1000));
+		      status, "version", VMEMD_VERSION, "repo", d->repo.root,
+		      "decisions", (json_int_t)d->decisions.index.count,
+		      "experiences", (json_int_t)d->experiences.ix.n_live,
+		      "pending", (json_int_t)gitq_pending(&d->gitq),
+		      "last_commit", last_commit_json(&d->gitq),
+		      "commit_deferred",
+		      d->gitq.deferred[0] ? json_string(d->gitq.deferred)
+					  : json_null(),
+		      "quarantined", quarantined_json(&d->loaded), "last_error",
+		      last_error[0] ? json_string(last_error) : json_null(),
+		      "uptime_s",
+		      (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000));
 	if (h && locks) {
 		json_object_set_new(h, "commits_stopped",
 				    d->gitq.stopped[0]
@@ -144,10 +202,41 @@ int server_health(struct call *call)
 		locks = NULL;
 	}
 	json_decref(locks);
+	/* Conversations and documents: counts per kind, what serves them. */
+	if (h &&
+	    json_object_update_new(
+		    h,
+		    json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
+			      "s:{s:I,s:I}}",
+			      "versions", versions_json(), "counts",
+			      "decisions", (json_int_t)d->decisions.index.count,
+			      "experiences",
+			      (json_int_t)d->experiences.ix.n_live,
+			      "sessions",
+			      (json_int_t)d->conversations.ix.n_sessions,
+			      "messages",
+			      (json_int_t)d->conversations.ix.n_messages,
+			      "documents", (json_int_t)d->documents.ix.n_docs,
+			      "embeddings",
+			      (json_int_t)docindex_vectors(&d->documents.ix),
+			      "local_storage", "conversations",
+			      segments_json(&d->conversations.seg), "documents",
+			      segments_json(&d->documents.seg), "vector_index",
+			      vector_index_json(&d->documents), "repaired",
+			      "sessions_adopted",
+			      (json_int_t)d->conversations.n_adopted,
+			      "embeddings_dropped",
+			      (json_int_t)d->documents.n_orphans)) < 0) {
+		json_decref(h);
+		h = NULL;
+	}
 	if (!h) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}
+	call_attr_str(call, "status", status, strlen(status));
+	call_attr_str(call, "postgres_version", "vmemd " VMEMD_VERSION,
+		      strlen("vmemd " VMEMD_VERSION));
 	call_reply(call, h);
 	return CALL_DONE;
 }

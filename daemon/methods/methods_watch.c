@@ -17,8 +17,17 @@
 /* The "kinds" of a subscription (SUBS_*): absent, decisions. */
 static bool param_kinds(struct call *call, unsigned *out)
 {
+	static const struct {
+		const char *name;
+		unsigned bit;
+	} names[] = {
+		{"decision", SUBS_KIND_DECISION},
+		{"experience", SUBS_KIND_EXPERIENCE},
+		{"message", SUBS_KIND_MESSAGE},
+		{"document", SUBS_KIND_DOCUMENT},
+	};
 	json_t *v = json_object_get(call->params, "kinds"), *k;
-	size_t i;
+	size_t i, j;
 
 	*out = SUBS_KIND_DECISION;
 	if (!v)
@@ -28,38 +37,41 @@ static bool param_kinds(struct call *call, unsigned *out)
 	*out = 0;
 	json_array_foreach(v, i, k)
 	{
-		const char *name = json_string_value(k);
-
-		if (name && !strcmp(name, "decision"))
-			*out |= SUBS_KIND_DECISION;
-		else if (name && !strcmp(name, "experience"))
-			*out |= SUBS_KIND_EXPERIENCE;
-		else
+		for (j = 0; j < sizeof(names) / sizeof(names[0]); j++)
+			if (json_is_string(k) &&
+			    strcmp(json_string_value(k), names[j].name) == 0)
+				break;
+		if (j == sizeof(names) / sizeof(names[0]))
 			goto bad;
+		*out |= names[j].bit;
 	}
 	return true;
 bad:
 	call_error(call, RPC_INVALID_PARAMS, NULL,
-		   "kinds must be a non-empty array of \"decision\" and "
-		   "\"experience\"");
+		   "kinds must be a non-empty array of \"decision\", "
+		   "\"experience\", \"message\", \"document\"");
 	return false;
 }
 
 int watch_subscribe(struct call *call)
 {
-	static const char *const allowed[] = {"x_range", "y_range", "z_range",
-					      "kinds",	 "agent_id", NULL};
+	static const char *const allowed[] = {
+		"x_range", "y_range", "z_range", "kinds", "agent_id", "session_id",
+		NULL};
 	static const char *const box[] = {"x_range", "y_range", "z_range"};
 	json_t *agent = json_object_get(call->params, "agent_id");
 	struct axis_range x, y, z;
 	char msg[VMEM_ERRMSG_LEN];
+	uint8_t session[16];
+	bool one_session = false;
 	unsigned kinds;
 	uint64_t id;
 
 	if (!param_only(call, allowed) || !param_kinds(call, &kinds) ||
 	    !param_range(call, "x_range", &x) ||
 	    !param_range(call, "y_range", &y) ||
-	    !param_range(call, "z_range", &z))
+	    !param_range(call, "z_range", &z) ||
+	    !param_uuid(call, "session_id", false, session, NULL, &one_session))
 		return CALL_DONE;
 	for (size_t i = 0; i < 3; i++)
 		if (!(kinds & SUBS_KIND_DECISION) &&
@@ -84,8 +96,15 @@ int watch_subscribe(struct call *call)
 						 : "agent_id must be a string");
 		return CALL_DONE;
 	}
+	if (one_session && !(kinds & SUBS_KIND_MESSAGE)) {
+		call_error(call, RPC_INVALID_PARAMS, NULL,
+			   "session_id selects messages: add \"message\" to "
+			   "kinds");
+		return CALL_DONE;
+	}
 	if (subs_add_kinds(&call->d->subs, call->conn, kinds, &x, &y, &z,
-			   json_string_value(agent), &id) < 0) {
+			   json_string_value(agent),
+			   one_session ? session : NULL, &id) < 0) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
 		return CALL_DONE;
 	}

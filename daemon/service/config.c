@@ -17,7 +17,7 @@
 #include "log.h"
 #include "protocol/decision.h"
 
-enum kind { K_NUM, K_LEVEL, K_STR };
+enum kind { K_NUM, K_LEVEL, K_STR, K_PATH };
 
 struct keydef {
 	const char *name;
@@ -42,6 +42,8 @@ static const struct keydef keys[CONFIG_NKEYS] = {
 			      LOGL_INFO},
 	[CONFIG_COMMIT_NAME] = {"commit_name", K_STR, 1, CONFIG_STR_MAX, 0},
 	[CONFIG_COMMIT_EMAIL] = {"commit_email", K_STR, 1, CONFIG_STR_MAX, 0},
+	[CONFIG_EMBEDDING_DIM] = {"embedding_dim", K_NUM, 1, 16384, 1536},
+	[CONFIG_TRACE_FILE] = {"trace_file", K_PATH, 1, CONFIG_PATH_MAX, 0},
 };
 
 static const char *const level_names[] = {
@@ -73,12 +75,20 @@ int config_key_find(const char *name, size_t len)
 
 static char *str_of(struct config *c, enum config_key k)
 {
+	if (k == CONFIG_TRACE_FILE)
+		return c->trace_file;
 	return k == CONFIG_COMMIT_NAME ? c->commit_name : c->commit_email;
 }
 
 static const char *cstr_of(const struct config *c, enum config_key k)
 {
-	return k == CONFIG_COMMIT_NAME ? c->commit_name : c->commit_email;
+	return str_of((struct config *)c, k);
+}
+
+static size_t str_size(enum config_key k)
+{
+	return k == CONFIG_TRACE_FILE ? CONFIG_PATH_MAX + 1
+				      : CONFIG_STR_MAX + 1;
 }
 
 /* A C0 or C1 control character, or DEL, at s[i]? */
@@ -141,6 +151,14 @@ int config_set(struct config *c, enum config_key k, const char *value,
 		if (rc < 0)
 			return rc;
 		break;
+	case K_PATH:
+		if (!*value || strlen(value) > CONFIG_PATH_MAX) {
+			snprintf(msg, msgn, "must be a path of 1..%d bytes",
+				 CONFIG_PATH_MAX);
+			return -EINVAL;
+		}
+		memcpy(str_of(c, k), value, strlen(value) + 1);
+		break;
 	case K_LEVEL:
 		for (v = LOGL_ERR; v <= LOGL_DEBUG; v++)
 			if (strcmp(value, level_names[v]) == 0)
@@ -197,7 +215,7 @@ static int parse_line(struct config *c, const char *s, size_t len,
 		      struct config_error *err)
 {
 	const char *eq, *kend, *v, *vend;
-	char value[CONFIG_STR_MAX * 4 + 1], why[160];
+	char value[CONFIG_PATH_MAX + 1], why[160];
 	int k;
 
 	if (memchr(s, '\0', len))
@@ -366,10 +384,10 @@ void config_merge(struct config *dst, const struct config *src)
 	for (int k = 0; k < CONFIG_NKEYS; k++) {
 		if (!(src->set & (1u << k)))
 			continue;
-		if (keys[k].kind == K_STR)
+		if (keys[k].kind == K_STR || keys[k].kind == K_PATH)
 			memcpy(str_of(dst, (enum config_key)k),
 			       cstr_of(src, (enum config_key)k),
-			       CONFIG_STR_MAX + 1);
+			       str_size((enum config_key)k));
 		else
 			dst->num[k] = src->num[k];
 		dst->set |= 1u << k;
@@ -400,6 +418,7 @@ void config_format(const struct config *c, enum config_key k, char *buf,
 	}
 	switch (keys[k].kind) {
 	case K_STR:
+	case K_PATH:
 		snprintf(buf, n, "%s",
 			 *cstr_of(c, k) ? cstr_of(c, k) : "(unset)");
 		break;
@@ -418,7 +437,7 @@ void config_format(const struct config *c, enum config_key k, char *buf,
 bool config_same(const struct config *a, const struct config *b,
 		 enum config_key k)
 {
-	if (keys[k].kind == K_STR)
+	if (keys[k].kind == K_STR || keys[k].kind == K_PATH)
 		return strcmp(cstr_of(a, k), cstr_of(b, k)) == 0;
 	return a->num[k] == b->num[k];
 }
@@ -426,7 +445,7 @@ bool config_same(const struct config *a, const struct config *b,
 size_t config_describe_changes(const struct config *a, const struct config *b,
 			       unsigned mask, char *buf, size_t n)
 {
-	char va[CONFIG_STR_MAX + 16], vb[CONFIG_STR_MAX + 16];
+	char va[CONFIG_PATH_MAX + 16], vb[CONFIG_PATH_MAX + 16];
 	size_t count = 0, used = 0;
 	int w;
 

@@ -22,6 +22,11 @@
  *   log_level         err | warning | notice | info | debug
  *   commit_name       1..200 bytes, no control characters, no '<' '>'
  *   commit_email      the same, and it contains '@'
+ *   embedding_dim     1..16384 numbers per document embedding, default
+ *                     1536 (start-up only; a tree's documents keep the
+ *                     dimension they were stored with)
+ *   trace_file        a path: one OTLP/JSON span per request appended
+ *                     there (start-up only; unset: no tracing)
  *
  * commit_name and commit_email go together: both or neither. Without them
  * commits use the repository's user.name/user.email.
@@ -50,10 +55,14 @@ enum config_key {
 	CONFIG_LOG_LEVEL, /* the value is an enum log_level (log.h) */
 	CONFIG_COMMIT_NAME,
 	CONFIG_COMMIT_EMAIL,
+	/* Conversations and documents (issue 15). */
+	CONFIG_EMBEDDING_DIM,
+	CONFIG_TRACE_FILE, /* a path */
 	CONFIG_NKEYS,
 };
 
 #define CONFIG_STR_MAX	200	  /* bytes of commit_name, commit_email */
+#define CONFIG_PATH_MAX 4095	  /* bytes of trace_file */
 #define CONFIG_FILE_MAX (1 << 20) /* a larger file is refused */
 
 struct config {
@@ -61,6 +70,7 @@ struct config {
 	unsigned long long num[CONFIG_NKEYS]; /* the numeric keys' values */
 	char commit_name[CONFIG_STR_MAX + 1]; /* "" when not set */
 	char commit_email[CONFIG_STR_MAX + 1];
+	char trace_file[CONFIG_PATH_MAX + 1]; /* "" when not set */
 };
 
 /* Why a file was refused: line is 1-based, 0 when no line is to blame. */

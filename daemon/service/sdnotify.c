@@ -22,6 +22,7 @@
 static struct sockaddr_un notify_addr;
 static socklen_t notify_len;
 static uint64_t watchdog_usec;
+static int listen_fd = -1; /* from socket activation, read at init */
 
 /* $name as a decimal number for this process: true with *out. */
 static bool env_number(const char *name, unsigned long long *out)
@@ -45,6 +46,30 @@ static bool for_us(const char *pid_var)
 	if (!getenv(pid_var))
 		return true;
 	return env_number(pid_var, &pid) && pid == (unsigned long long)getpid();
+}
+
+/*
+ * The socket-activation variables, read and unset here, at init: unsetenv
+ * rewrites environ, which the git subprocesses' workers read from the
+ * thread pool (a start-up scan runs while the server opens).
+ */
+static int take_listen_fd(void)
+{
+	unsigned long long n;
+	bool ours = for_us("LISTEN_PID") && getenv("LISTEN_PID") &&
+		    env_number("LISTEN_FDS", &n);
+	int fd = -1;
+
+	if (ours && n == 1)
+		fd = LISTEN_FDS_START;
+	else if (ours && n > 1)
+		fd = -EINVAL;
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	if (fd >= 0)
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+	return fd;
 }
 
 void sdnotify_init(void)
@@ -71,6 +96,7 @@ void sdnotify_init(void)
 	unsetenv("NOTIFY_SOCKET");
 	unsetenv("WATCHDOG_USEC");
 	unsetenv("WATCHDOG_PID");
+	listen_fd = take_listen_fd();
 }
 
 void sdnotify(const char *fmt, ...)
@@ -126,19 +152,5 @@ int sdnotify_watchdog_start(uv_loop_t *loop)
 
 int sdnotify_listen_fd(void)
 {
-	unsigned long long n;
-	bool ours = for_us("LISTEN_PID") && getenv("LISTEN_PID") &&
-		    env_number("LISTEN_FDS", &n);
-	int fd = -1;
-
-	if (ours && n == 1)
-		fd = LISTEN_FDS_START;
-	else if (ours && n > 1)
-		fd = -EINVAL;
-	unsetenv("LISTEN_PID");
-	unsetenv("LISTEN_FDS");
-	unsetenv("LISTEN_FDNAMES");
-	if (fd >= 0)
-		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-	return fd;
+	return listen_fd;
 }

@@ -14,7 +14,9 @@
 
 /*
  * Read (and unset, so children do not inherit them) the notification
- * socket and watchdog variables. Call once at start-up, after any fork.
+ * socket, watchdog and socket-activation variables. Call once at
+ * start-up, after any fork and before any thread starts (unsetenv is not
+ * safe while another thread reads the environment).
  */
 void sdnotify_init(void);
 
@@ -34,10 +36,10 @@ uint64_t sdnotify_watchdog_usec(void);
 int sdnotify_watchdog_start(uv_loop_t *loop);
 
 /*
- * The listening socket passed by socket activation, or -1 when there is
- * none (the variables are for another process, or absent). Exactly one
- * socket is expected: -EINVAL (with the variables unset) when there are
- * several. The variables are unset either way.
+ * The listening socket passed by socket activation, as sdnotify_init
+ * found it, or -1 when there is none (the variables are for another
+ * process, or absent). Exactly one socket is expected: -EINVAL when
+ * there are several.
  */
 int sdnotify_listen_fd(void);
 

@@ -13,6 +13,7 @@
 #include "buf.h"
 #include "conn.h"
 #include "log.h"
+#include "uuid.h"
 
 void subs_init(struct subs *s)
 {
@@ -42,7 +43,8 @@ int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
 
 int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
 		   const struct axis_range *x, const struct axis_range *y,
-		   const struct axis_range *z, const char *agent, uint64_t *id)
+		   const struct axis_range *z, const char *agent,
+		   const uint8_t *session, uint64_t *id)
 {
 	char *copy = agent ? strdup(agent) : NULL;
 	int rc;
@@ -54,8 +56,12 @@ int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
 		free(copy);
 		return rc;
 	}
-	s->head->kinds = kinds;
+	s->head->kinds = kinds; /* the newest is the head */
 	s->head->agent_id = copy;
+	if (session) {
+		s->head->one_session = true;
+		memcpy(s->head->session, session, REC_KEY);
+	}
 	return 0;
 }
 
@@ -94,6 +100,7 @@ int subs_add_format(struct subs *s, struct conn *conn,
 	sub->x = *x;
 	sub->y = *y;
 	sub->z = *z;
+	sub->kinds = SUBS_KIND_DECISION;
 	sub->next = s->head;
 	s->head = sub;
 	s->n++;
@@ -143,6 +150,7 @@ static const char *const event_names[] = {
 	[SUBS_STORED] = "stored",
 	[SUBS_DELETED] = "deleted",
 	[SUBS_RELOADED] = "reloaded",
+	[SUBS_UPDATED] = "updated",
 };
 
 void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
@@ -204,6 +212,85 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 			continue;
 		}
 		conn_notify(sub->conn, line.data, line.len);
+	}
+	buf_done(&line);
+}
+
+/* Send line to sub's connection, or close it when the line could not be
+ * built. */
+static void deliver(struct subscription *sub, const struct buf *line, bool ok)
+{
+	if (!ok) {
+		log_err("out of memory notifying subscriber %" PRIu64, sub->id);
+		conn_close(sub->conn);
+		return;
+	}
+	conn_notify(sub->conn, line->data, line->len);
+}
+
+void subs_notify_message(struct subs *s, const uint8_t *session,
+			 const struct conv_msg *m)
+{
+	struct subscription *sub, *next;
+	char head[256], sid[UUID_TEXT_LEN + 1];
+	struct buf line = {0};
+
+	uuid_format(session, sid);
+	for (sub = s->head; sub; sub = next) {
+		int n;
+
+		next = sub->next;
+		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_MESSAGE) ||
+		    sub->format != SUBS_WATCH ||
+		    (sub->one_session &&
+		     memcmp(sub->session, session, REC_KEY) != 0))
+			continue;
+		n = snprintf(
+			head, sizeof(head),
+			"{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			"\"params\":{\"subscription\":%" PRIu64
+			",\"kind\":\"message\",\"event\":\"%s\","
+			"\"session_id\":\"%s\",\"message\":",
+			sub->id, m ? "stored" : "deleted", sid);
+		line.len = 0;
+		deliver(sub, &line,
+			buf_append(&line, head, (size_t)n) &&
+				(m ? conv_message_json(&line, m)
+				   : buf_puts(&line, "null")) &&
+				buf_puts(&line, "}}\n"));
+	}
+	buf_done(&line);
+}
+
+void subs_notify_document(struct subs *s, const struct docindex *ix,
+			  enum subs_event ev, const uint8_t *id,
+			  const struct doc *d)
+{
+	struct subscription *sub, *next;
+	char head[256], text[UUID_TEXT_LEN + 1];
+	struct buf line = {0};
+
+	uuid_format(id, text);
+	for (sub = s->head; sub; sub = next) {
+		int n;
+
+		next = sub->next;
+		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_DOCUMENT) ||
+		    sub->format != SUBS_WATCH)
+			continue;
+		n = snprintf(
+			head, sizeof(head),
+			"{\"jsonrpc\":\"2.0\",\"method\":\"watch.changed\","
+			"\"params\":{\"subscription\":%" PRIu64
+			",\"kind\":\"document\",\"event\":\"%s\","
+			"\"id\":\"%s\",\"document\":",
+			sub->id, event_names[ev], text);
+		line.len = 0;
+		deliver(sub, &line,
+			buf_append(&line, head, (size_t)n) &&
+				(d ? doc_json(&line, ix, d, false, 0, false)
+				   : buf_puts(&line, "null")) &&
+				buf_puts(&line, "}}\n"));
 	}
 	buf_done(&line);
 }

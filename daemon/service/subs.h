@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convindex.h"
+#include "docindex.h"
 #include "index.h"
 #include "query.h"
 
@@ -23,6 +25,7 @@ enum subs_event {
 	SUBS_STORED,
 	SUBS_DELETED,
 	SUBS_RELOADED,
+	SUBS_UPDATED, /* a document changed in place */
 };
 
 /* What a subscriber is sent: watch.changed (the native protocol), or the
@@ -39,6 +42,8 @@ enum subs_format {
  * 1 << 2 are left to the conversation kinds, messages and documents). */
 enum {
 	SUBS_KIND_DECISION = 1 << 0,
+	SUBS_KIND_MESSAGE = 1 << 1,  /* conversations (issue 15) */
+	SUBS_KIND_DOCUMENT = 1 << 2, /* documents (issue 15) */
 	SUBS_KIND_EXPERIENCE = 1 << 3,
 };
 
@@ -50,6 +55,8 @@ struct subscription {
 	struct axis_range x, y, z; /* decisions: the box */
 	char *agent_id;		/* experiences: only this agent's (owned;
 				   NULL: every agent's) */
+	bool one_session; /* messages: of session only */
+	uint8_t session[REC_KEY];
 	struct subscription *next;
 };
 
@@ -70,10 +77,12 @@ int subs_add(struct subs *s, struct conn *conn, const struct axis_range *x,
 	     uint64_t *id);
 
 /* A watch.changed subscription to kinds (SUBS_*): decisions in the box,
- * experiences of agent (copied; NULL: all). 0 or -ENOMEM. */
+ * experiences of agent (copied; NULL: all), messages (of session only,
+ * when not NULL), documents. 0 or -ENOMEM. */
 int subs_add_kinds(struct subs *s, struct conn *conn, unsigned kinds,
 		   const struct axis_range *x, const struct axis_range *y,
-		   const struct axis_range *z, const char *agent, uint64_t *id);
+		   const struct axis_range *z, const char *agent,
+		   const uint8_t *session, uint64_t *id);
 
 /* subs_add with a format other than watch.changed's. */
 int subs_add_format(struct subs *s, struct conn *conn,
@@ -104,5 +113,16 @@ void subs_notify(struct subs *s, const struct coord *c, enum subs_event ev,
 void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
 			    const char *agent, size_t agent_len,
 			    const char *json, size_t json_len);
+
+/* Tell the subscribers of messages of session: m stored, or (m NULL) the
+ * session deleted with its messages. */
+void subs_notify_message(struct subs *s, const uint8_t *session,
+			 const struct conv_msg *m);
+
+/* Tell the subscribers of documents: d (NULL when deleted) under id, its
+ * form without the embedding. */
+void subs_notify_document(struct subs *s, const struct docindex *ix,
+			  enum subs_event ev, const uint8_t *id,
+			  const struct doc *d);
 
 #endif

@@ -4,6 +4,8 @@
  */
 #include "lane.h"
 
+#include <pthread.h>
+
 static void push(struct lane_job **head, struct lane_job **tail,
 		 struct lane_job *job)
 {
@@ -18,6 +20,9 @@ static void push(struct lane_job **head, struct lane_job **tail,
 static void lane_main(void *arg)
 {
 	struct lane *l = arg;
+
+	/* Its own name in /proc (top -H, strace -p by thread): the log's. */
+	pthread_setname_np(pthread_self(), "vmemd-log");
 
 	uv_mutex_lock(&l->mu);
 	for (;;) {

@@ -117,6 +117,12 @@ int64_t store_timestamp(struct store_kind *k)
 	return t;
 }
 
+void store_timestamp_seen(struct store_kind *k, int64_t usec)
+{
+	if (usec > k->store->last_timestamp)
+		k->store->last_timestamp = usec;
+}
+
 void store_changed(struct store_kind *k, enum kind_change_type type,
 		   const void *detail)
 {
@@ -449,12 +455,16 @@ static void wal_after_cb(struct lane_job *job)
 	if (!j->head) {
 		s->cutting = false;
 		s->ckpt = false;
-		if (rc < 0) {
+		if (rc < 0)
 			set_error(s, "cutting the write-ahead log: %s",
 				  strerror(-rc));
+		/* Records appended while this checkpoint ran (their own idle
+		 * timer found it running) get the next one, as does a failed
+		 * cut. */
+		if (rc < 0 || (s->wal_end > 0 &&
+			       !uv_is_active((uv_handle_t *)&s->ckpt_timer)))
 			uv_timer_start(&s->ckpt_timer, ckpt_timer_cb,
 				       CHECKPOINT_IDLE_MS, 0);
-		}
 	} else if (rc == 0) {
 		s->wal_failing = false;
 		uv_timer_start(&s->ckpt_timer, ckpt_timer_cb,

@@ -273,6 +273,11 @@ size_t store_kind_slot(const struct store_kind *k, size_t slot);
  * kind (even when the clock steps back). */
 int64_t store_timestamp(struct store_kind *k);
 
+/* For kinds, at load: a time already given to a record, which the clock
+ * of store_timestamp will pass (so times keep growing across restarts,
+ * even when the system clock went back meanwhile). */
+void store_timestamp_seen(struct store_kind *k, int64_t usec);
+
 /* For kinds: report a change applied to their state (on_change). */
 void store_changed(struct store_kind *k, enum kind_change_type type,
 		   const void *detail);

@@ -65,6 +65,7 @@
 #define PRELOAD_DEPTH 32
 #define SEARCH_TAGS   50
 #define BEFORE_ISSUES 10
+#define SESSIONS      10000
 #define NS	      1000000000ull
 #define EXP_AGENTS    20
 #define EXP_TAGS      40
@@ -84,6 +85,7 @@ enum op {
 	OP_XRETRIEVE,
 	OP_XSIMILAR,
 	OP_XSTATS,
+	OP_MESSAGE, /* message.store into one of SESSIONS sessions */
 	N_MIX_OPS,
 	OP_ECHO = N_MIX_OPS,
 	OP_PRELOAD,
@@ -95,8 +97,8 @@ enum op {
 static const char *const op_names[] = {
 	"get",	     "exists",	  "store",     "store_new", "search",
 	"range",     "before",	  "xstore",    "xretrieve", "xsimilar",
-	"xstats",    "echo",	  "preload",   "redis SET", "redis GET",
-	"preload",
+	"xstats",    "message",	  "echo",      "preload",   "redis SET",
+	"redis GET", "preload",
 };
 
 struct mix {
@@ -320,6 +322,28 @@ static int emit_store(struct buf *o, uint64_t id, uint64_t k, int x, int y,
 	return 0;
 }
 
+/* A message of the decisions' value size, in session k % SESSIONS: a
+ * durable write of the same size through the conversation kind. */
+static int emit_message(struct buf *o, uint64_t id, uint64_t k)
+{
+	int vb = g.value_bytes, n;
+	size_t room = (size_t)vb + 256;
+
+	if (buf_reserve(o, room) < 0)
+		return -ENOMEM;
+	n = snprintf(o->p + o->len, room,
+		     "%s%" PRIu64 ",\"method\":\"message.store\",\"params\":"
+		     "{\"session_id\":\"00000000-0000-4000-8000-%012" PRIu64
+		     "\",\"role\":\"user\",\"content\":\"tag%02u %.*s\","
+		     "\"user_id\":\"bench\"}}\n",
+		     jhead, id, k % SESSIONS, (unsigned)(k % SEARCH_TAGS),
+		     vb - 6, g.filler);
+	if (n < 0 || (size_t)n >= room)
+		return -EOVERFLOW;
+	o->len += (size_t)n;
+	return 0;
+}
+
 static int emit_resp_set(struct buf *o, uint64_t k)
 {
 	int vb = g.value_bytes, n;
@@ -525,6 +549,8 @@ static int emit(struct buf *o, enum op op, uint64_t id, uint64_t *rng,
 	case OP_XSIMILAR:
 	case OP_XSTATS:
 		return emit_xquery(o, op, id, rng);
+	case OP_MESSAGE:
+		return emit_message(o, id, rnd(rng));
 	case OP_RSET:
 		return emit_resp_set(o, k);
 	case OP_RPRELOAD:
@@ -1646,9 +1672,9 @@ static void usage(FILE *f)
 		"store,\n"
 		"               store_new, search, range, before, xstore, "
 		"xretrieve,\n"
-		"               xsimilar, xstats (repeatable; default: get, "
-		"then\n"
-		"               store, each its own row)\n"
+		"               xsimilar, xstats, message (repeatable; default: "
+		"get,\n"
+		"               then store, each its own row)\n"
 		"  --exp-preload N  store N experiences (20 agents) first\n"
 		"  --restart    then time a restart and show the memory\n");
 }

@@ -16,7 +16,7 @@ seed=${FUZZ_SEED:-1}
 runs=${FUZZ_RUNS:-}
 build=${FUZZ_BUILD:-$root/build-fuzz}
 out=${FUZZ_OUT:-$build/fuzz-out}
-read -r -a harnesses <<<"${FUZZ_HARNESSES:-framer jsonrpc decision search_terms idscan traceparent jsonfilter segment shard_line}"
+read -r -a harnesses <<<"${FUZZ_HARNESSES:-framer jsonrpc decision search_terms idscan traceparent jsonfilter segment shard_line localrec}"
 
 bail() {
 	echo "1..1"

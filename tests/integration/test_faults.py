@@ -3,8 +3,10 @@
 full disk (a small tmpfs in a private mount namespace).
 
 Faults hit the write-ahead log (pwrite64 ENOSPC, fdatasync EIO), the file
-writer (renameat EIO/ENOSPC, the checkpoint's syncfs EIO) and the git job
-(link ENOSPC on object and ref files, fsync EIO). For each: a write that
+writer (renameat EIO/ENOSPC, the checkpoint's syncfs EIO), the segments of
+the local kinds (pwrite64 ENOSPC, fdatasync EIO, on the thread pool only:
+the log's own thread is left alone) and the git job (link ENOSPC on
+object and ref files, fsync EIO). For each: a write that
 could not be made durable is refused with StorageError (-32004, data.reason),
 never acknowledged; reads go on being served; once the fault is gone the
 daemon recovers without a restart (new writes succeed, the files and the
@@ -69,18 +71,22 @@ class Injector:
 
     serial = 0
 
-    def __init__(self, case, pid, rules):
+    def __init__(self, case, pid, rules, tids=None):
         Injector.serial += 1
         self.case = case
         self.pid = pid
         self.rules = rules
+        self.tids = tids  # only these threads (None: every thread)
         self.log = case.repo.path("strace-%d.log" % Injector.serial)
         syscalls = sorted({s for s, _ in rules})
-        argv = [STRACE, "-f", "-qq", "-o", self.log,
+        argv = [STRACE, "-qq", "-o", self.log,
                 "-e", "trace=" + ",".join(syscalls)]
+        if tids is None:
+            argv.insert(1, "-f")
         for sc, err in rules:
             argv += ["-e", "inject=%s:error=%s" % (sc, err)]
-        argv += ["-p", str(pid)]
+        for t in tids or [pid]:
+            argv += ["-p", str(t)]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE)
@@ -94,7 +100,7 @@ class Injector:
         """Every thread of the daemon is traced by our strace."""
         task = "/proc/%d/task" % self.pid
         try:
-            tids = os.listdir(task)
+            tids = self.tids or os.listdir(task)
             return tids and all(
                 tracer_of("%s/%s/status" % (task, t)) == self.proc.pid
                 for t in tids)
@@ -269,6 +275,21 @@ class FaultCase(Checks, vt.GitCase):
         super().tearDown()
 
 
+def pool_threads(pid):
+    """The daemon's threads but its main one and the log's lane (named
+    vmemd-log): the libuv thread pool, where the file writer and the
+    segments' appends and syncs run."""
+    found = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        if int(tid) == pid:
+            continue
+        with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+            if f.read().strip() == "vmemd-log":
+                continue
+        found.append(int(tid))
+    return sorted(found)
+
+
 # --------------------------------------------------------------------------
 # The write-ahead log
 
@@ -371,6 +392,100 @@ class LogFaults(FaultCase):
         self.assertTrue(all(100 + 20 <= co[0] < 100 + 41 for co in refused),
                         sorted(refused))
         self.restart_and_compare(list(acked.values()), sorted(refused))
+
+
+# --------------------------------------------------------------------------
+# The segments of the local kinds (sessions, messages, documents)
+
+
+class SegmentFaults(FaultCase):
+    daemon_args = ("--commit-delay-ms", "200", "--embedding-dim", "4")
+
+    def local_writes(self, conn, tag, n=6):
+        s = "%08x-0000-4000-8000-000000000000" % self.rng.randrange(1 << 30)
+        msgs = [conn.call("message.store", {
+            "session_id": s, "role": "user", "content": "%s m%d" % (tag, i),
+            "user_id": "u"}) for i in range(n)]
+        docs = [conn.call("document.store", {
+            "content": "%s d%d" % (tag, i), "embedding": [1.0, i, 0, 1]})
+            for i in range(n)]
+        return s, msgs, docs
+
+    def check_local(self, conn, written):
+        for s, msgs, docs in written:
+            self.assertEqual(conn.call("message.history",
+                                       {"session_id": s}), msgs)
+            for d in docs:
+                got = conn.call("document.get",
+                                {"id": d["id"], "include_embedding": False})
+                self.assertEqual(got, d)
+
+    def segment_fault(self, rule, what):
+        conn = self.connect()
+        written = [self.local_writes(conn, "before")]
+        # The pool's threads exist once a writer pass has run.
+        self.assertTrue(vt.wait_until(
+            lambda: len(pool_threads(self.daemon.pid)) > 0, 3.0))
+        tids = pool_threads(self.daemon.pid)
+        inj = Injector(self, self.daemon.pid, [rule], tids)
+        self.injectors.append(inj)
+        # Acknowledged from the log: no storage error for the writer.
+        written.append(self.local_writes(conn, "during"))
+        self.check_local(conn, written)
+        # A failed pass makes the writer retry (degraded); a failed
+        # checkpoint sync is tried again a second later.
+        health = vt.wait_until(
+            lambda: (lambda h: what in (h["last_error"] or "") and h)(
+                self.health(conn)), 5.0)
+        self.assertTrue(health, self.health(conn))
+        if what == "writing":
+            self.assertEqual(health["status"], "degraded", health)
+        # The log keeps what the segments could not take.
+        time.sleep(1.5)
+        self.assertGreater(self.wal_size(), 0)
+        count = inj.stop()
+        self.assertGreater(sum(count.values()), 0, count)
+        written.append(self.local_writes(conn, "after"))
+        self.assertTrue(vt.wait_until(
+            lambda: self.health(conn)["status"] == "ok", 20.0),
+            self.health(conn))
+        self.assertTrue(vt.wait_until(lambda: self.wal_size() == 0, 20.0),
+                        "log not emptied after the segments recovered: %s"
+                        % (self.health(conn),))
+        self.check_local(conn, written)
+        # Nothing acknowledged lost by a crash now, nor by a replay from
+        # the log while the fault lasted.
+        self.daemon.kill()
+        self.daemon.start()
+        conn = self.connect()
+        self.check_local(conn, written)
+        self.assertEqual(conn.call("server.health")["counts"]["messages"],
+                         18)
+        vt.diag("%s %s on the pool: %d faults injected"
+                % (rule + (sum(count.values()),)))
+
+    def test_segment_pwrite_enospc(self):
+        self.segment_fault(("pwrite64", "ENOSPC"), "writing")
+
+    def test_segment_fdatasync_eio(self):
+        self.segment_fault(("fdatasync", "EIO"), "syncing")
+
+    def test_kill9_during_the_fault(self):
+        """Acknowledged while the segments fail, then killed before they
+        recover: the next start replays them from the log."""
+        conn = self.connect()
+        written = [self.local_writes(conn, "before")]
+        self.assertTrue(vt.wait_until(
+            lambda: len(pool_threads(self.daemon.pid)) > 0, 3.0))
+        inj = Injector(self, self.daemon.pid, [("pwrite64", "ENOSPC")],
+                       pool_threads(self.daemon.pid))
+        self.injectors.append(inj)
+        written.append(self.local_writes(conn, "during"))
+        time.sleep(0.5)
+        inj.stop()
+        self.daemon.kill()
+        self.daemon.start()
+        self.check_local(self.connect(), written)
 
 
 # --------------------------------------------------------------------------

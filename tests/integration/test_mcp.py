@@ -44,6 +44,11 @@ TOOLS = {
     "record_experience": "experience.store",
     "recall_experiences": "experience.retrieve",
     "experience_stats": "experience.stats",
+    # conversations and documents (issue 15)
+    "remember_message": "message.store",
+    "conversation_history": "message.history",
+    "search_documents": "document.semantic_search",
+    "documents_between": "document.temporal_query",
 }
 COORD_TOOLS = ["store_decision", "get_decision", "decision_history",
                "delete_decision"]

@@ -15,6 +15,11 @@ hand edit, and the documented outcome of each case (docs/reliability.md):
 | a stray entry among the shards                      | quarantined        |
 | a stale .git/index.lock                             | commits deferred   |
 | a stale socket file                                 | replaced           |
+| a torn tail of a local segment (cut short, garbage) | cut, reported      |
+| a corrupt local segment record before later ones    | refuses to start   |
+| a compaction's leftover seg-*.tmp                   | removed            |
+| a segment file that is a symlink or not ours        | refuses to start   |
+| a vector index file missing, torn, stale            | rebuilt, reported  |
 
 "Reported" means server.health (last_error or quarantined, status
 degraded) and a line in the daemon's log. Nothing is ever lost silently.
@@ -382,6 +387,146 @@ class Matrix(vt.VmemTestCase):
         self.assertNotEqual(rc, 0, d.stderr())
         self.assertEqual(self.connect().call("server.hello")["server"],
                          "vmemd")
+
+
+class LocalMatrix(vt.VmemTestCase):
+    """The local kinds' files under <gitdir>/vmem (conversations/main and
+    documents/docs, documents/vectors, documents/vindex): a crash's
+    leftovers are repaired and reported, damage is refused with its file
+    and offset, never skipped."""
+
+    daemon_args = ("--embedding-dim", "4")
+
+    def segdir(self, *parts):
+        return os.path.join(self.repo.gitdir, "vmem", *parts)
+
+    def active_segment(self, *parts):
+        d = self.segdir(*parts)
+        return os.path.join(d, max(n for n in os.listdir(d)
+                                   if n.startswith("seg-")))
+
+    def fill(self):
+        c = self.connect()
+        s = "00000001-0000-4000-8000-000000000000"
+        msgs = [c.call("message.store", {"session_id": s, "role": "user",
+                                         "content": "m%d" % i,
+                                         "user_id": "u"})
+                for i in range(5)]
+        docs = [c.call("document.store", {"content": "d%d" % i,
+                                          "embedding": [1, i, 0, 1]})
+                for i in range(5)]
+        return s, msgs, docs
+
+    def check(self, s, msgs, docs):
+        c = self.connect()
+        self.assertEqual(c.call("message.history", {"session_id": s}), msgs)
+        for d in docs:
+            self.assertEqual(c.call("document.get", {
+                "id": d["id"], "include_embedding": False}), d)
+        return c
+
+    def test_torn_segment_tail_cut_and_reported(self):
+        s, msgs, docs = self.fill()
+        self.daemon.stop()
+        for parts, junk in ((("conversations", "main"), b"VMSR\x00\x01"),
+                            (("documents", "docs"), b"\x00" * 30)):
+            with open(self.active_segment(*parts), "ab") as f:
+                f.write(junk)
+        self.daemon.start()
+        c = self.check(s, msgs, docs)
+        h = c.call("server.health")
+        self.assertIn("cut a torn tail", h["last_error"] or "", h)
+        self.assertRegex(self.daemon.stderr(), r"warning: (conversations|"
+                         r"documents): cut a torn tail of \d+ bytes")
+        self.daemon.restart()  # cut for good: nothing to report now
+        self.assertIsNone(self.connect().call("server.health")[
+            "last_error"])
+
+    def test_corrupt_segment_record_refused(self):
+        self.fill()
+        self.daemon.stop()
+        seg = self.active_segment("conversations", "main")
+        with open(seg, "r+b") as f:
+            f.seek(40 + 40 + 5)  # inside the first record's payload
+            b = f.read(1)
+            f.seek(40 + 40 + 5)
+            f.write(bytes([b[0] ^ 0xff]))
+        d = self.new_daemon(name="second")
+        d.spawn()
+        self.assertEqual(d.wait(), 1)
+        err = d.stderr()
+        self.assertIn("cannot load the conversations", err)
+        self.assertRegex(err, r"corrupt record in seg-[0-9a-f]{16} at "
+                              r"offset 40")
+
+    def test_compaction_leftover_removed(self):
+        s, msgs, docs = self.fill()
+        self.daemon.stop()
+        tmp = self.segdir("conversations", "main",
+                          "seg-00000000000000ff.tmp")
+        with open(tmp, "wb") as f:
+            f.write(b"half a compaction")
+        self.daemon.start()
+        self.check(s, msgs, docs)
+        self.assertFalse(os.path.exists(tmp))
+
+    def test_unsafe_segment_files_refused(self):
+        s, msgs, docs = self.fill()
+        self.daemon.stop()
+        seg = self.active_segment("documents", "vectors")
+        os.chmod(seg, 0o666)
+        d = self.new_daemon(name="second")
+        d.spawn()
+        self.assertEqual(d.wait(), 1)
+        self.assertIn("documents", d.stderr())
+        os.chmod(seg, 0o600)
+        os.rename(seg, seg + ".real")
+        os.symlink(seg + ".real", seg)
+        d = self.new_daemon(name="third")
+        d.spawn()
+        self.assertEqual(d.wait(), 1)
+        self.assertRegex(d.stderr(), r"symbolic link|not a regular")
+        os.remove(seg)
+        os.rename(seg + ".real", seg)
+        self.daemon.start()
+        self.check(s, msgs, docs)
+
+    def test_vector_index_missing_torn_or_stale(self):
+        s, msgs, docs = self.fill()
+        self.daemon.stop()
+        vindex = self.segdir("documents", "vindex")
+        self.assertTrue(os.path.exists(vindex))
+        good = open(vindex, "rb").read()
+        for damage, data in (("missing", None), ("torn", good[:-9]),
+                             ("stale", good)):
+            with self.subTest(damage=damage):
+                if damage == "stale":
+                    # A vector changed behind the file's back: update it,
+                    # then kill so the file is not saved again.
+                    self.daemon.start()
+                    self.connect().call("document.update", {
+                        "id": docs[0]["id"], "embedding": [0, 0, 1, 1]})
+                    self.daemon.kill()
+                    with open(vindex, "wb") as f:
+                        f.write(good)
+                elif data is None:
+                    os.remove(vindex)
+                else:
+                    with open(vindex, "wb") as f:
+                        f.write(data)
+                self.daemon.start()
+                c = self.connect()
+                vi = c.call("server.health")["vector_index"]
+                self.assertIn(vi["state"], ("rebuilding", "rebuilt"), vi)
+                self.assertIn({"missing": "absent", "torn": "torn",
+                               "stale": "stale"}[damage], vi["note"])
+                got = c.call("document.semantic_search", {
+                    "query_embedding": [1, 2, 0, 1], "top_k": 10})
+                self.assertEqual(len(got), 5)
+                self.assertRegex(self.daemon.stderr(),
+                                 r"the vector index file was not used")
+                self.daemon.stop()
+                good = open(vindex, "rb").read()
 
 
 class StaleIndexLock(vt.GitCase):

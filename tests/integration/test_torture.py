@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Crash torture: 8 client processes store, overwrite (overwrite and
 if_version) and delete on ~200 coordinates, and store and delete
-experiences, while the parent kills vmemd
+experiences, and 4 more store and delete messages and documents (the
+local kinds), while the parent kills vmemd
 with SIGKILL at random moments (at least 200 kills, TORTURE_KILLS) and
 restarts it. Every request is recorded as sent and every response with its
 full result; after a kill the outcome of a request whose connection died is
@@ -28,6 +29,8 @@ SEED = int(os.environ.get("SEED", "20250107"))
 KILLS = int(os.environ.get("TORTURE_KILLS", "200"))
 CHECK_EVERY = int(os.environ.get("TORTURE_CHECK_EVERY", "20"))
 CLIENTS = 8
+LOCAL_CLIENTS = 4  # messages and documents
+DIM = 8  # --embedding-dim of the run
 COMMIT_DELAY_MS = "50"
 
 # ~200 coordinates: x 1..10, y 1..5, z 1..4 (50 of them write-once z=1).
@@ -190,6 +193,197 @@ def client_main(n, seed, sock, run, stop, gen, queue):
         queue.put(("op", op))
     if conn is not None:
         conn.close()
+
+
+# --------------------------------------------------------------------------
+# Messages and documents: each local client owns its sessions and its
+# documents, so the operations on one of them are in the client's order.
+
+
+def local_op(rng, n, seq, docs):
+    """The next operation of local client n: (method, params, target);
+    docs: the ids of its documents known to exist (acknowledged)."""
+    tag = "L%d.%d" % (n, seq)
+    r = rng.random()
+    if r < 0.55:
+        s = "%08x-0000-4000-8000-%012x" % (n, rng.randrange(3))
+        return "message.store", {
+            "session_id": s, "role": rng.choice(["user", "assistant"]),
+            "content": make_content(rng, tag), "user_id": "u%d" % n}, s
+    if r < 0.6:
+        s = "%08x-0000-4000-8000-%012x" % (n, rng.randrange(3))
+        return "session.delete", {"session_id": s}, s
+    if r < 0.8 or not docs:
+        params = {"content": make_content(rng, tag),
+                  "metadata": {"client": n, "tag": tag}}
+        if rng.random() < 0.7:
+            params["embedding"] = [rng.uniform(-1, 1) for _ in range(DIM)]
+        return "document.store", params, None
+    d = rng.choice(sorted(docs))
+    if r < 0.93:
+        params = {"id": d, "content": make_content(rng, tag)}
+        if rng.random() < 0.3:
+            params["embedding"] = [rng.uniform(-1, 1) for _ in range(DIM)]
+        return "document.update", params, d
+    return "document.delete", {"id": d}, d
+
+
+def local_main(n, seed, sock, run, stop, gen, queue):
+    """A client of the local kinds: as client_main, one process."""
+    rng = random.Random(seed * 1000 + 500 + n)
+    conn, seq, idle = None, 0, -1
+    docs = set()
+    while not stop.is_set():
+        if not run.is_set():
+            if conn is not None:
+                conn.close()
+                conn = None
+            if idle != gen.value:
+                idle = gen.value
+                queue.put(("idle", (CLIENTS + n, idle)))
+            run.wait(vt.scaled(0.05))
+            continue
+        if conn is None:
+            try:
+                conn = vt.Conn(sock, timeout=20)
+            except (LOST + (vt.RpcError,)):
+                time.sleep(0.002)
+                continue
+        seq += 1
+        method, params, target = local_op(rng, n, seq, docs)
+        op = {"client": n, "seq": seq, "method": method, "params": params,
+              "target": target, "s": time.monotonic()}
+        try:
+            op["res"] = conn.call(method, params)
+            op["a"] = time.monotonic()
+        except vt.RpcError as e:
+            op["a"] = time.monotonic()
+            op["err"] = [e.code, e.type, e.message]
+        except LOST:
+            op["a"] = None
+            conn.close()
+            conn = None
+        if method == "document.store" and "res" in op:
+            docs.add(op["res"]["id"])
+        elif method == "document.delete" and op.get("res") is not None:
+            docs.discard(target)
+        queue.put(("local", op))
+    if conn is not None:
+        conn.close()
+
+
+def tag_of(content):
+    return content.split(" ", 1)[0]
+
+
+def check_local(ops, conn, where):
+    """The daemon's sessions, messages and documents are a state the
+    local operations allow: every acknowledged message and document that
+    no later delete may have removed is there, nothing that was never sent
+    or was refused, messages in the order they were sent, each document's
+    content its last acknowledged one or a later unacknowledged one, and
+    every document with a vector found by an exact search for it. Returns
+    the problems."""
+    problems = []
+    by_tag = {}
+    sessions, docs = {}, {}
+    for op in ops:
+        if op["method"] in ("message.store", "document.store",
+                            "document.update"):
+            by_tag[tag_of(op["params"]["content"])] = op
+        if op["method"].startswith(("message.", "session.")):
+            sessions.setdefault(op["target"], []).append(op)
+        elif op["target"]:
+            docs.setdefault(op["target"], []).append(op)
+        elif "res" in op:
+            docs.setdefault(op["res"]["id"], []).append(op)
+    # Messages, session by session.
+    for s, sops in sessions.items():
+        got = conn.call("message.history", {"session_id": s,
+                                            "limit": 10000}, timeout=30)
+        got_tags = [tag_of(m["content"]) for m in got]
+        last_acked_del = max((i for i, op in enumerate(sops)
+                              if op["method"] == "session.delete" and
+                              op["a"] is not None and "res" in op),
+                             default=-1)
+        last_del = max((i for i, op in enumerate(sops)
+                        if op["method"] == "session.delete" and
+                        (op["a"] is None or op.get("res") is True)),
+                       default=-1)
+        allowed = [tag_of(op["params"]["content"])
+                   for i, op in enumerate(sops)
+                   if i > last_acked_del and op["method"] ==
+                   "message.store" and "err" not in op]
+        required = [tag_of(op["params"]["content"])
+                    for i, op in enumerate(sops)
+                    if i > last_del and op["method"] == "message.store" and
+                    "res" in op]
+        pos = {t: i for i, t in enumerate(allowed)}
+        for t in got_tags:
+            if t not in pos:
+                problems.append("%s: session %s holds %s, which no allowed "
+                                "store sent" % (where, s, t))
+        if [t for t in got_tags if t in pos] != sorted(
+                (t for t in got_tags if t in pos), key=pos.get):
+            problems.append("%s: session %s out of order: %s"
+                            % (where, s, got_tags))
+        missing = [t for t in required if t not in got_tags]
+        if missing:
+            problems.append("%s: session %s lost acknowledged messages %s"
+                            % (where, s, missing[:5]))
+    # Documents: those the daemon holds, by the tag of their content.
+    held = {}
+    for d in conn.call("document.temporal_query", {
+            "start": "2000-01-01T00:00:00Z", "end": "2200-01-01T00:00:00Z",
+            "limit": 10000}, timeout=30):
+        held[d["id"]] = d
+    for did, d in held.items():
+        op = by_tag.get(tag_of(d["content"]))
+        if op is None or "err" in op:
+            problems.append("%s: document %s holds content no allowed "
+                            "write sent: %s" % (where, did,
+                                                short(d["content"])))
+            continue
+        if d["has_embedding"]:
+            hit = conn.call("document.get", {"id": did})
+            found = conn.call("document.semantic_search", {
+                "query_embedding": hit["embedding"], "top_k": 1,
+                "exact": True}, timeout=30)
+            if not found or found[0]["score"] < 0.9999:
+                problems.append("%s: document %s with a vector is not "
+                                "found by it" % (where, did))
+    for did, dops in docs.items():
+        d = held.get(did)
+        acked = [op for op in dops if "res" in op and op["res"] is not None]
+        last = acked[-1] if acked else None
+        after = dops[dops.index(last) + 1:] if last else dops
+        unknown_after = [op for op in after if op["a"] is None]
+        if last is None:
+            continue
+        if last["method"] == "document.delete":
+            if last["res"] is True and d is not None:
+                problems.append("%s: document %s is back after its "
+                                "acknowledged delete" % (where, did))
+            continue
+        if d is None:
+            if not any(op["method"] == "document.delete"
+                       for op in unknown_after):
+                problems.append("%s: document %s lost (last acknowledged "
+                                "%s)" % (where, did, last["method"]))
+            continue
+        ok_tags = {tag_of(last["params"]["content"])} | {
+            tag_of(op["params"]["content"]) for op in unknown_after
+            if op["method"] == "document.update"}
+        if tag_of(d["content"]) not in ok_tags:
+            problems.append("%s: document %s holds %s, not its last "
+                            "acknowledged content %s" % (
+                                where, did, tag_of(d["content"]),
+                                sorted(ok_tags)))
+    health = conn.call("server.health")
+    if health["counts"]["documents"] != len(held):
+        problems.append("%s: health counts %d documents, %d listed"
+                        % (where, health["counts"]["documents"], len(held)))
+    return problems
 
 
 # --------------------------------------------------------------------------
@@ -536,7 +730,8 @@ def log_summary(text):
 
 
 class Torture(vt.GitCase):
-    daemon_args = ("--commit-delay-ms", COMMIT_DELAY_MS)
+    daemon_args = ("--commit-delay-ms", COMMIT_DELAY_MS,
+                   "--embedding-dim", str(DIM))
 
     def test_kill9_at_random_moments(self):
         vt.diag("seed %d (SEED=%d replays the schedule), %d kills, %d "
@@ -554,6 +749,11 @@ class Torture(vt.GitCase):
                              args=(n, SEED, self.daemon.sock, run, stop,
                                    self.gen, queue), daemon=True)
                  for n in range(CLIENTS)]
+        procs += [ctx.Process(target=local_main,
+                              args=(n, SEED, self.daemon.sock, run, stop,
+                                    self.gen, queue), daemon=True)
+                  for n in range(LOCAL_CLIENTS)]
+        self.local_ops = []
         run.set()
         for p in procs:
             p.start()
@@ -570,7 +770,7 @@ class Torture(vt.GitCase):
             kills += 1
             if pause:
                 t0 = time.monotonic()
-                self.drain(queue, model, CLIENTS)
+                self.drain(queue, model, CLIENTS + LOCAL_CLIENTS)
                 t1 = time.monotonic()
                 checked += self.check_all(model, "seed %d kill %d"
                                           % (SEED, kills))
@@ -595,6 +795,11 @@ class Torture(vt.GitCase):
                 % (len(model.xops),
                    sum(op["kind"] == "xstore" for op in xacked),
                    sum(op["kind"] == "xdelete" for op in xacked)))
+        vt.diag("torture: %d message and document operations, %d "
+                "acknowledged, %d unknown" % (
+                    len(self.local_ops),
+                    sum(1 for op in self.local_ops if "res" in op),
+                    sum(1 for op in self.local_ops if op["a"] is None)))
         self.assertEqual(problems, [], "\n".join(problems[:20]))
         self.assertGreaterEqual(kills, KILLS)
         self.assertGreater(model.acked, KILLS)
@@ -622,6 +827,8 @@ class Torture(vt.GitCase):
             if kind == "idle":
                 if item[1] == self.gen.value:
                     idle.add(item[0])
+            elif kind == "local":
+                self.local_ops.append(item)
             else:
                 model.add(item)
 
@@ -636,6 +843,7 @@ class Torture(vt.GitCase):
                                    where)
             found += ["%s: %s" % (where, p)
                       for p in check_experiences(model, self.repo, conn)]
+            found += check_local(self.local_ops, conn, where)
         finally:
             conn.close()
         problems += found
@@ -650,6 +858,8 @@ class Torture(vt.GitCase):
         try:
             problems = ["before the graceful stop: " + p
                         for p in check_experiences(model, self.repo, conn)]
+            problems += check_local(self.local_ops, conn,
+                                    "before the stop")
         finally:
             conn.close()
         self.daemon.stop(timeout=vt.scaled(60))

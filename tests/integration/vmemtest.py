@@ -472,6 +472,45 @@ def accepts(path):
 
 
 # --------------------------------------------------------------------------
+# Trace spans (--trace-file): OTLP/JSON lines
+
+
+def _otlp_value(v):
+    """A protobuf-JSON AnyValue as a Python value."""
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "doubleValue" in v:
+        return float(v["doubleValue"])
+    if "boolValue" in v:
+        return v["boolValue"]
+    if "arrayValue" in v:
+        return [_otlp_value(x) for x in v["arrayValue"].get("values", [])]
+    raise AssertionError("unknown attribute value %r" % (v,))
+
+
+def read_spans(path):
+    """The spans of a trace file, in order, each a dict with its
+    attributes as {key: value}; [] when the file does not exist."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    spans = []
+    for line in lines:
+        for rs in json.loads(line)["resourceSpans"]:
+            for ss in rs["scopeSpans"]:
+                for sp in ss["spans"]:
+                    sp = dict(sp)
+                    sp["attributes"] = {a["key"]: _otlp_value(a["value"])
+                                        for a in sp.get("attributes", [])}
+                    spans.append(sp)
+    return spans
+
+
+# --------------------------------------------------------------------------
 # The daemon
 
 

@@ -51,6 +51,29 @@ START_TEST(defaults)
 	ck_assert_uint_eq(c.num[CONFIG_LOG_LEVEL], LOGL_INFO);
 	ck_assert_str_eq(c.commit_name, "");
 	ck_assert_str_eq(c.commit_email, "");
+	ck_assert_uint_eq(c.num[CONFIG_EMBEDDING_DIM], 1536);
+	ck_assert_str_eq(c.trace_file, "");
+}
+END_TEST
+
+/* trace_file: any non-empty path (spaces kept inside), merged and
+ * compared like the other keys. */
+START_TEST(trace_file_key)
+{
+	struct config c, d;
+	struct config_error e;
+	char v[64];
+
+	ck_assert_int_eq(parse(&c, "trace_file =  /x/y z.json  \n", &e), 0);
+	ck_assert_str_eq(c.trace_file, "/x/y z.json");
+	config_format(&c, CONFIG_TRACE_FILE, v, sizeof(v));
+	ck_assert_str_eq(v, "/x/y z.json");
+	refused("trace_file =\n", 1, "trace_file has an empty value");
+	config_init(&d);
+	ck_assert(!config_same(&c, &d, CONFIG_TRACE_FILE));
+	config_merge(&d, &c);
+	ck_assert(config_same(&c, &d, CONFIG_TRACE_FILE));
+	ck_assert_str_eq(d.trace_file, "/x/y z.json");
 }
 END_TEST
 
@@ -67,12 +90,16 @@ START_TEST(every_key)
 				   "idle_exit_s = 0\n"
 				   "log_level = debug\n"
 				   "commit_name = Ada Lovelace\n"
-				   "commit_email = ada@example.com\n";
+				   "commit_email = ada@example.com\n"
+				   "embedding_dim = 768\n"
+				   "trace_file = /tmp/a b/spans.jsonl\n";
 	struct config c;
 	struct config_error e;
 
 	ck_assert_int_eq(parse(&c, text, &e), 0);
 	ck_assert_uint_eq(c.set, (1u << CONFIG_NKEYS) - 1);
+	ck_assert_uint_eq(c.num[CONFIG_EMBEDDING_DIM], 768);
+	ck_assert_str_eq(c.trace_file, "/tmp/a b/spans.jsonl");
 	ck_assert_uint_eq(c.num[CONFIG_MAX_X], 42);
 	ck_assert_uint_eq(c.num[CONFIG_MAX_LINE], 2048);
 	ck_assert_uint_eq(c.num[CONFIG_MAX_BATCH], 7);
@@ -104,6 +131,7 @@ START_TEST(numeric_ranges)
 		{"commit_delay_ms", "0", "3600000", NULL, "3600001"},
 		{"commit_max_batch", "1", "1000000", "0", "1000001"},
 		{"idle_exit_s", "0", "31536000", NULL, "31536001"},
+		{"embedding_dim", "1", "16384", "0", "16385"},
 	};
 	char text[256], range[64];
 	struct config c;
@@ -573,6 +601,7 @@ static Suite *config_suite(void)
 
 	tcase_add_test(tc, defaults);
 	tcase_add_test(tc, every_key);
+	tcase_add_test(tc, trace_file_key);
 	tcase_add_test(tc, numeric_ranges);
 	tcase_add_test(tc, bad_numbers);
 	tcase_add_test(tc, log_levels);

@@ -218,7 +218,8 @@ START_TEST(test_message)
 
 	m = gitc_message(l, 4);
 	ck_assert_ptr_nonnull(m);
-	ck_assert_str_eq(m, "vector-memory: 3 decisions (x 5-7, y 1-3, z 1-3)"
+	ck_assert_str_eq(m, "vector-memory: 3 decisions (x 5-7, y 1-3, z 1-3), "
+			    "1 experience shard"
 			    "\n\nx-005/y-2-z-1.json by alice\n"
 			    "x-007/y-1-z-3.json deleted\n"
 			    "x-005/y-3-z-1.json by bob\n"
@@ -434,17 +435,18 @@ START_TEST(test_nested_paths)
 			 ".vector-memory/experiences/agent-2/deep/er/"
 			 "2025-01-07.jsonl\n");
 	ck_assert_str_eq(out("git cat-file commit HEAD | sed '1,/^$/d'"),
-			 "vector-memory: 0 decisions\n\n"
+			 "vector-memory: 2 experience shards\n\n"
 			 "experiences/agent-1/2025-01-06.jsonl\n"
 			 "experiences/agent-2/deep/er/2025-01-07.jsonl\n");
 	ck_assert_str_eq(out("git status --porcelain"), "");
 	ck_assert_int_eq(sh("rm -r .vector-memory/experiences/agent-2"), 0);
 	commit_ok(c + 1, 1, NULL, &res);
 	ck_assert(!c[1].present && c[1].changed);
-	ck_assert_str_eq(out("git ls-tree -r -t --name-only HEAD"),
-			 ".vector-memory\n.vector-memory/experiences\n"
-			 ".vector-memory/experiences/agent-1\n"
-			 ".vector-memory/experiences/agent-1/2025-01-06.jsonl\n");
+	ck_assert_str_eq(
+		out("git ls-tree -r -t --name-only HEAD"),
+		".vector-memory\n.vector-memory/experiences\n"
+		".vector-memory/experiences/agent-1\n"
+		".vector-memory/experiences/agent-1/2025-01-06.jsonl\n");
 	ck_assert_str_eq(out("git status --porcelain"), "");
 	fsck_clean();
 }
@@ -581,10 +583,10 @@ START_TEST(test_lock_held_throughout)
 	c = put(5, 2, 1, "two", buf, sizeof(buf));
 	commit_ok(&c, 1, NULL, &res);
 	gitc_set_hook(g, NULL, NULL);
-	ck_assert_int_eq(lock_probes,
-			 1 << GITC_STEP_LOCKED | 1 << GITC_STEP_INDEX_READY |
-				 1 << GITC_STEP_BEFORE_CAS |
-				 1 << GITC_STEP_MOVED);
+	ck_assert_int_eq(lock_probes, 1 << GITC_STEP_LOCKED |
+					      1 << GITC_STEP_INDEX_READY |
+					      1 << GITC_STEP_BEFORE_CAS |
+					      1 << GITC_STEP_MOVED);
 	/* released at the end, and nothing of ours left */
 	ck_assert_int_ne(sh("test -e .git/index.lock"), 0);
 	ck_assert_str_eq(out("ls .git/vmem"), "");
@@ -653,9 +655,8 @@ static void format_case(const char *setup, int way, bool status_keeps,
 			 0);
 	snprintf(cached, sizeof(cached), "%s", out("git diff --cached"));
 	snprintf(before, sizeof(before), "%s", index_shape());
-	ck_assert_int_eq(gitc_commit(g, c, 3, NULL, &res, errmsg,
-				     sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		gitc_commit(g, c, 3, NULL, &res, errmsg, sizeof(errmsg)), 0);
 	ck_assert_str_eq(errmsg, "");
 	ck_assert_uint_eq(strlen(res.commit), 40);
 	ck_assert_int_eq(res.index_way, way);
@@ -681,9 +682,8 @@ static void format_case(const char *setup, int way, bool status_keeps,
 	c[0] = del(5, 2, 1);
 	c[1] = put(5, 3, 1, "two changed", b[1], sizeof(b[1]));
 	ck_assert_int_eq(sh("touch -d '-5 seconds' .vector-memory/x-005/*"), 0);
-	ck_assert_int_eq(gitc_commit(g, c, 2, NULL, &res, errmsg,
-				     sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		gitc_commit(g, c, 2, NULL, &res, errmsg, sizeof(errmsg)), 0);
 	ck_assert_str_eq(errmsg, "");
 	ck_assert_str_eq(index_shape(), before);
 	ck_assert_str_eq(out("git status --porcelain"), status);
@@ -708,11 +708,12 @@ END_TEST
 START_TEST(test_index_v3)
 {
 	/* an intent-to-add entry makes git write version 3 */
-	format_case("echo later > later.txt && "
-		    "touch -d '-5 seconds' later.txt && git add -N later.txt && "
-		    "test \"$(head -c 8 .git/index | tail -c 1 | od -An -tu1 | "
-		    "tr -d ' ')\" = 3",
-		    GITC_INDEX_OWN, true, "M  README\n A later.txt\n");
+	format_case(
+		"echo later > later.txt && "
+		"touch -d '-5 seconds' later.txt && git add -N later.txt && "
+		"test \"$(head -c 8 .git/index | tail -c 1 | od -An -tu1 | "
+		"tr -d ' ')\" = 3",
+		GITC_INDEX_OWN, true, "M  README\n A later.txt\n");
 }
 END_TEST
 
@@ -925,9 +926,8 @@ START_TEST(test_index_ways_agree)
 		 out("git ls-files -s --debug | grep -v '^  flags'"));
 	ck_assert_int_eq(sh("git rm -q --cached -r .vector-memory"), 0);
 	gitc_force_index_way(g, GITC_INDEX_GIT);
-	ck_assert_int_eq(gitc_commit(g, c, 2, NULL, &res, errmsg,
-				     sizeof(errmsg)),
-			 0);
+	ck_assert_int_eq(
+		gitc_commit(g, c, 2, NULL, &res, errmsg, sizeof(errmsg)), 0);
 	ck_assert_str_eq(res.commit, ""); /* HEAD has them: only the index */
 	ck_assert(res.index_written);
 	ck_assert_int_eq(res.index_way, GITC_INDEX_GIT);
@@ -982,10 +982,11 @@ START_TEST(test_index_corrupt)
 	c = put(5, 2, 1, "one", buf, sizeof(buf));
 	commit_ok(&c, 1, NULL, &res);
 	snprintf(h, sizeof(h), "%s", head());
-	ck_assert_int_eq(sh("cp .git/index index.good && "
-			    "printf 'DIRC\\0\\0\\0\\2\\0\\0\\0\\7garbage-garbage-"
-			    "garbage-garbage-garbage' > .git/index"),
-			 0);
+	ck_assert_int_eq(
+		sh("cp .git/index index.good && "
+		   "printf 'DIRC\\0\\0\\0\\2\\0\\0\\0\\7garbage-garbage-"
+		   "garbage-garbage-garbage' > .git/index"),
+		0);
 	c = put(5, 2, 1, "two", buf, sizeof(buf));
 	rc = gitc_commit(g, &c, 1, NULL, &res, errmsg, sizeof(errmsg));
 	ck_assert_int_lt(rc, 0);

@@ -1,0 +1,100 @@
+/* See uuid.h. */
+#include "uuid.h"
+
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POOL 4096
+
+static uint8_t pool[POOL];
+static size_t pool_left;
+
+/* Refill the pool; never fails (a clock-seeded generator stands in if
+ * the kernel will not answer, which a booted Linux always does). */
+static void refill(void)
+{
+	size_t got = 0;
+	ssize_t n;
+
+	while (got < POOL) {
+		n = getrandom(pool + got, POOL - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	if (got < POOL) {
+		struct timespec ts;
+		uint64_t z;
+
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		z = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 32 ^
+		    (uint64_t)getpid();
+		for (size_t i = got; i < POOL; i++) {
+			z += 0x9e3779b97f4a7c15ull;
+			pool[i] = (uint8_t)((z ^ (z >> 31)) >> 24);
+		}
+	}
+	pool_left = POOL;
+}
+
+void uuid_new(uint8_t id[UUID_LEN])
+{
+	if (pool_left < UUID_LEN)
+		refill();
+	memcpy(id, pool + POOL - pool_left, UUID_LEN);
+	memset(pool + POOL - pool_left, 0, UUID_LEN);
+	pool_left -= UUID_LEN;
+	id[6] = (uint8_t)((id[6] & 0x0f) | 0x40);
+	id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int uuid_parse(const char *s, size_t len, uint8_t id[UUID_LEN])
+{
+	size_t i = 0, b = 0;
+	int hi, lo;
+
+	if (len != UUID_TEXT_LEN)
+		return -1;
+	while (b < UUID_LEN) {
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (s[i] != '-')
+				return -1;
+			i++;
+			continue;
+		}
+		hi = hexval(s[i]);
+		lo = hexval(s[i + 1]);
+		if (hi < 0 || lo < 0)
+			return -1;
+		id[b++] = (uint8_t)(hi << 4 | lo);
+		i += 2;
+	}
+	return 0;
+}
+
+void uuid_format(const uint8_t id[UUID_LEN], char out[UUID_TEXT_LEN + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (size_t b = 0; b < UUID_LEN; b++) {
+		if (b == 4 || b == 6 || b == 8 || b == 10)
+			out[o++] = '-';
+		out[o++] = digits[id[b] >> 4];
+		out[o++] = digits[id[b] & 15];
+	}
+	out[o] = '\0';
+}

@@ -1,6 +1,6 @@
 /*
- * The error table of the wire protocol (design.md section 5). One row per
- * code; the pure JSON-RPC codes carry no data.type.
+ * The error table of the wire protocol (design.md sections 5 and 7). One row
+ * per code; the pure JSON-RPC codes carry no data.type.
  */
 #include "protocol/errors.h"
 
@@ -25,6 +25,7 @@ static const struct code_row code_table[] = {
 	{RPC_QUERY, "QueryError"},
 	{RPC_COORDINATE_OCCUPIED, "CoordinateOccupiedError"},
 	{RPC_UNAVAILABLE, "UnavailableError"},
+	{RPC_CONFLICT, "ConflictError"},
 	{RPC_REQUEST_CANCELLED, NULL},
 };
 

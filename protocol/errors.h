@@ -19,6 +19,7 @@ enum rpc_code {
 	RPC_QUERY = -32005,
 	RPC_COORDINATE_OCCUPIED = -32006,
 	RPC_UNAVAILABLE = -32007,
+	RPC_CONFLICT = -32008, /* a write to a coordinate in a git conflict */
 	/* A request given up on notifications/cancelled (the code LSP and
 	 * MCP clients know); sent only where an answer is owed. */
 	RPC_REQUEST_CANCELLED = -32800,

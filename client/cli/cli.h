@@ -37,6 +37,8 @@ struct cli {
 	const char *after;    /* --after as given */
 	bool all;	      /* search --all */
 	const char *message;  /* sync -m */
+	const char *keep;     /* resolve: --ours, --theirs or
+				 --keep-acknowledged, as the daemon names it */
 	/* vmem exp */
 	const char *text[3]; /* --context, --action, --outcome */
 	const char *tags[CLI_TAGS_MAX];

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "mcp.h"
+#include "merge.h"
 #include "service.h"
 
 #include <errno.h>
@@ -92,6 +93,21 @@ static void usage(FILE *f)
 	      "now\n"
 	      "                       (MESSAGE replaces the generated one)\n"
 	      "  status               the daemon's health\n"
+	      "  conflicts [--limit N]\n"
+	      "                       decisions in a git conflict, and the\n"
+	      "                       conflict records (versions a merge or a\n"
+	      "                       resolution did not keep)\n"
+	      "  resolve X Y Z --ours|--theirs|--keep-acknowledged\n"
+	      "                       end the conflict at (X, Y, Z): keep "
+	      "git's\n"
+	      "                       ours or theirs side, or the version the\n"
+	      "                       daemon acknowledged (written and "
+	      "staged)\n"
+	      "  init                 register the layer-aware merge driver "
+	      "in\n"
+	      "                       this tree (.gitattributes, git config)\n"
+	      "  merge-driver O A B P\n"
+	      "                       the merge driver git runs (%O %A %B %P)\n"
 	      "  daemon start|stop|run\n"
 	      "                       start it in the background, stop it, or\n"
 	      "                       run it in the foreground\n"
@@ -510,6 +526,15 @@ static void parse_args(struct cli *cli, int argc, char **argv)
 			cli->after = opt_value(argc, argv, &i, "--after");
 		} else if (strcmp(a, "--all") == 0) {
 			cli->all = true;
+		} else if (strcmp(a, "--ours") == 0 ||
+			   strcmp(a, "--theirs") == 0 ||
+			   strcmp(a, "--keep-acknowledged") == 0) {
+			if (cli->keep)
+				die_usage("give one of --ours, --theirs and "
+					  "--keep-acknowledged");
+			cli->keep = a[2] == 'o'	  ? "ours"
+				    : a[2] == 't' ? "theirs"
+						  : "acknowledged";
 		} else if (opt_is(a, "--meta", true)) {
 			add_meta(cli, opt_value(argc, argv, &i, "--meta"));
 		} else if (opt_is(a, "--embedding-file", true)) {
@@ -1052,6 +1077,32 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 		       "git lock:", json_string_value(item));
 	}
 	print_opt_line("last error:", json_object_get(h, "last_error"));
+	print_opt_line("files wait:", json_object_get(h, "files_wait_for_git"));
+	q = json_object_get(h, "conflicts");
+	if (json_array_size(q) > 0) {
+		printf("%-13s%zu decision(s) in a git conflict (writes "
+		       "refused)\n",
+		       "conflicts:", json_array_size(q));
+		json_array_foreach(q, i, item)
+		{
+			printf("  %s (%s)\n", str_member(item, "path"),
+			       str_member(item, "reason"));
+		}
+	}
+	q = json_object_get(h, "dropped");
+	if (json_array_size(q) > 0) {
+		printf("%-13s%zu acknowledged version(s) a resolution did not "
+		       "keep\n",
+		       "dropped:", json_array_size(q));
+		json_array_foreach(q, i, item)
+		{
+			printf("  %s v%lld by %s -> %s\n",
+			       str_member(item, "path"),
+			       (long long)int_member(item, "version"),
+			       str_member(item, "agent_id"),
+			       str_member(item, "record"));
+		}
+	}
 	q = json_object_get(h, "quarantined");
 	if (json_array_size(q) > 0) {
 		printf("%-13s%zu file(s)\n",
@@ -1064,6 +1115,103 @@ static int cmd_status(struct cli *cli, vmem_client *c)
 		}
 	}
 	json_decref(h);
+	return EXIT_OK;
+}
+
+/* One version of a conflict record or a conflict, summarised. */
+static void print_summary(const char *label, json_t *v)
+{
+	if (!json_is_object(v)) {
+		printf("    %-6s (none)\n", label);
+		return;
+	}
+	printf("    %-6s v%lld %s by %s: %s\n", label,
+	       (long long)int_member(v, "version"), str_member(v, "timestamp"),
+	       str_member(v, "agent_id"), str_member(v, "preview"));
+}
+
+static int cmd_conflicts(struct cli *cli, vmem_client *c)
+{
+	json_t *params = json_object(), *r, *v;
+	int64_t limit;
+	size_t i;
+	int status;
+
+	if (cli->npos != 0)
+		die_usage("conflicts takes no arguments");
+	if (cli->limit) {
+		if (!parse_i64(cli->limit, &limit))
+			die_usage("--limit must be an integer");
+		if (!params ||
+		    json_object_set_new(params, "limit", json_integer(limit)))
+			die_oom();
+	}
+	r = call_json(cli, c, "conflict.list", params, &status);
+	if (!r)
+		return status;
+	if (json_array_size(json_object_get(r, "conflicts")) == 0)
+		printf("no decision is in a git conflict\n");
+	json_array_foreach(json_object_get(r, "conflicts"), i, v)
+	{
+		printf("%s  %s%s\n", str_member(v, "path"),
+		       str_member(v, "reason"),
+		       json_is_true(json_object_get(v, "resolved_in_git"))
+			       ? " (resolved in git, not yet taken)"
+			       : "");
+		print_summary("served", json_object_get(v, "acknowledged"));
+	}
+	if (json_array_size(json_object_get(r, "records")))
+		printf("\nconflict records, newest first (%lld):\n",
+		       (long long)int_member(r, "records_total"));
+	json_array_foreach(json_object_get(r, "records"), i, v)
+	{
+		if (json_object_get(v, "error")) {
+			printf("%s  not a record: %s\n", str_member(v, "file"),
+			       str_member(v, "error"));
+			continue;
+		}
+		printf("%s  %s  %s\n  %s\n", str_member(v, "recorded_at"),
+		       str_member(v, "kind"), str_member(v, "path"),
+		       str_member(v, "reason"));
+		print_summary("kept", json_object_get(v, "kept"));
+		print_summary("lost", json_object_get(v, "lost"));
+		printf("    file   %s\n", str_member(v, "file"));
+	}
+	json_decref(r);
+	return EXIT_OK;
+}
+
+static int cmd_resolve(struct cli *cli, vmem_client *c)
+{
+	struct vmem_coord co;
+	json_t *r, *kept, *dropped;
+	int status;
+
+	parse_coord(cli, &co);
+	r = call_json(cli, c, "conflict.resolve",
+		      json_pack("{s:{s:i,s:i,s:i},s:s}", "coordinate", "x",
+				co.x, "y", co.y, "z", co.z, "keep", cli->keep),
+		      &status);
+	if (!r)
+		return status;
+	kept = json_object_get(r, "kept");
+	dropped = json_object_get(r, "dropped");
+	if (json_is_object(kept))
+		printf("(%d, %d, %d) resolved: kept v%lld by %s (%s)\n", co.x,
+		       co.y, co.z, (long long)int_member(kept, "version"),
+		       str_member(kept, "agent_id"),
+		       str_member(kept, "timestamp"));
+	else
+		printf("(%d, %d, %d) resolved: no decision kept (the file is "
+		       "removed)\n",
+		       co.x, co.y, co.z);
+	if (json_is_object(dropped))
+		printf("the acknowledged v%lld by %s (%s) is not kept: vmemd "
+		       "keeps it in a conflict record (vmem conflicts)\n",
+		       (long long)int_member(dropped, "version"),
+		       str_member(dropped, "agent_id"),
+		       str_member(dropped, "timestamp"));
+	json_decref(r);
 	return EXIT_OK;
 }
 
@@ -2398,9 +2546,9 @@ int main(int argc, char **argv)
 		die_usage("--z applies to ls, before and watch only");
 	if (cli.limit && !ls && !search && strcmp(cmd, "history") != 0 &&
 	    strcmp(cmd, "log") != 0 && strcmp(cmd, "chat") != 0 &&
-	    strcmp(cmd, "doc") != 0)
-		die_usage("--limit applies to ls, search, history, log, chat "
-			  "and doc only");
+	    strcmp(cmd, "doc") != 0 && strcmp(cmd, "conflicts") != 0)
+		die_usage("--limit applies to ls, search, history, log, chat, "
+			  "doc and conflicts only");
 	if (cli.meta && strcmp(cmd, "doc") != 0)
 		die_usage("--meta applies to doc only");
 	if ((cli.embedding_file || cli.top) && strcmp(cmd, "doc") != 0)
@@ -2411,7 +2559,52 @@ int main(int argc, char **argv)
 		die_usage("--all applies to search only");
 	if (cli.message && strcmp(cmd, "sync") != 0)
 		die_usage("-m applies to sync only");
+	if (cli.keep && strcmp(cmd, "resolve") != 0)
+		die_usage("--ours, --theirs and --keep-acknowledged apply to "
+			  "resolve only");
 
+	if (strcmp(cmd, "merge-driver") == 0) {
+		/* git runs it: no daemon, no option of ours */
+		if (cli.npos != 4)
+			die_usage("merge-driver takes O A B P (git's %%O %%A "
+				  "%%B %%P)");
+		status = merge_driver(cli.pos[0], cli.pos[1], cli.pos[2],
+				      cli.pos[3]);
+		goto out;
+	}
+	if (strcmp(cmd, "init") == 0) {
+		struct vmem_error err;
+		char *root = NULL;
+		int rc;
+
+		if (cli.npos != 0)
+			die_usage("init takes no arguments");
+		rc = vmem_repo_find(cli.repo, &root, &err);
+		status = rc < 0 ? report(rc, &err) : merge_init(root, cli.json);
+		vmem_free(root);
+		goto out;
+	}
+	if (strcmp(cmd, "resolve") == 0) {
+		struct vmem_coord co;
+
+		if (cli.npos != 3)
+			die_usage("resolve takes X Y Z and one of --ours, "
+				  "--theirs, --keep-acknowledged");
+		parse_coord(&cli, &co);
+		if (!cli.keep)
+			die_usage("resolve needs --ours, --theirs or "
+				  "--keep-acknowledged");
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_resolve(&cli, c);
+		goto out;
+	}
+	if (strcmp(cmd, "conflicts") == 0) {
+		status = open_client(&cli, -1, cli.agent, &c);
+		if (status == EXIT_OK)
+			status = cmd_conflicts(&cli, c);
+		goto out;
+	}
 	if (strcmp(cmd, "daemon") == 0) {
 		status = cmd_daemon(&cli);
 		goto out;

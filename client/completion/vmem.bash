@@ -24,8 +24,8 @@ _vmem()
 {
 	local cur prev cmd sub i w nargs=0
 	local commands='store get exists rm ls before search watch log reload
-		history rollback-point sync status daemon service exp chat doc
-		mcp help'
+		history rollback-point sync status conflicts resolve init
+		merge-driver daemon service exp chat doc mcp help'
 	local globals='--repo --socket --json --no-autostart --agent --timeout
 		--help --version'
 	local opts=''
@@ -96,7 +96,8 @@ _vmem()
 	before) opts='--z' ;;
 	search) opts='--all --limit' ;;
 	watch) opts='--x --y --z' ;;
-	history | log) opts='--limit' ;;
+	history | log | conflicts) opts='--limit' ;;
+	resolve) opts='--ours --theirs --keep-acknowledged' ;;
 	sync) opts='-m --message' ;;
 	mcp) opts='--agent' ;;
 	chat)

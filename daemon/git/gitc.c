@@ -18,7 +18,6 @@
  * Every lock we create is recorded in the commit marker (gitlock.h), so
  * that start-up after a crash removes ours and only ours.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <git2.h>
@@ -39,6 +38,7 @@
 #include "gitc.h"
 #include "gitidx.h"
 #include "gitlock.h"
+#include "gitop.h"
 #include "gitpack.h"
 #include "gitproc.h"
 #include "vmdir.h"
@@ -64,6 +64,10 @@
 #define PACK_MIN 256
 /* Files read (and their bytes held) at a time: one pack each. */
 #define READ_SLICE 65536
+/* A git command running longer than this is a reader (a pager), no
+ * operation about to take index.lock or move the branch: commits do not
+ * wait for it. */
+#define GIT_RUNNING_MAX_AGE_S 5.0
 
 struct gitc {
 	git_repository *repo;
@@ -351,42 +355,6 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 	return buf;
 }
 
-/* Is pid a git process running "commit" in our working tree? */
-static bool git_commit_process(struct gitc *g, const char *pid)
-{
-	char path[320], cmd[512], cwd[PATH_MAX];
-	size_t len = strlen(g->workdir) - 1; /* without its slash */
-	const char *arg, *base;
-	ssize_t n;
-	bool commit = false;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, cmd, sizeof(cmd) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	cmd[n] = '\0';
-	base = strrchr(cmd, '/');
-	base = base ? base + 1 : cmd;
-	if (strcmp(base, "git") != 0)
-		return false;
-	for (arg = cmd + strlen(cmd) + 1; arg < cmd + n; arg += strlen(arg) + 1)
-		commit |= strcmp(arg, "commit") == 0;
-	if (!commit)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%s/cwd", pid);
-	n = readlink(path, cwd, sizeof(cwd) - 1);
-	if (n <= 0)
-		return false;
-	cwd[n] = '\0';
-	return strncmp(cwd, g->workdir, len) == 0 &&
-	       (cwd[len] == '\0' || cwd[len] == '/');
-}
-
 /*
  * Is a user's `git commit` in progress here? git takes no lock while its
  * editor is open (a commit of the index as it is releases index.lock
@@ -400,9 +368,6 @@ static bool commit_in_progress(struct gitc *g, long *pid)
 {
 	char path[PATH_MAX];
 	struct stat msg, moved;
-	struct dirent *e;
-	bool found = false;
-	DIR *d;
 
 	snprintf(path, sizeof(path), "%sCOMMIT_EDITMSG", g->gitdir);
 	if (stat(path, &msg) < 0)
@@ -413,18 +378,7 @@ static bool commit_in_progress(struct gitc *g, long *pid)
 	     (moved.st_mtim.tv_sec == msg.st_mtim.tv_sec &&
 	      moved.st_mtim.tv_nsec >= msg.st_mtim.tv_nsec)))
 		return false;
-	d = opendir("/proc");
-	if (!d)
-		return false;
-	while (!found && (e = readdir(d))) {
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		found = git_commit_process(g, e->d_name);
-		if (found)
-			*pid = strtol(e->d_name, NULL, 10);
-	}
-	closedir(d);
-	return found;
+	return gitop_git_in_tree(g->workdir, 0, "commit", pid);
 }
 
 /* 1 with why when a commit must wait, 0 when it may go, or -errno. */
@@ -486,6 +440,14 @@ static int deferral(struct gitc *g, char *why, size_t whyn, char *errmsg,
 			   "a git commit is in progress (pid %ld: its editor "
 			   "may be open)",
 			   pid);
+		return 1;
+	}
+	/* A git command that has read HEAD or the index but taken no lock
+	 * yet: our index.lock would make it fail. */
+	if (!reason &&
+	    gitop_git_in_tree(g->workdir, GIT_RUNNING_MAX_AGE_S, NULL, &pid)) {
+		errmsg_set(why, whyn,
+			   "a git command runs in the tree (pid %ld)", pid);
 		return 1;
 	}
 	if (!reason)

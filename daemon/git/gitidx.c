@@ -836,7 +836,7 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 	char *in = NULL, *fix = NULL;
 	size_t inlen = 0, fixlen = 0;
 	FILE *f = NULL;
-	int rc;
+	int rc, copy = -1;
 
 	/* (git is handed the copy by path: the state directory's, checked
 	 * at start-up; our own calls go through its descriptor) */
@@ -851,13 +851,18 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 	had_index = lstat(index, &before) == 0;
 	if (had_index) {
 		int src = open(index, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		int dst = statedir_open(c->state, WORK_NAME,
-					O_WRONLY | O_CREAT | O_EXCL, 0600, NULL,
-					0);
 
-		rc = src < 0 ? -errno : dst < 0 ? dst : 0;
+		/* The copy stays open until git is done: git replaces it
+		 * by rename, once per run, and a freed inode number is
+		 * soon given again, so a second run's file could carry the
+		 * copy's number and be taken for it (its changes, and the
+		 * commit's paths, left out of the index). */
+		copy = statedir_open(c->state, WORK_NAME,
+				     O_WRONLY | O_CREAT | O_EXCL, 0600, NULL,
+				     0);
+		rc = src < 0 ? -errno : copy < 0 ? copy : 0;
 		while (rc == 0) {
-			ssize_t k = copy_file_range(src, NULL, dst, NULL,
+			ssize_t k = copy_file_range(src, NULL, copy, NULL,
 						    1 << 30, 0);
 
 			if (k < 0)
@@ -867,8 +872,6 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 		}
 		if (src >= 0)
 			close(src);
-		if (dst >= 0)
-			close(dst);
 		if (rc == 0)
 			rc = statedir_stat(c->state, WORK_NAME, &before);
 		if (rc < 0) {
@@ -939,6 +942,8 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 				   strerror(-rc));
 	}
 out:
+	if (copy >= 0)
+		close(copy);
 	(void)statedir_unlink(c->state, WORK_NAME);
 	free(in);
 	free(fix);

@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,48 @@
 #define MARKER_MAGIC "vmemd-commit 1\n"
 #define MARKER	     "committing"
 #define MARKER_NEW   "committing.new"
+
+/* The lock files this process holds now (gitlock_ours, any thread). */
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	uint64_t dev, ino;
+} held[GITMARK_MAX_LOCKS];
+static size_t n_held;
+
+static void held_add(const struct gitmark_lock *id)
+{
+	pthread_mutex_lock(&held_mu);
+	if (n_held < GITMARK_MAX_LOCKS) {
+		held[n_held].dev = id->dev;
+		held[n_held].ino = id->ino;
+		n_held++;
+	}
+	pthread_mutex_unlock(&held_mu);
+}
+
+static void held_del(const struct gitmark_lock *id)
+{
+	pthread_mutex_lock(&held_mu);
+	for (size_t i = 0; i < n_held; i++) {
+		if (held[i].dev == id->dev && held[i].ino == id->ino) {
+			held[i] = held[--n_held];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&held_mu);
+}
+
+bool gitlock_ours(const struct stat *st)
+{
+	bool ours = false;
+
+	pthread_mutex_lock(&held_mu);
+	for (size_t i = 0; i < n_held && !ours; i++)
+		ours = held[i].dev == (uint64_t)st->st_dev &&
+		       held[i].ino == (uint64_t)st->st_ino;
+	pthread_mutex_unlock(&held_mu);
+	return ours;
+}
 
 unsigned long long gitlock_proc_start(long pid)
 {
@@ -217,7 +260,8 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 	/* (mode 0666 less the umask, as git makes its locks: this file
 	 * becomes the index or the ref) */
 	l->fd = openat(m->sd->fd, tmp,
-		       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
+		       O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		       0666);
 	if (l->fd < 0)
 		return -errno;
 	rc = identify(l->fd, NULL, &l->id);
@@ -225,9 +269,11 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 		rc = mark_add(m, l->path, &l->id);
 	if (rc < 0)
 		goto fail;
+	held_add(&l->id); /* (before anyone can see it as the lock) */
 	if (linkat(m->sd->fd, tmp, AT_FDCWD, l->path, 0) < 0) {
 		rc = -errno;
 		mark_del(m, l->path);
+		held_del(&l->id);
 		if (rc != -EXDEV && rc != -EPERM)
 			goto fail;
 		/* No hard link across these directories: the lock is made
@@ -248,6 +294,7 @@ int gitlock_take(struct gitlock *l, const char *target, struct gitmark *m)
 			l->fd = -1;
 			return rc;
 		}
+		held_add(&l->id);
 		return 0;
 	}
 	(void)statedir_unlink(m->sd, tmp);
@@ -281,13 +328,18 @@ int gitlock_replace(struct gitlock *l, const char *name, struct gitmark *m)
 		 l->path);
 	m->n++;
 	rc = mark_write(m);
-	if (rc == 0 && renameat(m->sd->fd, name, AT_FDCWD, l->path) < 0)
+	if (rc == 0)
+		held_add(&id);
+	if (rc == 0 && renameat(m->sd->fd, name, AT_FDCWD, l->path) < 0) {
 		rc = -errno;
+		held_del(&id);
+	}
 	if (rc < 0) {
 		m->n--;
 		close(fd);
 		return rc;
 	}
+	held_del(&l->id);
 	close(l->fd);
 	l->fd = fd;
 	l->id = id;
@@ -323,6 +375,7 @@ int gitlock_commit(struct gitlock *l, bool sync)
 		return -errno;
 	if (rename(l->path, l->target) < 0)
 		return -errno;
+	held_del(&l->id);
 	close(l->fd);
 	l->fd = -1;
 	return sync ? sync_dir_of(l->target) : 0;
@@ -342,6 +395,7 @@ void gitlock_release(struct gitlock *l)
 		return;
 	if (same_file(l->path, &l->id))
 		unlink(l->path);
+	held_del(&l->id);
 	close(l->fd);
 	l->fd = -1;
 }

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "statedir.h"
@@ -69,6 +70,13 @@ int gitmark_begin(struct gitmark *m);
 
 /* Remove the marker (no lock of ours is left). */
 void gitmark_end(struct gitmark *m);
+
+/*
+ * Any thread: is the file of st (a lock file found in the git directory)
+ * one this process holds now? What looks for git's operations in the
+ * tree (gitop) must not take our own index.lock for a git command's.
+ */
+bool gitlock_ours(const struct stat *st);
 
 /* The start time of process pid (field 22 of /proc/PID/stat); 0 when the
  * process does not exist. */

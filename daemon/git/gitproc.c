@@ -128,36 +128,30 @@ static char *slurp(int fd, size_t *len)
 	return buf;
 }
 
-int gitproc_run(const struct gitproc *p, const char *const *args,
-		const char *input, size_t inlen, char **out, size_t *outlen,
-		char *errmsg, size_t errn)
+/*
+ * Run prog with argv (argv[0] is prog) and env in directory cwd, input on
+ * its standard input; see gitproc_run for what it returns. name and what
+ * name the command in messages ("git", "update-index").
+ */
+static int run(const char *prog, const char *const *argv, char *const *env,
+	       const char *cwd, const char *input, size_t inlen, char **out,
+	       size_t *outlen, const char *name, const char *what, char *errmsg,
+	       size_t errn)
 {
 	posix_spawn_file_actions_t fa;
-	size_t first = 0;
-	char **env = child_env(p, &first);
-	const char *argv[ARGS_MAX + 4];
 	int in[2] = {-1, -1}, ofd = -1, efd = -1, st, rc = 0;
 	bool fa_ok = false;
 	pid_t pid = -1;
-	size_t k = 0, len = 0;
+	size_t len = 0;
 
 	if (out)
 		*out = NULL;
-	if (!env) {
-		errmsg_set(errmsg, errn, "out of memory");
-		return -ENOMEM;
-	}
-	argv[k++] = p->git;
-	argv[k++] = "-c";
-	argv[k++] = "core.hooksPath=/dev/null";
-	for (size_t i = 0; args[i] && i < ARGS_MAX; i++)
-		argv[k++] = args[i];
-	argv[k] = NULL;
 	ofd = memfd_create("vmem-git-out", MFD_CLOEXEC);
 	efd = memfd_create("vmem-git-err", MFD_CLOEXEC);
 	if (ofd < 0 || efd < 0 || pipe2(in, O_CLOEXEC) < 0) {
 		rc = -errno;
-		errmsg_set(errmsg, errn, "running git: %s", strerror(errno));
+		errmsg_set(errmsg, errn, "running %s: %s", name,
+			   strerror(errno));
 		goto out;
 	}
 	if (posix_spawn_file_actions_init(&fa) != 0) {
@@ -168,13 +162,13 @@ int gitproc_run(const struct gitproc *p, const char *const *args,
 	if (posix_spawn_file_actions_adddup2(&fa, in[0], 0) ||
 	    posix_spawn_file_actions_adddup2(&fa, ofd, 1) ||
 	    posix_spawn_file_actions_adddup2(&fa, efd, 2) ||
-	    posix_spawn_file_actions_addchdir_np(&fa, p->workdir)) {
+	    posix_spawn_file_actions_addchdir_np(&fa, cwd)) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = posix_spawnp(&pid, p->git, &fa, NULL, (char *const *)argv, env);
+	rc = posix_spawnp(&pid, prog, &fa, NULL, (char *const *)argv, env);
 	if (rc != 0) {
-		errmsg_set(errmsg, errn, "cannot run %s: %s", p->git,
+		errmsg_set(errmsg, errn, "cannot run %s: %s", prog,
 			   strerror(rc));
 		rc = -rc;
 		pid = -1;
@@ -199,7 +193,7 @@ int gitproc_run(const struct gitproc *p, const char *const *args,
 
 		if (msg)
 			msg[strcspn(msg, "\n")] = '\0';
-		errmsg_set(errmsg, errn, "git %s failed (%s %d): %s", args[0],
+		errmsg_set(errmsg, errn, "%s %s failed (%s %d): %s", name, what,
 			   WIFEXITED(st) ? "exit status" : "signal",
 			   WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st),
 			   msg && msg[0] ? msg : "no message");
@@ -226,6 +220,53 @@ out:
 		close(ofd);
 	if (efd >= 0)
 		close(efd);
+	return rc;
+}
+
+int gitproc_run(const struct gitproc *p, const char *const *args,
+		const char *input, size_t inlen, char **out, size_t *outlen,
+		char *errmsg, size_t errn)
+{
+	size_t first = 0;
+	char **env = child_env(p, &first);
+	const char *argv[ARGS_MAX + 4];
+	size_t k = 0;
+	int rc;
+
+	if (out)
+		*out = NULL;
+	if (!env) {
+		errmsg_set(errmsg, errn, "out of memory");
+		return -ENOMEM;
+	}
+	argv[k++] = p->git;
+	argv[k++] = "-c";
+	argv[k++] = "core.hooksPath=/dev/null";
+	for (size_t i = 0; args[i] && i < ARGS_MAX; i++)
+		argv[k++] = args[i];
+	argv[k] = NULL;
+	rc = run(p->git, argv, env, p->workdir, input, inlen, out, outlen,
+		 "git", args[0], errmsg, errn);
 	env_free(env, first);
 	return rc;
+}
+
+int gitproc_run_program(const char *prog, const char *const *args,
+			const char *cwd, char **out, size_t *outlen,
+			char *errmsg, size_t errn)
+{
+	const char *argv[ARGS_MAX + 2];
+	char what[256] = "";
+	size_t k = 0, w = 0;
+
+	argv[k++] = prog;
+	for (size_t i = 0; args[i] && i < ARGS_MAX; i++) {
+		argv[k++] = args[i];
+		if (w < sizeof(what))
+			w += (size_t)snprintf(what + w, sizeof(what) - w,
+					      "%s%s", i ? " " : "", args[i]);
+	}
+	argv[k] = NULL;
+	return run(prog, argv, environ, cwd, NULL, 0, out, outlen, prog, what,
+		   errmsg, errn);
 }

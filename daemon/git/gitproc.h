@@ -1,11 +1,13 @@
 /*
- * Running the git program on the commit job's thread: git's own plumbing
- * for what libgit2 cannot do as git does (update-index on every index
- * format, status with git's own stat rules). The child gets the
- * repository, the working tree and (optionally) an index file of our
- * choosing, and none of the variables of our own environment that would
- * point it elsewhere; it runs no hooks. Its output goes to memory files,
- * so it never blocks on us, and is handed back whole.
+ * Running the git program on the pool (the commit job, conflicts) or at
+ * start-up: git's own plumbing for what libgit2 cannot do as git does
+ * (update-index on every index format, status with git's own stat rules,
+ * unmerged entries with ls-files). The child gets the repository, the
+ * working tree and (optionally) an index file of our choosing, and none
+ * of the variables of our own environment that would point it elsewhere;
+ * it runs no hooks. Its output goes to memory files, so it never blocks
+ * on us, and is handed back whole. gitproc_run_program runs another
+ * program of ours the same way (vmem init, at a first start).
  *
  * Blocking; safe from any thread (posix_spawn).
  */
@@ -34,5 +36,14 @@ struct gitproc {
 int gitproc_run(const struct gitproc *p, const char *const *args,
 		const char *input, size_t inlen, char **out, size_t *outlen,
 		char *errmsg, size_t errn);
+
+/*
+ * Run prog (looked up in PATH unless it holds a slash) with args
+ * (NULL-ended) in directory cwd, with our own environment and an empty
+ * standard input; what it returns is as for gitproc_run.
+ */
+int gitproc_run_program(const char *prog, const char *const *args,
+			const char *cwd, char **out, size_t *outlen,
+			char *errmsg, size_t errn);
 
 #endif

@@ -592,6 +592,31 @@ static void job_after_cb(uv_work_t *req, int status)
 	}
 }
 
+/* Commits must wait (the defer hook said why): syncs are told, a stop is
+ * not held up, and the queue looks again with back-off. */
+static void defer_now(struct gitq *q, const char *why)
+{
+	gitq_idle_fn idle = q->idle_cb;
+	char msg[400];
+
+	if (strcmp(q->hook_deferred, why) != 0) {
+		log_notice("commit deferred: %s", why);
+		if (q->deferral)
+			q->deferral(q->deferral_ctx, why);
+	}
+	snprintf(q->hook_deferred, sizeof(q->hook_deferred), "%s", why);
+	snprintf(msg, sizeof(msg), "commit deferred: %s", why);
+	answer_syncs(q, UINT64_MAX, RPC_STORAGE, msg, NULL);
+	q->retry_ms = q->retry_ms ? q->retry_ms * 2 : RETRY_FIRST_MS;
+	if (q->retry_ms > RETRY_MAX_MS)
+		q->retry_ms = RETRY_MAX_MS;
+	kick(q, q->retry_ms);
+	if (idle) {
+		q->idle_cb = NULL;
+		idle(q->idle_arg);
+	}
+}
+
 /* Is the file of e written as of its last mark? */
 static bool ready(const struct gitq *q, const struct gitq_path *e, bool all)
 {
@@ -602,10 +627,18 @@ static void job_start(struct gitq *q)
 {
 	bool all = store_files_written(q->store), blocked = false;
 	struct gitq_job *j;
+	char why[sizeof(q->deferred)];
 	size_t n = 0, k = 0;
 
 	if (q->busy || q->closed || q->n_pending == 0)
 		return;
+	if (q->defer && q->defer(q->defer_ctx, why, sizeof(why))) {
+		defer_now(q, why);
+		return;
+	}
+	if (q->hook_deferred[0] && !q->deferred[0] && q->deferral)
+		q->deferral(q->deferral_ctx, "");
+	q->hook_deferred[0] = '\0';
 	/* A job waits for the writer's pass that holds what was pending when
 	 * it was first due (and a git.sync for the pass holding its writes);
 	 * what was marked since may wait for the next job, so commits go on

@@ -83,6 +83,12 @@ struct gitq {
 	 * once a commit succeeds again (MCP sessions are told). */
 	void (*deferral)(void *ctx, const char *reason);
 	void *deferral_ctx;
+	/* Asked before each job: true with why when commits must wait
+	 * (a conflict in the memory, git having the tree). Health asks it
+	 * too, so its reason is not kept in deferred. */
+	bool (*defer)(void *ctx, char *why, size_t n);
+	void *defer_ctx;
+	char hook_deferred[160]; /* its last reason, logged once */
 	char last_commit[41];
 	int64_t last_commit_at;
 	char deferred[160]; /* why commits wait now, "" if they do not */

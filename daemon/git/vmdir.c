@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "markers.h"
 
 #define FILE_MAX       (1024 * 1024)
 #define TMP_PREFIX     VMDIR_TMP_PREFIX
@@ -35,6 +36,16 @@
 #define MOVE_DEPTH_MAX 8
 
 static atomic_ulong tmp_counter;
+
+#define NS 1000000000LL
+
+static int64_t now_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_REALTIME, &t);
+	return (int64_t)t.tv_sec * NS + t.tv_nsec;
+}
 
 /*
  * From this many files on, vmdir_apply writes them all and then flushes
@@ -47,11 +58,16 @@ static atomic_ulong tmp_counter;
  * 50,000 directories would pass the limit on open files. */
 #define XDIR_OPEN_MAX 256
 
+/* How many files vmdir_apply writes between two interrupt checks (each
+ * costs a few lstat calls; a file, a write and a rename). */
+#define VMDIR_INTERRUPT_EVERY 1
+
 struct load {
 	struct vmdir *d;
 	struct vmdir_load_report *rep;
 	vmdir_load_fn cb;
 	vmdir_known_fn known; /* vmdir_rescan: files not to read */
+	const struct unmerged_set *unmerged; /* files in a git conflict */
 	void *ctx;
 	struct vmdir_quarantine qc; /* where bad files go, and the report */
 	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
@@ -304,6 +320,27 @@ static int report_add(struct vmdir_load_report *rep, const char *path,
 	return 0;
 }
 
+/* Report a decision file in a git conflict (neither loaded nor moved). */
+static int conflicted(struct load *l, const struct coord *c, const char *reason)
+{
+	struct vmdir_load_report *rep = l->rep;
+	struct vmdir_conflicted *e;
+	size_t cap = rep->n_conflicted;
+
+	if ((cap & (cap - 1)) == 0) {
+		e = realloc(rep->conflicted, sizeof(*e) * (cap ? cap * 2 : 4));
+		if (!e) {
+			errmsg_set(l->errmsg, l->errn, "out of memory");
+			return -ENOMEM;
+		}
+		rep->conflicted = e;
+	}
+	e = &rep->conflicted[rep->n_conflicted++];
+	e->coord = *c;
+	copy_trunc(e->reason, sizeof(e->reason), reason);
+	return 0;
+}
+
 void vmdir_quarantine_init(struct vmdir_quarantine *qc,
 			   const struct statedir *state,
 			   struct vmdir_load_report *rep, char *errmsg,
@@ -512,6 +549,13 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		snprintf(reason, sizeof(reason), "not a decision file name");
 		goto bad;
 	}
+	/* Unmerged: a conflict whatever the file holds (even one git left
+	 * as it was, which a known stamp would skip). */
+	if (unmerged_find(l->unmerged, &c))
+		return conflicted(
+			l, &c,
+			unmerged_describe(
+				unmerged_find(l->unmerged, &c)->stages));
 	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(st.st_mode)) {
 		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
@@ -565,6 +609,8 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		goto bad;
 	}
 	msg[0] = '\0';
+	if (markers_found(l->buf, len))
+		return conflicted(l, &c, "conflict markers");
 	if (decision_parse(l->buf, len, l->d->max_x, &dec, msg) != 0) {
 		snprintf(reason, sizeof(reason), "%s",
 			 msg[0] ? msg : "invalid decision");
@@ -784,6 +830,7 @@ int vmdir_init(struct vmdir *d, const char *root, const struct statedir *state,
 	d->root = strdup(root);
 	d->state = state;
 	d->max_x = max_x;
+	d->started_ns = now_ns();
 	if (!d->root) {
 		vmdir_done(d);
 		return -ENOMEM;
@@ -804,6 +851,7 @@ void vmdir_load_report_done(struct vmdir_load_report *rep)
 	if (!rep)
 		return;
 	free(rep->quarantined);
+	free(rep->conflicted);
 	memset(rep, 0, sizeof(*rep));
 }
 
@@ -811,20 +859,36 @@ int vmdir_load_report_merge(struct vmdir_load_report *all,
 			    const struct vmdir_load_report *rep)
 {
 	struct vmdir_quarantined *q;
-	size_t cap = 1;
+	struct vmdir_conflicted *c;
+	size_t cap;
 
+	/* Both arrays grown first (as report_add and conflicted() grow
+	 * them: a power of two at or above), so a failure changes nothing
+	 * but their room. */
 	if (rep->n_quarantined) {
-		/* As report_add grows it: a power of two at or above. */
-		while (cap < all->n_quarantined + rep->n_quarantined)
+		for (cap = 1; cap < all->n_quarantined + rep->n_quarantined;)
 			cap *= 2;
 		q = realloc(all->quarantined, cap * sizeof(*q));
 		if (!q)
 			return -ENOMEM;
-		memcpy(q + all->n_quarantined, rep->quarantined,
-		       rep->n_quarantined * sizeof(*q));
 		all->quarantined = q;
-		all->n_quarantined += rep->n_quarantined;
 	}
+	if (rep->n_conflicted) {
+		for (cap = 4; cap < all->n_conflicted + rep->n_conflicted;)
+			cap *= 2;
+		c = realloc(all->conflicted, cap * sizeof(*c));
+		if (!c)
+			return -ENOMEM;
+		all->conflicted = c;
+	}
+	if (rep->n_quarantined)
+		memcpy(all->quarantined + all->n_quarantined, rep->quarantined,
+		       rep->n_quarantined * sizeof(*q));
+	if (rep->n_conflicted)
+		memcpy(all->conflicted + all->n_conflicted, rep->conflicted,
+		       rep->n_conflicted * sizeof(*c));
+	all->n_quarantined += rep->n_quarantined;
+	all->n_conflicted += rep->n_conflicted;
 	all->loaded += rep->loaded;
 	all->temp_removed += rep->temp_removed;
 	return 0;
@@ -844,32 +908,22 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 	return s;
 }
 
-static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		    size_t errn);
-
 int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
-	return load_dir(d, NULL, cb, ctx, rep, errmsg, errn);
+	return vmdir_scan(d, NULL, cb, ctx, NULL, rep, errmsg, errn);
 }
 
-int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		 size_t errn)
-{
-	return load_dir(d, known, cb, ctx, rep, errmsg, errn);
-}
-
-static int load_dir(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		    void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		    size_t errn)
+int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+	       void *ctx, const struct unmerged_set *unmerged,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	struct load l = {
 		.d = d,
 		.rep = rep,
 		.cb = cb,
 		.known = known,
+		.unmerged = unmerged,
 		.ctx = ctx,
 		.errmsg = errmsg,
 		.errn = errn,
@@ -954,6 +1008,7 @@ struct apply {
 	bool root_dirty, v_dirty;
 	struct xdir *xs;
 	size_t nx, capx;
+	char *buf; /* FILE_MAX + 1 bytes, for guarded ops (on first use) */
 	int *rm_x; /* x directories with deletions, closed since */
 	size_t n_rm, cap_rm;
 	mode_t dir_mode; /* of the directories created (0: the umask's) */
@@ -982,6 +1037,73 @@ static int xdirs_close(struct apply *a)
 	}
 	a->nx = 0;
 	return 0;
+}
+
+static bool stamp_same(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+{
+	return a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+/* Does the decision in a->buf (len bytes) at op's coordinate bear an
+ * earlier timestamp than op's text? */
+static bool first_writer(struct apply *a, size_t len, const struct vmdir_op *op)
+{
+	struct decision there, ours;
+	char msg[VMEM_ERRMSG_LEN];
+	bool earlier = false;
+
+	if (decision_parse(a->buf, len, INT_MAX, &there, msg) != 0)
+		return false;
+	if (decision_parse(op->text, op->len, INT_MAX, &ours, msg) == 0) {
+		earlier = coord_cmp(&there.coord, &op->coord) == 0 &&
+			  strcmp(there.timestamp, ours.timestamp) < 0;
+		decision_done(&ours);
+	}
+	decision_done(&there);
+	return earlier;
+}
+
+/*
+ * A guarded op's check, when the file name in dfd was written by someone
+ * else (its stamp is not op->expect): 1 when it holds conflict markers,
+ * so it must be left alone; 2 when it is a write-once decision with an
+ * earlier timestamp than op's (the first writer keeps it); 0 to go on;
+ * -errno.
+ */
+static int guard_conflict(struct apply *a, int dfd, const char *name,
+			  const struct vmdir_op *op)
+{
+	struct vmdir_stamp now;
+	struct stat st;
+	size_t len = 0;
+	int fd, ret;
+
+	if (!op->guard || dfd < 0)
+		return 0;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	now = vmdir_stamp_of(&st);
+	if (!S_ISREG(st.st_mode) || stamp_same(&now, &op->expect) ||
+	    st.st_size > FILE_MAX)
+		return 0;
+	if (!a->buf) {
+		a->buf = malloc(FILE_MAX + 1);
+		if (!a->buf)
+			return -ENOMEM;
+	}
+	fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	ret = read_file(fd, a->buf, (size_t)st.st_size, &len);
+	close(fd);
+	if (ret == -EFBIG)
+		return 0;
+	if (ret < 0)
+		return ret;
+	if (markers_found(a->buf, len))
+		return 1;
+	return op->coord.z == 1 && op->text && first_writer(a, len, op) ? 2 : 0;
 }
 
 int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
@@ -1017,11 +1139,54 @@ int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
 	return -ENOENT;
 }
 
+/*
+ * Racy git. git trusts an index entry's stat data only while the file's
+ * mtime is older than the index file's own (in whole seconds in Debian's
+ * git): a file written in the second its index entry is written is
+ * "racily clean", and the user's next git status reads it again and
+ * rewrites the whole index. So a file we write (fd, about to replace
+ * name in dfd) is dated one second before the kernel stamped its write:
+ * the commit that follows leaves it clean for git. No later change can
+ * hide behind that date (docs/architecture.md, "Racy git"): any later
+ * write, ours or anyone's, is dated at its own time, after ours; and only
+ * a path that nobody changed in the last two seconds is back-dated (the
+ * ctime of the file it replaces, which nobody can set; when there is
+ * none, our own last write or removal of it, changed_ns, and our start),
+ * so no two versions of a path share a back-dated second. A path found
+ * gone that the caller believed present (VMDIR_CHANGED_UNKNOWN) was
+ * removed at a time nobody knows: not back-dated.
+ */
+static void backdate(int fd, int dfd, const char *name, int64_t changed_ns,
+		     int64_t started_ns)
+{
+	struct timespec ts[2];
+	struct stat st, old;
+	int64_t recent;
+
+	if (fstat(fd, &st) < 0)
+		return;
+	recent = (int64_t)st.st_mtim.tv_sec - 1;
+	if (fstatat(dfd, name, &old, AT_SYMLINK_NOFOLLOW) == 0) {
+		if ((int64_t)old.st_ctim.tv_sec >= recent)
+			return;
+	} else if (errno != ENOENT || changed_ns / NS >= recent ||
+		   started_ns / NS >= recent) {
+		return;
+	}
+	ts[0].tv_sec = 0;
+	ts[0].tv_nsec = UTIME_OMIT;
+	ts[1].tv_sec = st.st_mtim.tv_sec - 1;
+	ts[1].tv_nsec = st.st_mtim.tv_nsec;
+	/* A date that cannot be set only costs git a second look. */
+	(void)futimens(fd, ts);
+}
+
 /* Write text to name in dfd through a unique temp file (of mode, unless
- * 0); with sync, the data is on disk before the rename makes it
- * visible. */
+ * 0), back-dated (see backdate); with sync, the data is on disk before
+ * the rename makes it visible. */
 static int write_durable(int dfd, const char *name, const char *tag,
 			 const char *text, size_t len, bool sync, mode_t mode,
+			 int64_t changed_ns, int64_t started_ns,
 			 struct vmdir_stamp *stamp, char *tmp, size_t tmpn)
 {
 	struct stat st;
@@ -1037,6 +1202,8 @@ static int write_durable(int dfd, const char *name, const char *tag,
 		ret = -errno;
 	if (ret == 0)
 		ret = vmdir_write_all(fd, text, len);
+	if (ret == 0)
+		backdate(fd, dfd, name, changed_ns, started_ns);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -1135,7 +1302,7 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		ret = write_durable(a.vfd, METADATA, METADATA, METADATA_TEXT,
 				    strlen(METADATA_TEXT), !bulk, d->file_mode,
-				    NULL, tmp, sizeof(tmp));
+				    0, d->started_ns, NULL, tmp, sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
 				   VMDIR_DIRNAME, METADATA, strerror(-ret));
@@ -1143,7 +1310,16 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		a.v_dirty = true;
 	}
+	for (i = 0; i < n; i++)
+		ops[i].interrupted = false;
 	for (i = 0; i < n; i++) {
+		/* Every few files: has git taken the tree meanwhile? */
+		if (d->interrupt && i % VMDIR_INTERRUPT_EVERY == 0 &&
+		    d->interrupt(d->interrupt_ctx)) {
+			for (size_t k = i; k < n; k++)
+				ops[k].interrupted = true;
+			break;
+		}
 		if (d->progress && i && i % VMDIR_PROGRESS_FILES == 0)
 			d->progress(d->progress_ctx, i, n, i);
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
@@ -1176,7 +1352,26 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 						 : "");
 			goto out;
 		}
+		ops[i].skipped = ops[i].superseded = false;
+		ret = guard_conflict(&a, xd->fd, file, &ops[i]);
+		if (ret < 0) {
+			errmsg_set(errmsg, errn, "cannot check %s/%s: %s",
+				   VMDIR_DIRNAME, rel, strerror(-ret));
+			goto out;
+		}
+		if (ret == 1) {
+			ops[i].skipped = true;
+			continue;
+		}
+		if (ret == 2) {
+			ops[i].superseded = true;
+			continue;
+		}
 		if (!ops[i].text) {
+			/* The removal's time: the path is not back-dated
+			 * for two seconds (backdate). */
+			memset(&ops[i].stamp, 0, sizeof(ops[i].stamp));
+			ops[i].stamp.ctime_ns = now_ns();
 			if (xd->fd < 0)
 				continue;
 			if (unlinkat(xd->fd, file, 0) < 0) {
@@ -1194,7 +1389,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		}
 		snprintf(tag, sizeof(tag), "%s", file);
 		ret = write_durable(xd->fd, file, tag, ops[i].text, ops[i].len,
-				    !bulk, d->file_mode, &ops[i].stamp, tmp,
+				    !bulk, d->file_mode, ops[i].changed_ns,
+				    d->started_ns, &ops[i].stamp, tmp,
 				    sizeof(tmp));
 		if (ret < 0) {
 			errmsg_set(errmsg, errn, "cannot write %s/%s: %s",
@@ -1261,6 +1457,7 @@ out:
 		if (a.xs[i].fd >= 0)
 			close(a.xs[i].fd);
 	free(a.xs);
+	free(a.buf);
 	free(a.rm_x);
 	if (a.vfd >= 0)
 		close(a.vfd);

@@ -10,7 +10,10 @@
  * there;
  * temporary files are ".tmp-*" names that are never committed
  * and are removed at start-up; a file that does not parse or validate is
- * moved to the quarantine directory, never skipped silently or emptied.
+ * moved to the quarantine directory, never skipped silently or emptied;
+ * a decision file in a git conflict (unmerged entries, or conflict
+ * markers) is neither loaded nor quarantined but reported as conflicted,
+ * and never overwritten by vmdir_apply.
  *
  * Blocking: called at start-up and from the thread pool, one call at a time.
  */
@@ -25,6 +28,7 @@
 
 #include "protocol/decision.h"
 #include "statedir.h"
+#include "unmerged.h"
 
 #define VMDIR_DIRNAME	 ".vector-memory"
 #define VMDIR_QUARANTINE "quarantine" /* in the state directory */
@@ -37,6 +41,11 @@ struct vmdir {
 	char *root;		      /* working-tree root (owned) */
 	const struct statedir *state; /* holds quarantine/ (borrowed) */
 	int max_x;
+	/* Asked every few files by vmdir_apply (may be NULL): true stops
+	 * it there (git took the tree; see struct vmdir_op). Called on the
+	 * thread that applies. */
+	bool (*interrupt)(void *ctx);
+	void *interrupt_ctx;
 	/* Modes of the files and directories written (repo_tree_modes);
 	 * 0: as the umask makes them. */
 	mode_t file_mode, dir_mode;
@@ -49,6 +58,7 @@ struct vmdir {
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 uint64_t files);
 	void *progress_ctx;
+	int64_t started_ns; /* vmdir_init's wall-clock time */
 };
 
 #define VMDIR_PROGRESS_FILES 1024
@@ -60,11 +70,19 @@ struct vmdir_quarantined {
 	char reason[VMEM_ERRMSG_LEN];
 };
 
+/* One decision file in a git conflict, reported by a load or scan. */
+struct vmdir_conflicted {
+	struct coord coord;
+	char reason[VMEM_ERRMSG_LEN]; /* "unmerged", "conflict markers" */
+};
+
 struct vmdir_load_report {
 	size_t loaded;
 	size_t temp_removed;
 	struct vmdir_quarantined *quarantined; /* malloc'd array (owned) */
 	size_t n_quarantined;
+	struct vmdir_conflicted *conflicted; /* malloc'd array (owned) */
+	size_t n_conflicted;
 };
 
 /*
@@ -87,17 +105,39 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st);
 typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
 			     const struct vmdir_stamp *stamp);
 
-/* For vmdir_rescan: true when the file at c with this stamp is known, so
- * it need not be read. */
+/* For a rescan (vmdir_scan): true when the file at c with this stamp is known,
+ * so it need not be read. */
 typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 			       const struct vmdir_stamp *stamp);
 
-/* One materialisation: text NULL means delete the coordinate's file. */
+#define VMDIR_CHANGED_UNKNOWN INT64_MAX
+
+/*
+ * One materialisation: text NULL means delete the coordinate's file. With
+ * guard, a file there whose stamp is not expect (someone else wrote it)
+ * and which holds conflict markers is left as it is and the op skipped;
+ * at z=1, one that holds a decision of an earlier timestamp (the first
+ * writer, which a merge keeps) is left as it is and the op superseded.
+ */
 struct vmdir_op {
 	struct coord coord;
 	const char *text; /* exact file bytes (decision_dump_file) */
 	size_t len;
-	struct vmdir_stamp stamp; /* out: the written file's stamp */
+	/* When this daemon last wrote or removed the file (the ctime_ns of
+	 * the stamp it got back), 0 if it has not since it started, or
+	 * VMDIR_CHANGED_UNKNOWN when the caller believes a file is there (if
+	 * it is gone, someone removed it at a time we do not know): a file
+	 * changed in the last two seconds is not back-dated (vmdir.c). */
+	int64_t changed_ns;
+	bool guard;
+	struct vmdir_stamp expect; /* with guard: the file as we know it */
+	/* out: the written file's stamp; for a removal, ctime_ns is the
+	 * time of the removal and the rest 0 */
+	struct vmdir_stamp stamp;
+	bool skipped;	  /* out: left alone (conflict markers) */
+	bool interrupted; /* out: not applied (interrupt said stop) */
+	bool superseded;  /* out: left alone: a write-once (z=1) decision
+			     someone else put there wrote it first */
 };
 
 /*
@@ -163,23 +203,30 @@ int vmdir_quarantine_move(struct vmdir_quarantine *qc, int dfd,
 int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
 			   const void *data, size_t len, const char *reason);
 
-/* Add rep's counts and a copy of its quarantined entries to all (one
- * report for several loads). 0, or -ENOMEM with all unchanged. */
+/* Add rep's counts and a copy of its quarantined and conflicted entries
+ * to all (one report for several loads). 0, or -ENOMEM with all
+ * unchanged. */
 int vmdir_load_report_merge(struct vmdir_load_report *all,
 			    const struct vmdir_load_report *rep);
 
 /*
- * vmdir_load for a directory loaded before: a decision file for which
- * known(ctx, coord, stamp) is true is only stat'ed, never read, and cb is
- * not called for it. Everything else is handled as vmdir_load does.
+ * vmdir_load knowing git's unmerged decision files (unmerged may be
+ * NULL): a file listed there, whatever it holds, and a file with conflict
+ * markers are reported in rep->conflicted, neither passed to cb nor
+ * quarantined. For a directory loaded before (a rescan), a decision file
+ * for which known(ctx, coord, stamp) is true is only stat'ed, never read,
+ * and cb is not called for it (known NULL: every file is read).
  */
-int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-		 void *ctx, struct vmdir_load_report *rep, char *errmsg,
-		 size_t errn);
+int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
+	       void *ctx, const struct unmerged_set *unmerged,
+	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 
 /*
  * Apply ops in order: each file written to a unique temp name in its
- * directory and renamed over the target (or the target unlinked).
+ * directory and renamed over the target (or the target unlinked). A file
+ * is dated one second before its write unless its path changed in the
+ * last two seconds (so a commit right after leaves it clean for git:
+ * vmdir.c, "racy git").
  * Creates .vector-memory, its x-NNN directories and metadata.json
  * ({"format": 1}) as needed. Deleting an absent file is not an error.
  * With sync, everything is durable on return: each file is fsynced before
@@ -187,7 +234,8 @@ int vmdir_rescan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
  * ops on (see vmdir.c), the file system is flushed once with syncfs().
  * Without sync nothing is flushed (vmdir_sync does it later): a crash may
  * then leave incomplete files, so the caller's log must still hold those
- * writes. Returns 0 or -errno (errmsg).
+ * writes. A guarded op whose file is in conflict is skipped (see struct
+ * vmdir_op). Returns 0 or -errno (errmsg).
  */
 int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 		char *errmsg, size_t errn);

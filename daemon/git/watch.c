@@ -94,6 +94,10 @@ static void debounce_cb(uv_timer_t *t)
 	struct watch *w = t->data;
 	char sig[WATCH_SIG_MAX], ref_dir[sizeof(w->ref_dir)];
 
+	/* A state file of git (MERGE_HEAD, rebase-merge/, index.lock)
+	 * came or went: git may have taken or given back the tree. */
+	if (w->touched)
+		w->touched(w->ctx);
 	signature(w, sig, sizeof(sig), ref_dir, sizeof(ref_dir));
 	arm_ref(w, ref_dir);
 	if (strcmp(sig, w->sig) == 0)

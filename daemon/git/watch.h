@@ -26,6 +26,8 @@ struct watch {
 	uv_timer_t debounce;
 	char sig[WATCH_SIG_MAX]; /* as last settled */
 	watch_fn changed;
+	watch_fn touched; /* after any event settles, changed or not (may be
+			     NULL; set after watch_start) */
 	void *ctx;
 	bool started;
 };

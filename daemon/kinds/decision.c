@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "errmsg.h"
 #include "progress.h"
@@ -90,6 +91,14 @@ static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 
 	dw->stored = NULL;
 	dw->existed = false;
+	if (ds->conflicts) {
+		int rc = conflicts_refuse(
+			ds->conflicts, index_slot(&ds->index, &dw->coord),
+			&dw->coord, cur != NULL, dw->is_delete, msg, n);
+
+		if (rc)
+			return rc;
+	}
 	if (z == 1 && (cur || dw->is_delete)) {
 		/* "Cannot modify decision" and "immutable": the seed's
 		 * words, which its users match on. */
@@ -246,8 +255,14 @@ static int load_cb(void *ctx, struct decision *d,
 		   const struct vmdir_stamp *stamp)
 {
 	struct decisions *ds = ctx;
-	struct record *r = record_new(d);
+	struct record *r;
 
+	/* The log's version, still to be written (git had the tree). */
+	if (ds->dirty[index_slot(&ds->index, &d->coord)]) {
+		decision_done(d);
+		return 0;
+	}
+	r = record_new(d);
 	if (!r)
 		return -ENOMEM;
 	decision_done(d);
@@ -291,8 +306,10 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 	int rc;
 
 	ds->dir.progress = load_progress_cb;
-	rc = vmdir_load(&ds->dir, load_cb, ds, rep, errmsg, n);
+	rc = vmdir_scan(&ds->dir, NULL, load_cb, ds, ds->unmerged, rep, errmsg,
+			n);
 	ds->dir.progress = NULL;
+	ds->unmerged = NULL; /* the start-up is over */
 	return rc;
 }
 
@@ -304,14 +321,21 @@ struct writer_item {
 	struct coord coord;
 	char *json;
 	size_t json_len;
-	char *file; /* filled by the worker */
+	int64_t changed_ns; /* our last write or removal of its file */
+	char *file;	    /* filled by the worker */
 	size_t file_len;
-	struct vmdir_stamp stamp; /* of the file written (worker) */
+	struct vmdir_stamp stamp;  /* of the file written (worker) */
+	struct vmdir_stamp expect; /* of the file as we last saw it */
+	bool held;		   /* conflicted: held, its file left alone */
+	bool left;		   /* not written: git has the tree (worker) */
+	bool conflicted; /* its file turned out to be in conflict (worker) */
+	bool superseded; /* z=1 first written by someone else (worker) */
 };
 
 struct snapshot {
 	struct writer_item *items;
 	size_t n;
+	char yield[CONFLICTS_YIELD_LEN]; /* git had the tree (worker) */
 };
 
 static void snapshot_free(struct snapshot *sn)
@@ -349,6 +373,16 @@ static int snapshot(struct store_kind *k, void **out)
 		const struct record *r = ds->index.slots[slot];
 
 		sn->items[i].coord = index_coord(&ds->index, slot);
+		/* A file we know of that is gone when written again was
+		 * removed by someone at a time we do not know. */
+		sn->items[i].changed_ns = ds->stamps[slot].ino
+						  ? VMDIR_CHANGED_UNKNOWN
+						  : ds->stamps[slot].ctime_ns;
+		sn->items[i].expect = ds->stamps[slot];
+		sn->items[i].held =
+			conflicts_has(ds->conflicts, slot) ||
+			(ds->unmerged &&
+			 unmerged_find(ds->unmerged, &sn->items[i].coord));
 		if (!r)
 			continue;
 		sn->items[i].json = strdup(r->json);
@@ -365,24 +399,45 @@ static int snapshot(struct store_kind *k, void **out)
 	return 0;
 }
 
-/* Blocking: render the file text of each item (re-indenting the cached
+/*
+ * Blocking: render the file text of each item (re-indenting the cached
  * compact record, no parsing) and write the files (durably with sync,
- * see vmdir_apply). */
+ * see vmdir_apply). Conflicted items, and those whose file turns out to
+ * hold conflict markers, are kept as held versions (conflicts_hold)
+ * instead; while git has the tree (checked first, then between files)
+ * no file is written and the items are left (KIND_LEFT).
+ */
 static int write_files(struct store_kind *k, void *snap, bool sync,
 		       char *errmsg, size_t errn)
 {
 	struct decisions *ds = of(k);
+	struct conflicts *cf = ds->conflicts;
 	struct snapshot *sn = snap;
 	struct writer_item *items = sn->items;
 	struct vmdir_op *ops = calloc(sn->n ? sn->n : 1, sizeof(*ops));
+	size_t *op_of = calloc(sn->n ? sn->n : 1, sizeof(*op_of)), n_ops = 0;
+	bool yield =
+		cf && conflicts_yield_check(cf, sn->yield, sizeof(sn->yield));
+	bool left = false;
 	int rc = 0;
 
-	if (!ops) {
+	if (!ops || !op_of) {
 		errmsg_set(errmsg, errn, "out of memory");
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	for (size_t i = 0; i < sn->n; i++) {
-		ops[i].coord = items[i].coord;
+		struct vmdir_op *op = &ops[n_ops];
+
+		if (items[i].held || yield) {
+			items[i].left = !items[i].held;
+			continue;
+		}
+		op_of[n_ops++] = i;
+		op->coord = items[i].coord;
+		op->guard = cf != NULL;
+		op->expect = items[i].expect;
+		op->changed_ns = items[i].changed_ns;
 		if (!items[i].json)
 			continue;
 		items[i].file = decision_file_from_compact(
@@ -392,32 +447,68 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 			rc = -ENOMEM;
 			goto out;
 		}
-		ops[i].text = items[i].file;
-		ops[i].len = items[i].file_len;
+		op->text = items[i].file;
+		op->len = items[i].file_len;
 	}
-	rc = vmdir_apply(&ds->dir, ops, sn->n, sync, errmsg, errn);
-	for (size_t i = 0; rc == 0 && i < sn->n; i++)
-		items[i].stamp = ops[i].stamp;
+	if (n_ops) /* (nothing to create while git has the tree) */
+		rc = vmdir_apply(&ds->dir, ops, n_ops, sync, errmsg, errn);
+	for (size_t i = 0; rc == 0 && i < n_ops; i++) {
+		struct writer_item *it = &items[op_of[i]];
+
+		it->stamp = ops[i].stamp;
+		it->conflicted = it->held = ops[i].skipped;
+		it->left = ops[i].interrupted;
+		it->superseded = ops[i].superseded;
+	}
+	for (size_t i = 0; rc == 0 && i < sn->n; i++) {
+		left |= items[i].left;
+		if (items[i].held)
+			rc = conflicts_hold(cf, &items[i].coord, items[i].json,
+					    errmsg, errn);
+	}
+	/* Interrupted on the way: say why. */
+	if (rc == 0 && left && !sn->yield[0])
+		conflicts_yield_check(cf, sn->yield, sizeof(sn->yield));
 out:
 	free(ops);
-	return rc;
+	free(op_of);
+	return rc < 0 ? rc : left ? KIND_LEFT : 0;
 }
 
 static void written(struct store_kind *k, void *snap, int rc)
 {
 	struct decisions *ds = of(k);
 	struct snapshot *sn = snap;
+	bool probe = false;
 
 	for (size_t i = 0; i < sn->n; i++) {
-		size_t slot = index_slot(&ds->index, &sn->items[i].coord);
+		const struct writer_item *it = &sn->items[i];
+		size_t slot = index_slot(&ds->index, &it->coord);
 
-		if (rc < 0)
-			mark_dirty(ds, slot); /* (unless a newer write did) */
-		else if (!ds->dirty[slot])
+		if (rc < 0 || it->left) {
+			/* (unless a newer write did) failed, or git had the
+			 * tree: the next pass writes it */
+			mark_dirty(ds, slot);
+		} else if (it->conflicted) {
+			/* its held version is written: a conflict now */
+			conflicts_markers_found(ds->conflicts, slot);
+		} else if (it->superseded) {
+			/* the first writer's z=1 came with git: a look at
+			 * the files takes it (ours is kept in a record, see
+			 * on_replacing) */
+			probe = true;
+		} else if (!it->held && (!ds->dirty[slot] || !it->json)) {
 			/* What we wrote is what a rescan will find, unless
-			 * a newer write is already on its way. */
-			ds->stamps[slot] = sn->items[i].stamp;
+			 * a newer write is already on its way; a removal's
+			 * time is kept anyway, so the file written next there
+			 * is not back-dated too soon (vmdir.h). */
+			ds->stamps[slot] = it->stamp;
+		}
 	}
+	if (rc >= 0 && ds->conflicts)
+		conflicts_set_yield(ds->conflicts, sn->yield);
+	if (probe)
+		store_probe_soon(k);
 	snapshot_free(sn);
 }
 
@@ -438,13 +529,20 @@ struct reload_change {
 /* Handed over whole: snapshots of what the loop knows, and the changes
  * the worker found. */
 struct rescan_job {
-	const struct decisions *ds; /* index_slot and dir in the worker */
+	const struct decisions *ds; /* index_slot, dir, conflicts' paths in
+				       the worker */
 	size_t n_slots;
 	uint8_t *present;	    /* per slot: the index holds a decision */
 	struct vmdir_stamp *stamps; /* per slot: as last seen */
 	uint8_t *seen;		    /* per slot: found on disk (worker) */
 	struct reload_change *changes;
 	size_t n_changes, cap_changes;
+	/* With conflicts: */
+	struct unmerged_set unmerged; /* git's unmerged files (worker) */
+	int unmerged_rc;
+	char unmerged_err[256];
+	char **z1;     /* per slot: a z=1 decision's compact JSON (owned) */
+	uint8_t *keep; /* per slot: z=1 kept over the tree (worker) */
 };
 
 static void rescan_job_free(struct rescan_job *j)
@@ -455,7 +553,27 @@ static void rescan_job_free(struct rescan_job *j)
 	free(j->present);
 	free(j->stamps);
 	free(j->seen);
+	for (size_t i = 0; j->z1 && i < j->n_slots; i++)
+		free(j->z1[i]);
+	free(j->z1);
+	free(j->keep);
+	unmerged_set_done(&j->unmerged);
 	free(j);
+}
+
+/* The z=1 decisions a rescan may have to keep (conflicts_in_head): not
+ * those in conflict. 0 or -ENOMEM. */
+static int z1_snapshot(const struct decisions *ds, struct rescan_job *j)
+{
+	j->z1 = calloc(j->n_slots, sizeof(*j->z1));
+	j->keep = calloc(j->n_slots, 1);
+	if (!j->z1 || !j->keep)
+		return -ENOMEM;
+	for (size_t i = 0; i < j->n_slots; i += VMEM_MAX_Z) /* slot i: z=1 */
+		if (ds->index.slots[i] && !conflicts_has(ds->conflicts, i) &&
+		    !(j->z1[i] = strdup(ds->index.slots[i]->json)))
+			return -ENOMEM;
+	return 0;
 }
 
 static int rescan_begin(struct store_kind *k, bool probe, void **out)
@@ -471,7 +589,8 @@ static int rescan_begin(struct store_kind *k, bool probe, void **out)
 		j->seen = calloc(j->n_slots, 1);
 		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
 	}
-	if (j && (!j->present || !j->seen || !j->stamps)) {
+	if (j && (!j->present || !j->seen || !j->stamps ||
+		  (ds->conflicts && z1_snapshot(ds, j) < 0))) {
 		rescan_job_free(j);
 		j = NULL;
 	}
@@ -528,12 +647,38 @@ static int changed_cb(void *ctx, struct decision *d,
 	return 0;
 }
 
-/* Blocking: stat every file, read only those whose stamp changed. */
+/*
+ * Blocking: stat every file, read only those whose stamp changed; with
+ * conflicts, git's unmerged files first (reported, not read), and which
+ * write-once decisions stay over what the tree says (conflicts_in_head:
+ * no commit changed them).
+ */
 static int rescan(struct store_kind *k, void *job,
 		  struct vmdir_load_report *rep, char *errmsg, size_t n)
 {
-	return vmdir_rescan(&of(k)->dir, known_cb, changed_cb, job, rep, errmsg,
-			    n);
+	struct decisions *ds = of(k);
+	struct rescan_job *j = job;
+	int rc;
+
+	if (ds->conflicts)
+		j->unmerged_rc = conflicts_unmerged(ds->conflicts, &j->unmerged,
+						    j->unmerged_err,
+						    sizeof(j->unmerged_err));
+	rc = vmdir_scan(&ds->dir, known_cb, changed_cb, j, &j->unmerged, rep,
+			errmsg, n);
+	for (size_t i = 0; rc == 0 && j->z1 && i < j->n_changes; i++) {
+		size_t slot = j->changes[i].slot;
+
+		if (j->z1[slot] &&
+		    strcmp(j->z1[slot], j->changes[i].rec->json) != 0 &&
+		    conflicts_in_head(ds->conflicts, j->z1[slot]))
+			j->keep[slot] = 1;
+	}
+	for (size_t slot = 0; rc == 0 && j->z1 && slot < j->n_slots; slot++)
+		if (j->z1[slot] && !j->seen[slot] &&
+		    conflicts_in_head(ds->conflicts, j->z1[slot]))
+			j->keep[slot] = 1;
+	return rc;
 }
 
 static bool record_same(const struct record *a, const struct record *b)
@@ -545,9 +690,10 @@ static bool record_same(const struct record *a, const struct record *b)
 }
 
 /* Put a slot's new state (rec NULL: none) into the index; report it
- * when it really changed. */
+ * when it really changed (to on_replacing too, unless a conflict's end
+ * explains it). */
 static void reload_apply(struct decisions *ds, size_t slot, struct record *rec,
-			 const struct vmdir_stamp *stamp)
+			 const struct vmdir_stamp *stamp, bool conflict_ended)
 {
 	const struct record *old = ds->index.slots[slot];
 
@@ -556,6 +702,8 @@ static void reload_apply(struct decisions *ds, size_t slot, struct record *rec,
 		record_free(rec);
 		return;
 	}
+	if (old && !conflict_ended && ds->on_replacing)
+		ds->on_replacing(ds->on_replacing_ctx, old, rec);
 	if (rec) {
 		index_put(&ds->index, rec);
 	} else {
@@ -583,24 +731,131 @@ static bool probe_changed(const struct decisions *ds,
 	return false;
 }
 
-static int rescan_end(struct store_kind *k, void *job, int rc, bool probe)
+/*
+ * What a rescan found about conflicts (conflicts_update; apply for a
+ * reload): the slots newly conflicted get their held version written
+ * (made pending), and every conflicted slot counts as seen (it keeps its
+ * acknowledged version whatever its file holds). Returns whether a
+ * conflict ended; with apply, ended (n_slots entries) lists the slots
+ * and held their versions before the reload (malloc'd compact JSON or
+ * NULL each).
+ */
+static bool scan_conflicts(struct decisions *ds, struct rescan_job *j,
+			   const struct vmdir_load_report *rep, bool apply,
+			   size_t *ended, size_t *n_ended, char **held)
 {
-	static const struct vmdir_stamp none;
+	struct conflicts *cf = ds->conflicts;
+	size_t *fresh, n_fresh = 0, none = 0;
+	bool any;
+
+	*n_ended = 0;
+	if (j->unmerged_rc < 0)
+		conflicts_fail(cf, "listing git's unmerged files: %s",
+			       j->unmerged_err);
+	fresh = malloc(j->n_slots * sizeof(*fresh));
+	if (!fresh) {
+		conflicts_fail(cf, "out of memory: conflicts not updated");
+		return false;
+	}
+	any = conflicts_update(cf, &j->unmerged, rep, apply, fresh, &n_fresh,
+			       apply ? ended : fresh, apply ? n_ended : &none);
+	for (size_t i = 0; i < n_fresh; i++)
+		mark_dirty(ds, fresh[i]);
+	for (size_t i = 0; i < cf->n; i++)
+		j->seen[cf->list[i].slot] = 1;
+	for (size_t i = 0; i < *n_ended; i++) {
+		const struct record *r = ds->index.slots[ended[i]];
+
+		held[i] = r ? strdup(r->json) : NULL;
+	}
+	free(fresh);
+	return any;
+}
+
+static bool in_list(const size_t *list, size_t n, size_t v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (list[i] == v)
+			return true;
+	return false;
+}
+
+/* A reload's result into the index: write-once decisions kept over the
+ * tree, the changes, what went away, and the conflicts that ended. */
+static void reload_end(struct decisions *ds, struct rescan_job *j,
+		       const struct vmdir_load_report *rep)
+{
+	struct vmdir_stamp gone = {0};
+	struct timespec now;
+	size_t *ended = NULL, n_ended = 0;
+	char **held = NULL;
+
+	/* A file found gone counts as removed now: the next one written
+	 * there is not back-dated for two seconds (vmdir.h). */
+	clock_gettime(CLOCK_REALTIME, &now);
+	gone.ctime_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+
+	if (ds->conflicts) {
+		ended = malloc(j->n_slots * sizeof(*ended));
+		held = calloc(j->n_slots, sizeof(*held));
+		if (ended && held)
+			scan_conflicts(ds, j, rep, true, ended, &n_ended, held);
+		else
+			conflicts_fail(ds->conflicts,
+				       "out of memory: conflicts not updated");
+	}
+	for (size_t slot = 0; j->keep && slot < j->n_slots; slot++) {
+		struct coord c;
+
+		if (!j->keep[slot])
+			continue;
+		c = index_coord(&ds->index, slot);
+		conflicts_z1_restored(ds->conflicts, &c);
+		j->seen[slot] = 1;
+		mark_dirty(ds, slot); /* its file written again */
+	}
+	for (size_t i = 0; i < j->n_changes; i++) {
+		size_t slot = j->changes[i].slot;
+
+		if (j->keep && j->keep[slot])
+			continue;
+		reload_apply(ds, slot, j->changes[i].rec, &j->changes[i].stamp,
+			     in_list(ended, n_ended, slot));
+		j->changes[i].rec = NULL;
+	}
+	for (size_t slot = 0; slot < j->n_slots; slot++)
+		if (j->present[slot] && !j->seen[slot])
+			reload_apply(ds, slot, NULL, &gone,
+				     in_list(ended, n_ended, slot));
+	/* A conflict that ended: what the file now says replaced the
+	 * acknowledged version (or kept it). */
+	for (size_t i = 0; i < n_ended; i++) {
+		struct coord c = index_coord(&ds->index, ended[i]);
+
+		conflicts_ended(ds->conflicts, &c, held[i],
+				ds->index.slots[ended[i]]);
+		free(held[i]);
+	}
+	free(held);
+	free(ended);
+}
+
+static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
+		      const struct vmdir_load_report *rep)
+{
 	struct decisions *ds = of(k);
 	struct rescan_job *j = job;
+	size_t none = 0;
 	int changed = 0;
 
 	if (rc == 0 && probe) {
-		changed = probe_changed(ds, j);
+		/* a conflict that ended is a change: a reload applies it */
+		changed =
+			(ds->conflicts && scan_conflicts(ds, j, rep, false,
+							 NULL, &none, NULL)) ||
+			probe_changed(ds, j);
 	} else if (rc == 0) {
-		for (size_t i = 0; i < j->n_changes; i++) {
-			reload_apply(ds, j->changes[i].slot, j->changes[i].rec,
-				     &j->changes[i].stamp);
-			j->changes[i].rec = NULL;
-		}
-		for (size_t slot = 0; slot < j->n_slots; slot++)
-			if (j->present[slot] && !j->seen[slot])
-				reload_apply(ds, slot, NULL, &none);
+		reload_end(ds, j, rep);
 	}
 	rescan_job_free(j);
 	return changed;
@@ -653,6 +908,24 @@ int decisions_init(struct decisions *ds, const char *root,
 	if (!ds->dirty || !ds->dirty_list || !ds->stamps)
 		return -ENOMEM;
 	return 0;
+}
+
+/* The file writer's check between files (any thread): has git taken the
+ * working tree since the pass began? */
+static bool writer_interrupt(void *ctx)
+{
+	char why[CONFLICTS_YIELD_LEN];
+
+	return conflicts_yield_check(ctx, why, sizeof(why));
+}
+
+void decisions_use_conflicts(struct decisions *ds, struct conflicts *cf,
+			     const struct unmerged_set *u)
+{
+	ds->conflicts = cf;
+	ds->unmerged = u;
+	ds->dir.interrupt = writer_interrupt;
+	ds->dir.interrupt_ctx = cf;
 }
 
 void decisions_done(struct decisions *ds)

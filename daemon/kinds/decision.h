@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conflicts.h"
 #include "index.h"
 #include "kind.h"
 #include "protocol/decision.h"
@@ -44,6 +45,20 @@ struct decisions {
 	 * HEAD (whoever starts commits marks them). */
 	size_t *replayed;
 	size_t n_replayed;
+
+	/* Git conflicts and operations, or NULL (decisions_use_conflicts):
+	 * conflicted coordinates refuse writes and are held, not written;
+	 * while git has the tree no file is written (KIND_LEFT). */
+	struct conflicts *conflicts;
+	/* Start-up only (until load): git's unmerged files, which the
+	 * replay's writes and the load leave alone. */
+	const struct unmerged_set *unmerged;
+	/* A reload is about to put rec (NULL: none) where old was, for a
+	 * change under us that is no conflict's end (old is still in the
+	 * index during the call). */
+	void (*on_replacing)(void *ctx, const struct record *old,
+			     const struct record *rec);
+	void *on_replacing_ctx;
 };
 
 /*
@@ -90,6 +105,17 @@ struct decision_change {
  */
 int decisions_init(struct decisions *ds, const char *root,
 		   const struct statedir *state, int max_x);
+
+/*
+ * Before store_open: git's conflicts (cf, borrowed for ds's life) and,
+ * for the start-up only, its unmerged files (u, borrowed until
+ * store_open returns). The replay then writes no file in conflict (its
+ * version is held: conflicts_hold) and none while git has the tree (the
+ * log keeps them), and the load reports the files in conflict in
+ * rep->conflicted instead of loading them (for conflicts_start).
+ */
+void decisions_use_conflicts(struct decisions *ds, struct conflicts *cf,
+			     const struct unmerged_set *u);
 
 /* Release the index and the rest; after store_close. Safe after a
  * failed decisions_init. */

@@ -1076,7 +1076,8 @@ static int reload_apply(struct experiences *xs, struct rescan_job *j)
 	return rc;
 }
 
-static int rescan_end(struct store_kind *k, void *job, int rc, bool probe)
+static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
+		      const struct vmdir_load_report *rep)
 {
 	struct experiences *xs = of(k);
 	struct rescan_job *j = job;

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include "catchup.h"
+#include "conflicts.h"
 #include "conversation.h"
 #include "decision.h"
 #include "document.h"
@@ -50,7 +51,8 @@ struct daemon {
 	struct limits limits;
 	struct repo repo;
 	struct store store;
-	struct decisions decisions; /* the decision kind, in the store */
+	struct decisions decisions;	/* the decision kind, in the store */
+	struct conflicts conflicts;	/* git conflicts, git having the tree */
 	struct experiences experiences; /* the experience kind, likewise */
 	/* The local kinds (issue 15), in the store. */
 	struct conversations conversations;
@@ -63,11 +65,11 @@ struct daemon {
 	struct life life;   /* idle exit, removed tree */
 	struct stats stats; /* per method of the method table */
 	struct server server;
-	struct trim trim;	  /* freed memory back to the system at rest */
+	struct trim trim;	/* freed memory back to the system at rest */
 	struct catchup catchup; /* the search index after the records */
-	struct vmdir_load_report loaded; /* what start-up quarantined */
-	uint64_t reload_seen; /* store.reloads_done when loaded last grew */
-	uint64_t started_ms;  /* uv_now at start */
+	struct vmdir_load_report loaded; /* what start-up and every scan
+					    since quarantined */
+	uint64_t started_ms;		 /* uv_now at start */
 	uint64_t stop_started_ms;
 	uint64_t flush_started_ms; /* of the store, during a stop; 0: not yet */
 	uint64_t flush_errors;	   /* the store's n_errors when it began */

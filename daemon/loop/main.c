@@ -21,11 +21,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "conn.h"
 #include "daemon.h"
+#include "gitproc.h"
 #include "log.h"
 #include "mcp.h"
 #include "methods.h"
@@ -38,6 +40,8 @@
 #define EXIT_RUNNING	  3
 #define DRAIN_DEADLINE_MS 10000
 #define FLUSH_GIVE_UP_MS  10000
+/* In the state directory: the merge driver was registered once. */
+#define MERGE_DRIVER_MARKER "merge-driver"
 
 struct options {
 	const char *repo;
@@ -84,6 +88,7 @@ static void usage(FILE *f)
 		"             [--max-connections N] [--output-backlog BYTES]\n"
 		"             [--commit-delay-ms MS] [--commit-max-batch N]\n"
 		"             [--line-deadline-ms MS] [--idle-exit-s S]\n"
+		"             [--register-merge-driver true|false]\n"
 		"             [--embedding-dim N] [--trace-file PATH]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
@@ -120,6 +125,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_IDLE_EXIT_S},
 		{"log-level", required_argument, NULL,
 		 O_KEY + CONFIG_LOG_LEVEL},
+		{"register-merge-driver", required_argument, NULL,
+		 O_KEY + CONFIG_REGISTER_MERGE_DRIVER},
 		{"embedding-dim", required_argument, NULL,
 		 O_KEY + CONFIG_EMBEDDING_DIM},
 		{"trace-file", required_argument, NULL,
@@ -482,6 +489,78 @@ static void repo_changed_cb(void *ctx)
 	store_check_files(&d->store);
 }
 
+/* Any event in the git directory: has git taken or given back the
+ * working tree? */
+static void touched_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	conflicts_check_yield(&d->conflicts);
+}
+
+/* Git gave the working tree back: write what waited, look at the files,
+ * commit. */
+static void resumed_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	store_resume(&d->store);
+	store_check_files(&d->store);
+	gitq_commit_soon(&d->gitq);
+}
+
+/* The store asks whether git has the working tree. */
+static const char *tree_yielded_cb(void *ctx)
+{
+	const struct conflicts *cf = ctx;
+
+	return cf->yield[0] ? cf->yield : NULL;
+}
+
+/* A reload replaces a version: one not yet committed is kept. */
+static void replacing_cb(void *ctx, const struct record *old,
+			 const struct record *rec)
+{
+	struct daemon *d = ctx;
+
+	if (gitq_uncommitted_coord(&d->gitq, &old->coord))
+		conflicts_replaced(&d->conflicts, &old->coord, old->json, rec);
+}
+
+/* A resolution changed files: look at them. */
+static void files_touched_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	store_check_files(&d->store);
+}
+
+/* Commits wait while the memory is in conflict or git has the tree. */
+static bool defer_cb(void *ctx, char *why, size_t n)
+{
+	return conflicts_defer(ctx, why, n);
+}
+
+static void log_quarantine(const struct vmdir_load_report *rep);
+
+/* What a probe or a reload of the files found: quarantined files are
+ * logged and kept in health's list (conflicts log themselves). */
+static void report_cb(void *ctx, const struct vmdir_load_report *rep)
+{
+	struct daemon *d = ctx;
+	const struct vmdir_load_report q = {
+		.quarantined = rep->quarantined,
+		.n_quarantined = rep->n_quarantined,
+	};
+
+	if (!rep->n_quarantined)
+		return;
+	log_quarantine(rep);
+	if (vmdir_load_report_merge(&d->loaded, &q) < 0)
+		log_err("out of memory: health lists fewer quarantined files "
+			"than the log");
+}
+
 /* Our own commit moved the branch and the index: not a change to react
  * to. */
 /* Commits deferred, or going again: every MCP session is told (their
@@ -503,6 +582,21 @@ static void deferral_cb(void *ctx, const char *reason)
 				      "commits to git go on again"));
 }
 
+/* A new conflict: every MCP session is told (writes there are refused
+ * until it is resolved). */
+static void conflict_cb(void *ctx, const char *path, const char *reason)
+{
+	struct daemon *d = ctx;
+
+	mcp_log_all(&d->server, MCP_WARNING,
+		    json_pack("{s:s,s:s,s:s}", "message",
+			      "a decision file is in conflict: writes there "
+			      "are refused and its acknowledged version is "
+			      "served until it is resolved (vmem conflicts, "
+			      "vmem resolve)",
+			      "path", path, "reason", reason));
+}
+
 static void committed_cb(void *ctx)
 {
 	watch_settle(ctx);
@@ -515,6 +609,8 @@ static void committed_cb(void *ctx)
 static void decision_changed(struct daemon *d, enum kind_change_type type,
 			     const struct decision_change *ch)
 {
+	if (ch->rec && type != KIND_RELOADED)
+		conflicts_acknowledged(&d->conflicts, ch->slot);
 	gitq_mark_coord(&d->gitq, &ch->coord);
 	subs_notify(&d->subs, &ch->coord,
 		    type == KIND_RELOADED ? SUBS_RELOADED
@@ -626,6 +722,20 @@ static void stop_timer_cb(uv_timer_t *t)
 	if (life_check(&d->life))
 		return;
 	if (d->flush_started_ms) {
+		if (d->conflicts.yield[0] && !store_jobs_running(&d->store) &&
+		    !d->gitq.busy && !conflicts_busy(&d->conflicts)) {
+			/* Files wait for git, which may take hours (a merge
+			 * left to the user): nothing is lost by going. */
+			log_notice("stopping while git has the working tree "
+				   "(%s): the write-ahead log keeps the %zu "
+				   "acknowledged writes whose files wait, and "
+				   "the next start writes them",
+				   d->conflicts.yield,
+				   store_pending(&d->store));
+			uv_timer_stop(t);
+			uv_stop(d->loop);
+			return;
+		}
 		if (now - d->flush_started_ms < FLUSH_GIVE_UP_MS ||
 		    d->store.n_errors == d->flush_errors ||
 		    store_jobs_running(&d->store) || d->gitq.busy)
@@ -714,6 +824,113 @@ static void close_walk_cb(uv_handle_t *h, void *arg)
 		uv_close(h, NULL);
 }
 
+/* The vmem program to register as the merge driver: $VMEM, else the vmem
+ * next to this vmemd, else vmem in PATH. 0 with its absolute path, or
+ * -ENOENT. */
+static int find_vmem(char *out, size_t n)
+{
+	char exe[PATH_MAX], *slash, *path, *dir, *save = NULL;
+	const char *env = getenv("VMEM");
+
+	if (env && *env && realpath(env, out) && access(out, X_OK) == 0)
+		return 0;
+	if (realpath("/proc/self/exe", exe) && (slash = strrchr(exe, '/'))) {
+		*slash = '\0';
+		if ((size_t)snprintf(out, n, "%s/vmem", exe) < n &&
+		    access(out, X_OK) == 0)
+			return 0;
+	}
+	path = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+	for (dir = path ? strtok_r(path, ":", &save) : NULL; dir;
+	     dir = strtok_r(NULL, ":", &save)) {
+		if (*dir == '/' &&
+		    (size_t)snprintf(out, n, "%s/vmem", dir) < n &&
+		    access(out, X_OK) == 0) {
+			free(path);
+			return 0;
+		}
+	}
+	free(path);
+	return -ENOENT;
+}
+
+/*
+ * Is the repository a clone (does its configuration name a remote's
+ * url)? The entries are walked without a pattern: libgit2's
+ * git_remote_list matches them with a regex whose match data it leaks.
+ */
+static bool has_remote(const char *root)
+{
+	git_repository *repo = NULL;
+	git_config *conf = NULL;
+	git_config_iterator *it = NULL;
+	git_config_entry *e;
+	bool yes = false;
+
+	if (git_repository_open_ext(&repo, root, GIT_REPOSITORY_OPEN_NO_SEARCH,
+				    NULL) == 0 &&
+	    git_repository_config_snapshot(&conf, repo) == 0 &&
+	    git_config_iterator_new(&it, conf) == 0) {
+		while (!yes && git_config_next(&e, it) == 0) {
+			size_t n = strlen(e->name);
+
+			/* remote.<name>.url (names are lowercase here) */
+			yes = strncmp(e->name, "remote.", 7) == 0 && n > 11 &&
+			      strcmp(e->name + n - 4, ".url") == 0;
+		}
+	}
+	git_config_iterator_free(it);
+	git_config_free(conf);
+	git_repository_free(repo);
+	return yes;
+}
+
+/*
+ * The first start in a clone registers the layer-aware merge driver
+ * (vmem init) unless register_merge_driver is false; a marker in the
+ * state directory makes it once only. Blocking (start-up).
+ */
+static void register_merge_driver(struct daemon *d)
+{
+	char vmem[PATH_MAX], err[300];
+	const char *args[] = {"--repo", d->repo.root, "init", NULL};
+	char *out = NULL, *line, *save = NULL;
+	size_t len = 0;
+	struct stat st;
+	int fd;
+
+	if (!cfg.cur.num[CONFIG_REGISTER_MERGE_DRIVER] ||
+	    statedir_stat(&d->repo.state, MERGE_DRIVER_MARKER, &st) == 0 ||
+	    !has_remote(d->repo.root))
+		return;
+	if (find_vmem(vmem, sizeof(vmem)) < 0) {
+		log_warn("cannot register the layer-aware merge driver: no "
+			 "vmem program found ($VMEM, next to vmemd, PATH); run "
+			 "`vmem init` in %s",
+			 d->repo.root);
+		return;
+	}
+	if (gitproc_run_program(vmem, args, d->repo.root, &out, &len, err,
+				sizeof(err)) < 0) {
+		log_warn("registering the merge driver failed: %s", err);
+		return;
+	}
+	for (line = strtok_r(out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save))
+		log_notice("first start in this clone: %s", line);
+	log_notice("vmemd never commits .gitattributes: it is a file of "
+		   "yours (register_merge_driver = false turns this off)");
+	free(out);
+	fd = statedir_open(&d->repo.state, MERGE_DRIVER_MARKER,
+			   O_WRONLY | O_CREAT | O_EXCL, 0600, err, sizeof(err));
+	if (fd >= 0)
+		close(fd);
+	else if (fd != -EEXIST)
+		log_warn("%s: the merge driver will be registered again at "
+			 "the next start",
+			 err);
+}
+
 /* The trace sink wrote what it held. */
 static void trace_stopped_cb(void *arg)
 {
@@ -773,6 +990,7 @@ int main(int argc, char **argv)
 {
 	struct options o = {0};
 	struct daemon *d = &the_daemon;
+	struct unmerged_set unmerged = {0};
 	char errmsg[1024], note[1024];
 	char sock[SOCKPATH_MAX + 1];
 	int rc;
@@ -823,8 +1041,11 @@ int main(int argc, char **argv)
 	if (stats_init(&d->stats, method_count()) < 0)
 		fail_startup(1, "out of memory");
 	d->started_ms = uv_now(d->loop);
-	if (decisions_init(&d->decisions, d->repo.root, &d->repo.state,
-			   d->limits.max_x) < 0)
+	rc = conflicts_init(&d->conflicts, d->loop,
+			    (size_t)d->limits.max_x * VMEM_MAX_Y * VMEM_MAX_Z,
+			    d->limits.max_x, &d->repo);
+	if (rc < 0 || decisions_init(&d->decisions, d->repo.root,
+				     &d->repo.state, d->limits.max_x) < 0)
 		fail_startup(1, "out of memory");
 	d->decisions.dir.file_mode = d->repo.file_mode;
 	d->decisions.dir.dir_mode = d->repo.dir_mode;
@@ -833,6 +1054,13 @@ int main(int argc, char **argv)
 		fail_startup(1, "out of memory");
 	d->experiences.files.file_mode = d->repo.file_mode;
 	d->experiences.files.dir_mode = d->repo.dir_mode;
+	rc = unmerged_list(d->repo.root, d->repo.gitdir, d->limits.max_x,
+			   &unmerged, errmsg, sizeof(errmsg));
+	if (rc < 0)
+		log_err("cannot list git's unmerged files (%s): until it "
+			"works, only conflict markers show conflicts",
+			errmsg);
+	decisions_use_conflicts(&d->decisions, &d->conflicts, &unmerged);
 	open_local_kinds(d);
 	rc = store_open(&d->store, d->loop, &d->repo.state,
 			(struct store_kind *const[]){&d->decisions.sk,
@@ -843,6 +1071,25 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);
 	log_quarantine(&d->loaded);
+	d->conflicts.resumed = resumed_cb;
+	d->conflicts.resumed_ctx = d;
+	d->conflicts.touched = files_touched_cb;
+	d->conflicts.touched_ctx = d;
+	d->conflicts.appeared = conflict_cb;
+	d->conflicts.appeared_ctx = d;
+	rc = conflicts_start(&d->conflicts, &d->decisions.index, &unmerged,
+			     &d->loaded, errmsg, sizeof(errmsg));
+	unmerged_set_done(&unmerged);
+	if (rc < 0)
+		fail_startup(1, "cannot settle the conflicts: %s", errmsg);
+	conflicts_check_yield(&d->conflicts);
+	d->store.on_report = report_cb;
+	d->store.on_report_ctx = d;
+	d->store.tree_yielded = tree_yielded_cb;
+	d->store.tree_yielded_ctx = &d->conflicts;
+	d->decisions.on_replacing = replacing_cb;
+	d->decisions.on_replacing_ctx = d;
+	register_merge_driver(d);
 	if (trim_start(&d->trim, d->loop) < 0)
 		log_warn("cannot start the rest-time trim of freed memory");
 	if (catchup_start(&d->catchup, d->loop, &d->decisions.index) < 0)
@@ -864,10 +1111,13 @@ int main(int argc, char **argv)
 		log_warn("cannot watch %s for changes (%s): use git.reload "
 			 "after a checkout or a pull",
 			 d->repo.gitdir, uv_strerror(rc));
+	d->watch.touched = touched_cb;
 	d->gitq.committed = committed_cb;
 	d->gitq.committed_ctx = &d->watch;
 	d->gitq.deferral = deferral_cb;
 	d->gitq.deferral_ctx = d;
+	d->gitq.defer = defer_cb;
+	d->gitq.defer_ctx = &d->conflicts;
 	rc = life_start(&d->life, d, d->limits.idle_exit_s);
 	if (rc < 0)
 		fail_startup(1, "cannot look at %s: %s", d->repo.root,
@@ -903,6 +1153,7 @@ int main(int argc, char **argv)
 	trim_stop(&d->trim);
 	catchup_stop(&d->catchup);
 	watch_stop(&d->watch);
+	conflicts_close(&d->conflicts);
 	life_stop(&d->life);
 	gitq_close(&d->gitq);
 	leases_close(&d->leases);
@@ -920,6 +1171,7 @@ int main(int argc, char **argv)
 	documents_done(&d->documents);
 	uv_loop_close(d->loop);
 	subs_done(&d->subs);
+	conflicts_done(&d->conflicts);
 	vmdir_load_report_done(&d->loaded);
 	repo_done(&d->repo);
 	stats_done(&d->stats);

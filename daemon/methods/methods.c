@@ -7,6 +7,8 @@
 
 /* Sorted by name for bsearch. */
 static const struct method methods[] = {
+	{"conflict.list", conflict_list},
+	{"conflict.resolve", conflict_resolve},
 	{"decision.delete", decision_delete},
 	{"decision.exists", decision_exists},
 	{"decision.get", decision_get},

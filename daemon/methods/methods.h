@@ -36,6 +36,14 @@ int server_flush(struct call *call);
 int server_shutdown(struct call *call);
 int server_stats(struct call *call);
 
+/* methods_conflict.c */
+struct daemon;
+/* The conflicts (at most limit) and the dropped versions, for health. */
+json_t *conflicts_json(const struct daemon *d, size_t limit);
+json_t *drops_json(const struct daemon *d);
+int conflict_list(struct call *call);
+int conflict_resolve(struct call *call);
+
 /* methods_decision.c */
 int decision_get(struct call *call);
 int decision_exists(struct call *call);

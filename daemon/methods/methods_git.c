@@ -424,22 +424,7 @@ static void reload_done(struct store *s, void *arg, int rc, const char *errmsg,
 			   json_pack("{s:s}", "reason", errmsg),
 			   "reload failed: %s", errmsg);
 	} else {
-		/* Coalesced callers share one reload (store_reload): log and
-		 * remember what it quarantined once. */
-		for (size_t i = 0; rep && d->reload_seen != s->reloads_done &&
-				   i < rep->n_quarantined;
-		     i++)
-			log_warn("quarantined %s -> %s: %s",
-				 rep->quarantined[i].path,
-				 rep->quarantined[i].moved_to,
-				 rep->quarantined[i].reason);
-		/* Kept for health once per reload (its callers share
-		 * one rep); on failure only the log has them. */
-		if (d->reload_seen != s->reloads_done && rep &&
-		    vmdir_load_report_merge(&d->loaded, rep) < 0)
-			log_warn("out of memory: health lists fewer "
-				 "quarantined files than the log");
-		d->reload_seen = s->reloads_done;
+		/* The store's on_report logged it and added it to health. */
 		call_reply(call, json_pack("{s:I,s:o}", "count",
 					   (json_int_t)d->decisions.index.count,
 					   "quarantined",

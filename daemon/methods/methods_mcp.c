@@ -6,7 +6,7 @@
  * prompts are in methods_mcp_resources.c). A tool call runs the handler
  * behind the tool (mcp_tools.h) through call_forward and turns its
  * answer into a CallToolResult: a result becomes structuredContent and
- * its JSON text, a domain error (ValueError and -32001..-32007) a result
+ * its JSON text, a domain error (ValueError and -32001..-32008) a result
  * with isError and "<Type>: <message>" as text; anything else stays a
  * JSON-RPC error.
  *
@@ -314,7 +314,7 @@ static void reply_tool_error(struct call *call, const char *text)
 static bool is_tool_error(int code)
 {
 	return code == RPC_INVALID_PARAMS ||
-	       (code <= RPC_COORDINATE_VALIDATION && code >= RPC_UNAVAILABLE);
+	       (code <= RPC_COORDINATE_VALIDATION && code >= RPC_CONFLICT);
 }
 
 /* The tool and arguments of a tools/call, kept for its answer. */

@@ -101,6 +101,9 @@ static json_t *last_commit_json(const struct gitq *q)
 			 when);
 }
 
+/* At most this many conflicts in health (conflict.list has them all). */
+#define HEALTH_CONFLICTS_MAX 100
+
 /* ---- the local kinds in health (issue 15) ---- */
 
 /* The versions of what serves the data (the seed's postgres_version and
@@ -162,13 +165,20 @@ int server_health(struct call *call)
 	const char *last_error = d->store.last_error[0] && !d->gitq.stopped[0]
 					 ? d->store.last_error
 				 : d->gitq.last_error[0] ? d->gitq.last_error
-							 : local_error(d);
+				 : d->conflicts.last_error[0]
+					 ? d->conflicts.last_error
+					 : local_error(d);
 	bool degraded = d->loaded.n_quarantined > 0 ||
 			store_failing(&d->store) || d->gitq.stopped[0] ||
-			d->conversations.n_adopted > 0 ||
+			d->conflicts.n > 0 || d->conversations.n_adopted > 0 ||
 			d->documents.n_orphans > 0;
 	const char *status =
 		d->stopping ? "stopping" : (degraded ? "degraded" : "ok");
+	char why[200];
+	const char *deferred = conflicts_defer(&d->conflicts, why, sizeof(why))
+				       ? why
+			       : d->gitq.deferred[0] ? d->gitq.deferred
+						     : NULL;
 	json_t *h, *locks = json_array();
 	char *save = NULL, *p, list[sizeof(d->gitq.foreign_locks)];
 
@@ -180,19 +190,23 @@ int server_health(struct call *call)
 	for (p = strtok_r(list, ",", &save); p && locks;
 	     p = strtok_r(NULL, ",", &save))
 		json_array_append_new(locks, json_string(p + (*p == ' ')));
-	h = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:I}", "status",
-		      status, "version", VMEMD_VERSION, "repo", d->repo.root,
-		      "decisions", (json_int_t)d->decisions.index.count,
-		      "experiences", (json_int_t)d->experiences.ix.n_live,
-		      "pending", (json_int_t)gitq_pending(&d->gitq),
-		      "last_commit", last_commit_json(&d->gitq),
-		      "commit_deferred",
-		      d->gitq.deferred[0] ? json_string(d->gitq.deferred)
-					  : json_null(),
-		      "quarantined", quarantined_json(&d->loaded), "last_error",
-		      last_error[0] ? json_string(last_error) : json_null(),
-		      "uptime_s",
-		      (json_int_t)((uv_now(d->loop) - d->started_ms) / 1000));
+	h = json_pack(
+		"{s:s,s:s,s:s,s:I,s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:I}",
+		"status", status, "version", VMEMD_VERSION, "repo",
+		d->repo.root, "decisions", (json_int_t)d->decisions.index.count,
+		"experiences", (json_int_t)d->experiences.ix.n_live, "pending",
+		(json_int_t)gitq_pending(&d->gitq), "last_commit",
+		last_commit_json(&d->gitq), "commit_deferred",
+		deferred ? json_string(deferred) : json_null(),
+		"files_wait_for_git",
+		d->conflicts.yield[0] ? json_string(d->conflicts.yield)
+				      : json_null(),
+		"conflicts", conflicts_json(d, HEALTH_CONFLICTS_MAX), "dropped",
+		drops_json(d), "quarantined", quarantined_json(&d->loaded),
+		"last_error",
+		last_error[0] ? json_string(last_error) : json_null(),
+		"uptime_s",
+		(json_int_t)((uv_now(d->loop) - d->started_ms) / 1000));
 	if (h && locks) {
 		json_object_set_new(h, "commits_stopped",
 				    d->gitq.stopped[0]
@@ -206,27 +220,26 @@ int server_health(struct call *call)
 	if (h &&
 	    json_object_update_new(
 		    h,
-		    json_pack("{s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
-			      "s:{s:I,s:I}}",
-			      "versions", versions_json(), "counts",
-			      "decisions", (json_int_t)d->decisions.index.count,
-			      "experiences",
-			      (json_int_t)d->experiences.ix.n_live,
-			      "sessions",
-			      (json_int_t)d->conversations.ix.n_sessions,
-			      "messages",
-			      (json_int_t)d->conversations.ix.n_messages,
-			      "documents", (json_int_t)d->documents.ix.n_docs,
-			      "embeddings",
-			      (json_int_t)docindex_vectors(&d->documents.ix),
-			      "local_storage", "conversations",
-			      segments_json(&d->conversations.seg), "documents",
-			      segments_json(&d->documents.seg), "vector_index",
-			      vector_index_json(&d->documents), "repaired",
-			      "sessions_adopted",
-			      (json_int_t)d->conversations.n_adopted,
-			      "embeddings_dropped",
-			      (json_int_t)d->documents.n_orphans)) < 0) {
+		    json_pack(
+			    "{s:o,s:{s:I,s:I,s:I,s:I,s:I,s:I},s:{s:o,s:o},s:o,"
+			    "s:{s:I,s:I}}",
+			    "versions", versions_json(), "counts", "decisions",
+			    (json_int_t)d->decisions.index.count, "experiences",
+			    (json_int_t)d->experiences.ix.n_live, "sessions",
+			    (json_int_t)d->conversations.ix.n_sessions,
+			    "messages",
+			    (json_int_t)d->conversations.ix.n_messages,
+			    "documents", (json_int_t)d->documents.ix.n_docs,
+			    "embeddings",
+			    (json_int_t)docindex_vectors(&d->documents.ix),
+			    "local_storage", "conversations",
+			    segments_json(&d->conversations.seg), "documents",
+			    segments_json(&d->documents.seg), "vector_index",
+			    vector_index_json(&d->documents), "repaired",
+			    "sessions_adopted",
+			    (json_int_t)d->conversations.n_adopted,
+			    "embeddings_dropped",
+			    (json_int_t)d->documents.n_orphans)) < 0) {
 		json_decref(h);
 		h = NULL;
 	}

@@ -17,7 +17,7 @@
 #include "log.h"
 #include "protocol/decision.h"
 
-enum kind { K_NUM, K_LEVEL, K_STR, K_PATH };
+enum kind { K_NUM, K_LEVEL, K_STR, K_BOOL, K_PATH };
 
 struct keydef {
 	const char *name;
@@ -42,6 +42,8 @@ static const struct keydef keys[CONFIG_NKEYS] = {
 			      LOGL_INFO},
 	[CONFIG_COMMIT_NAME] = {"commit_name", K_STR, 1, CONFIG_STR_MAX, 0},
 	[CONFIG_COMMIT_EMAIL] = {"commit_email", K_STR, 1, CONFIG_STR_MAX, 0},
+	[CONFIG_REGISTER_MERGE_DRIVER] = {"register_merge_driver", K_BOOL, 0, 1,
+					  1},
 	[CONFIG_EMBEDDING_DIM] = {"embedding_dim", K_NUM, 1, 16384, 1536},
 	[CONFIG_TRACE_FILE] = {"trace_file", K_PATH, 1, CONFIG_PATH_MAX, 0},
 };
@@ -150,6 +152,13 @@ int config_set(struct config *c, enum config_key k, const char *value,
 		rc = set_str(c, k, value, msg, msgn);
 		if (rc < 0)
 			return rc;
+		break;
+	case K_BOOL:
+		if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
+			snprintf(msg, msgn, "must be true or false");
+			return -EINVAL;
+		}
+		c->num[k] = value[0] == 't';
 		break;
 	case K_PATH:
 		if (!*value || strlen(value) > CONFIG_PATH_MAX) {
@@ -430,6 +439,9 @@ void config_format(const struct config *c, enum config_key k, char *buf,
 		break;
 	case K_NUM:
 		snprintf(buf, n, "%llu", c->num[k]);
+		break;
+	case K_BOOL:
+		snprintf(buf, n, "%s", c->num[k] ? "true" : "false");
 		break;
 	}
 }

@@ -22,6 +22,8 @@
  *   log_level         err | warning | notice | info | debug
  *   commit_name       1..200 bytes, no control characters, no '<' '>'
  *   commit_email      the same, and it contains '@'
+ *   register_merge_driver  true | false (start-up only; default true:
+ *                     the first start in a clone runs `vmem init`)
  *   embedding_dim     1..16384 numbers per document embedding, default
  *                     1536 (start-up only; a tree's documents keep the
  *                     dimension they were stored with)
@@ -55,6 +57,7 @@ enum config_key {
 	CONFIG_LOG_LEVEL, /* the value is an enum log_level (log.h) */
 	CONFIG_COMMIT_NAME,
 	CONFIG_COMMIT_EMAIL,
+	CONFIG_REGISTER_MERGE_DRIVER, /* the value is 0 or 1 */
 	/* Conversations and documents (issue 15). */
 	CONFIG_EMBEDDING_DIM,
 	CONFIG_TRACE_FILE, /* a path */

@@ -43,6 +43,16 @@ enum {
 	KIND_NOOP = 1, /* nothing to change: acknowledged as it is */
 };
 
+/* What write may answer besides 0 and -errno. */
+enum {
+	/* Some files were not written because git has the working tree (an
+	 * operation runs: store.h, tree_yielded): written makes their items
+	 * pending again, and the pass does not count as complete (no
+	 * checkpoint cuts their log records; at start-up the log keeps
+	 * them). */
+	KIND_LEFT = 1,
+};
+
 /*
  * The lock a write holds from prepare until it is applied or refused:
  * one of the kind's own slots (n_lock_slots of them, e.g. one per
@@ -137,12 +147,12 @@ struct kind {
 	int (*snapshot)(struct store_kind *k, void **snap);
 	/* Pool: materialise the snapshot, without syncing unless sync (at
 	 * start-up); a crash may leave it incomplete while the log still
-	 * holds it. 0 or -errno with errmsg. */
+	 * holds it. 0, KIND_LEFT, or -errno with errmsg. */
 	int (*write)(struct store_kind *k, void *snap, bool sync, char *errmsg,
 		     size_t n);
 	/* Loop: the pass is over (rc from write): on failure, make the
-	 * snapshot's items pending again unless newer writes did; free
-	 * snap. */
+	 * snapshot's items pending again unless newer writes did (with
+	 * KIND_LEFT, the items left); free snap. */
 	void (*written)(struct store_kind *k, void *snap, int rc);
 	/* Pool: make everything written so far durable (a checkpoint cuts
 	 * the log only after every kind's sync). 0 or -errno with errmsg.
@@ -162,12 +172,14 @@ struct kind {
 	int (*rescan)(struct store_kind *k, void *job,
 		      struct vmdir_load_report *rep, char *errmsg, size_t n);
 	/*
-	 * Loop, rc from rescan: a probe answers 1 when the files differ
-	 * from what the kind knows (a reload follows), else 0; a reload
-	 * that succeeded makes the state what the files say, reporting each
-	 * change (KIND_RELOADED). Frees job either way.
+	 * Loop, rc from rescan, rep what it reported: a probe answers 1
+	 * when the files differ from what the kind knows (a reload
+	 * follows), else 0; a reload that succeeded makes the state what
+	 * the files say, reporting each change (KIND_RELOADED). Either may
+	 * make items pending (the writer runs next). Frees job either way.
 	 */
-	int (*rescan_end)(struct store_kind *k, void *job, int rc, bool probe);
+	int (*rescan_end)(struct store_kind *k, void *job, int rc, bool probe,
+			  const struct vmdir_load_report *rep);
 };
 
 #endif

@@ -41,6 +41,8 @@
 #define WRITER_RETRY_MAX_MS 5000
 #define CHECKPOINT_BYTES    (16u << 20)
 #define CHECKPOINT_IDLE_MS  1000
+/* While git has the working tree, the writer looks again this often. */
+#define WRITER_YIELD_MS 200
 
 /* A log job: a batch to append, or a checkpoint's cut. */
 struct wal_job {
@@ -90,6 +92,12 @@ set_error(struct store *s, const char *fmt, ...)
 	log_err("%s", s->last_error);
 }
 
+/* Why git has the working tree now (store.h, tree_yielded), or NULL. */
+static const char *yielded(const struct store *s)
+{
+	return s->tree_yielded ? s->tree_yielded(s->tree_yielded_ctx) : NULL;
+}
+
 static void writer_kick(struct store *s, unsigned delay_ms);
 static void check_idle(struct store *s);
 static void checkpoint_start(struct store *s);
@@ -131,6 +139,11 @@ void store_changed(struct store_kind *k, enum kind_change_type type,
 
 	if (s->on_change)
 		s->on_change(s->on_change_ctx, &ch);
+}
+
+void store_probe_soon(struct store_kind *k)
+{
+	k->store->probe_wanted = true;
 }
 
 size_t store_kind_slot(const struct store_kind *k, size_t slot)
@@ -245,6 +258,12 @@ static void writer_after_cb(uv_work_t *req, int status)
 		}
 		writer_kick(s, WRITER_DELAY_MS);
 	} else {
+		/* A kind that left files to git's operation (KIND_LEFT) made
+		 * them pending again: the pass does not count as done. */
+		bool left = false;
+
+		for (size_t i = 0; status == 0 && i < j->n; i++)
+			left |= j->parts[i].rc == KIND_LEFT;
 		writer_parts_done(j, status);
 		if (j->rc < 0) {
 			set_error(s, "writing %s files: %s", j->failed,
@@ -257,8 +276,10 @@ static void writer_after_cb(uv_work_t *req, int status)
 			writer_kick(s, s->writer_retry_ms);
 		} else {
 			s->writer_retry_ms = 0;
-			s->writer_done_seq = j->seq;
-			writer_kick(s, WRITER_DELAY_MS);
+			if (!left)
+				s->writer_done_seq = j->seq;
+			writer_kick(s,
+				    left ? WRITER_YIELD_MS : WRITER_DELAY_MS);
 		}
 	}
 	free(j);
@@ -322,7 +343,14 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 {
 	if (s->closed || s->writer_busy || store_unwritten(s) == 0)
 		return;
-	if (s->writer_retry_ms) {
+	if (yielded(s)) {
+		/* Git has the tree: look again at a slow pace (store_resume
+		 * comes sooner when the operation is seen to end). */
+		if (uv_is_active((uv_handle_t *)&s->writer_timer))
+			return;
+		if (delay_ms < WRITER_YIELD_MS)
+			delay_ms = WRITER_YIELD_MS;
+	} else if (s->writer_retry_ms) {
 		/* Failing: the retry waits its back-off, whoever asks. */
 		if (uv_is_active((uv_handle_t *)&s->writer_timer))
 			return;
@@ -1003,7 +1031,7 @@ void store_set_log_hook(struct store *s, store_log_hook_fn fn, void *ctx)
 
 bool store_jobs_running(const struct store *s)
 {
-	return s->wal_jobs || s->writer_busy || s->reload_running;
+	return s->wal_jobs || s->writer_busy || s->reload_running || s->probing;
 }
 
 bool store_failing(const struct store *s)
@@ -1101,7 +1129,7 @@ static bool rescan_parts_end(struct rescan_job *j, int status)
 
 		if (p->k->kind->rescan_end(p->k, p->job,
 					   status < 0 ? status : p->rc,
-					   j->probe) > 0)
+					   j->probe, &p->rep) > 0)
 			changed = true;
 		p->job = NULL;
 	}
@@ -1201,15 +1229,18 @@ static void reload_after_cb(uv_work_t *req, int status)
 	int rc = status < 0 ? status : j->rc;
 
 	s->reload_running = false;
+	for (size_t i = 0; i < j->n; i++)
+		if (vmdir_load_report_merge(&j->rep, &j->parts[i].rep) < 0)
+			log_warn("out of memory: a reload's quarantined "
+				 "files are only in this log");
+	if (rc == 0 && s->on_report)
+		s->on_report(s->on_report_ctx, &j->rep);
 	if (j->probe) {
 		probe_done(s, j, status);
 		return;
 	}
 	rescan_parts_end(j, status);
-	for (size_t i = 0; i < j->n; i++)
-		if (vmdir_load_report_merge(&j->rep, &j->parts[i].rep) < 0)
-			log_warn("out of memory: a reload's quarantined "
-				 "files are only in this log");
+	writer_kick(s, 0); /* what a kind made pending meanwhile */
 	if (rc < 0) {
 		if (status < 0)
 			snprintf(j->errmsg, sizeof(j->errmsg),
@@ -1226,9 +1257,10 @@ static void probe_reload_done(struct store *s, void *arg, int rc,
 			      const char *errmsg,
 			      const struct vmdir_load_report *rep)
 {
-	(void)s;
 	(void)arg;
-	if (rc < 0)
+	if (rc == -EAGAIN && yielded(s)) /* look again once git is done */
+		s->probe_after_yield = true;
+	else if (rc < 0)
 		log_err("reloading after a change in the repository: %s",
 			errmsg);
 	else
@@ -1245,24 +1277,29 @@ static void probe_done(struct store *s, struct rescan_job *j, int status)
 
 	s->probing = false;
 	changed = rescan_parts_end(j, status);
+	writer_kick(s, 0); /* what a kind made pending meanwhile */
 	if (status < 0 || j->rc < 0)
 		set_error(s, "checking the %s files: %s",
 			  j->failed ? j->failed : "record",
 			  status < 0 ? "the check was cancelled" : j->errmsg);
 	rescan_job_free(j);
-	if (changed)
+	if (changed && yielded(s))
+		s->probe_after_yield = true; /* see store_resume */
+	else if (changed)
 		store_reload(s, probe_reload_done, NULL);
 	check_idle(s);
 }
 
 /* Start a wanted probe once the writer has caught up (the kinds then
- * know what they wrote). */
+ * know what they wrote). While git has the tree the writer cannot catch
+ * up; a probe runs then all the same (what is pending is ours, not a
+ * change), so that the kinds see what git does (conflicts). */
 static void probe_step(struct store *s)
 {
 	struct rescan_job *j;
 
 	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
-	    s->writer_busy || store_unwritten(s))
+	    s->writer_busy || (store_unwritten(s) && !yielded(s)))
 		return;
 	j = rescan_job_new(s, true);
 	if (!j)
@@ -1291,6 +1328,11 @@ static void reload_step(struct store *s)
 
 	if (!s->reloading || s->reload_running || s->closed)
 		return;
+	if (yielded(s)) {
+		/* Git took the tree before the files could be written. */
+		reload_finish(s, -EAGAIN, yielded(s), NULL);
+		return;
+	}
 	if (s->wal_jobs || s->writer_busy || store_unwritten(s)) {
 		writer_kick(s, 0);
 		return;
@@ -1369,9 +1411,13 @@ void store_reload(struct store *s, store_reload_fn cb, void *arg)
 
 /* ---- open, close ---- */
 
-/* Start-up: every kind materialises what the replay gave it, durably. */
-static int materialise_replay(struct store *s, char *errmsg, size_t errn)
+/* Start-up: every kind materialises what the replay gave it, durably.
+ * *left: a kind left files to git's operation (KIND_LEFT), so the log
+ * must keep them. */
+static int materialise_replay(struct store *s, bool *left, char *errmsg,
+			      size_t errn)
 {
+	*left = false;
 	for (size_t i = 0; i < s->n_kinds; i++) {
 		struct store_kind *k = s->kinds[i];
 		void *snap;
@@ -1388,6 +1434,7 @@ static int materialise_replay(struct store *s, char *errmsg, size_t errn)
 		k->kind->written(k, snap, rc);
 		if (rc < 0)
 			return rc;
+		*left |= rc == KIND_LEFT;
 	}
 	return 0;
 }
@@ -1434,6 +1481,7 @@ int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
 	};
 	struct wal_report wrep = {0};
 	size_t n_slots = 0;
+	bool left;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
@@ -1472,10 +1520,14 @@ int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
 			  "cut a torn tail of %llu bytes off the write-ahead "
 			  "log",
 			  (unsigned long long)wrep.torn_bytes);
-	rc = materialise_replay(s, errmsg, errn);
+	rc = materialise_replay(s, &left, errmsg, errn);
 	if (rc < 0)
 		return rc;
-	if (wrep.records > 0 || wrep.torn_bytes > 0) {
+	if (left) {
+		/* Git has the tree: the log keeps the writes whose files
+		 * wait, and the writer makes them once git is done. */
+		s->wal_end = s->wal.end;
+	} else if (wrep.records > 0 || wrep.torn_bytes > 0) {
 		rc = wal_truncate(&s->wal);
 		if (rc < 0) {
 			errmsg_set(errmsg, errn,
@@ -1498,6 +1550,16 @@ int store_open(struct store *s, uv_loop_t *loop, const struct statedir *dir,
 			return rc;
 	}
 	return 0;
+}
+
+void store_resume(struct store *s)
+{
+	if (s->probe_after_yield) {
+		s->probe_after_yield = false;
+		s->probe_wanted = true;
+	}
+	writer_kick(s, 0);
+	check_idle(s);
 }
 
 void store_close(struct store *s)

@@ -214,12 +214,27 @@ struct store {
 	/* A reload from the files (store_reload), and a probe for changes
 	 * made under us (store_check_files). */
 	bool probe_wanted;
+	bool probe_after_yield; /* a change seen while git had the tree */
 	bool probing;
 	bool reloading;
 	bool reload_running; /* its load job is in flight */
 	struct store_reload_wait *reload_waiters; /* of the reload to come */
 	struct store_reload_wait *reload_next;	  /* came while it read */
 	uint64_t reloads_done;			  /* reloads finished */
+
+	/* What a probe or a reload found (quarantined files, files in
+	 * conflict), every kind's: each report goes here, to be logged and
+	 * shown in health. NULL: nobody listens. */
+	void (*on_report)(void *ctx, const struct vmdir_load_report *rep);
+	void *on_report_ctx;
+
+	/* Why git has the working tree now (an operation runs: conflicts.h),
+	 * or NULL; NULL hook: never. Meanwhile the kinds leave the files of
+	 * the tree alone (KIND_LEFT), the writer looks again every
+	 * WRITER_YIELD_MS (store.c), reloads are refused with -EAGAIN, and
+	 * probes run even with writes pending; store_resume ends it. */
+	const char *(*tree_yielded)(void *ctx);
+	void *tree_yielded_ctx;
 
 	/* A pending store_flush, and store_waits. */
 	store_idle_fn idle_cb;
@@ -282,6 +297,10 @@ void store_timestamp_seen(struct store_kind *k, int64_t usec);
 void store_changed(struct store_kind *k, enum kind_change_type type,
 		   const void *detail);
 
+/* For kinds: have the files looked at (store_check_files) once the
+ * current step is over and the writer has caught up. */
+void store_probe_soon(struct store_kind *k);
+
 /* Call cb once no write is in flight, every applied write is in synced
  * files and the log is empty (used for a graceful stop). */
 void store_flush(struct store *s, store_idle_fn cb, void *arg);
@@ -297,9 +316,15 @@ void store_flush(struct store *s, store_idle_fn cb, void *arg);
  * shares that reload's result; a call made while it reads waits for the
  * next reload, which starts as soon as that one ends. Every cb of one
  * reload gets the same rep; reloads_done counts reloads, so a caller can
- * tell whether it saw this rep already.
+ * tell whether it saw this rep already. -EAGAIN (through cb) while git
+ * has the working tree (tree_yielded; the files are looked at again
+ * when it ends).
  */
 void store_reload(struct store *s, store_reload_fn cb, void *arg);
+
+/* Git gave the tree back (tree_yielded ended): write what waits, and
+ * look at the files if a change was seen meanwhile. */
+void store_resume(struct store *s);
 
 /*
  * Files may have changed under us (a checkout, a pull): have the kinds

@@ -6,6 +6,11 @@ floor (shared/reference/git-floor.md):
   git       `git add <10 files>` + `git commit` by the git program
   tree      libgit2 (pygit2) commit of only the touched trees, index
             untouched: the floor of the commit itself
+  durable   the same, then syncfs of the file system: the floor with the
+            durability the daemon owes (objects on disk before the branch
+            moves) and git does not pay
+  fsync     the same, then fsync of only the objects it wrote (each loose
+            file and its directory): the alternative to syncfs
   own       our index writer (daemon/git/gitidx.c, via vmem-index-bench)
   update    `git update-index -- <10 files>` on a copy of the index
   libgit2   pygit2: read the index, add 10 entries, write it
@@ -13,7 +18,9 @@ floor (shared/reference/git-floor.md):
             the file writer's pass the sync waits for), p50/p99 of --reps
 
 and the daemon's first commit of the whole tree (start-up scan included),
-RSS at rest and during commits, and what a user's own `git status` costs.
+RSS at rest and during commits, and what a user's own `git status` costs:
+right after each of the daemon's commits (racy git: how many of those
+rewrote .git/index) and at rest.
 The tree is laid out as the daemon writes it: .vector-memory/x-NNNNN/
 y-Y-z-Z.json, 20 files per directory, ~500-byte decisions. Prints
 figures; never fails on time. Needs python3-pygit2 (Debian).
@@ -23,6 +30,7 @@ usage: vmem-commit-bench.py [--vmemd PATH] [--index-bench PATH]
                             [--index default|split|v4|untracked]
 """
 import argparse
+import ctypes
 import json
 import os
 import random
@@ -136,8 +144,10 @@ def pct(v, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
 
 
-def tree_commit(root, changes):
-    """The floor: pygit2 commit of only the touched trees."""
+def tree_commit(root, changes, written=None):
+    """The floor: pygit2 commit of only the touched trees (the ids of the
+    objects it made appended to written)."""
+    ids = written if written is not None else []
     r = pygit2.Repository(root)
     head = r.head.target
     tree = r[head].tree
@@ -150,12 +160,50 @@ def tree_commit(root, changes):
     for d, files in by_dir.items():
         tb = r.TreeBuilder(r[vm[d].id])
         for f, data in files:
-            tb.insert(f, r.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
-        vb.insert(d, tb.write(), pygit2.GIT_FILEMODE_TREE)
+            ids.append(r.create_blob(data))
+            tb.insert(f, ids[-1], pygit2.GIT_FILEMODE_BLOB)
+        ids.append(tb.write())
+        vb.insert(d, ids[-1], pygit2.GIT_FILEMODE_TREE)
     rb = r.TreeBuilder(tree)
-    rb.insert(".vector-memory", vb.write(), pygit2.GIT_FILEMODE_TREE)
+    ids.append(vb.write())
+    rb.insert(".vector-memory", ids[-1], pygit2.GIT_FILEMODE_TREE)
+    ids.append(rb.write())
     sig = pygit2.Signature("Bench", "bench@localhost")
-    r.create_commit("HEAD", sig, sig, "floor", rb.write(), [head])
+    ids.append(r.create_commit("HEAD", sig, sig, "floor", ids[-1], [head]))
+
+
+def fsync_objects(root, ids):
+    """fsync each loose object of ids and each of their directories."""
+    objects = os.path.join(root, ".git", "objects")
+    dirs = set()
+    for oid in ids:
+        h = str(oid)
+        fd = os.open(os.path.join(objects, h[:2], h[2:]), os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        dirs.add(h[:2])
+    for d in dirs:
+        fd = os.open(os.path.join(objects, d), os.O_RDONLY | os.O_DIRECTORY)
+        os.fsync(fd)
+        os.close(fd)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def syncfs(root):
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e))
+    finally:
+        os.close(fd)
+
+
+def index_stamp(root):
+    st = os.stat(os.path.join(root, ".git", "index"))
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def libgit2_index(root, paths):
@@ -198,14 +246,20 @@ def main():
     print()
     print("| decisions | git add+commit | tree-only floor | own index "
           "sync | git update-index | libgit2 index | floor (tree + "
-          "cheapest sync) | vmemd git.sync p50 / p99 | vs floor | vs git "
-          "| first commit | RSS rest / during sync (MB) | user's git status |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "cheapest sync) | durable floor (+ syncfs) | durable floor (+ "
+          "fsync of its objects) | vmemd git.sync p50 / "
+          "p99 | vs floor | vs durable floor | vs git | first commit | RSS "
+          "rest / during sync (MB) | user's git status after a sync "
+          "(index rewritten) | at rest |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+          "---|")
     for r in rows:
         print("| {n:,} | {git:.0f} ms | {tree:.1f} ms | {own:.1f} ms | "
-              "{upd:.1f} ms | {lg2:.1f} ms | {floor:.1f} ms | {p50:.1f} / "
-              "{p99:.1f} ms | {rf:.2f}x | {rg:.1f}x faster | {first:.1f} s | "
-              "{rest:.0f} / {during:.0f} | {status:.0f} ms |".format(**r))
+              "{upd:.1f} ms | {lg2:.1f} ms | {floor:.1f} ms | {dfloor:.1f} ms"
+              " | {ffloor:.1f} ms | {p50:.1f} / {p99:.1f} ms | {rf:.2f}x | {rd:.2f}x | "
+              "{rg:.1f}x faster | {first:.1f} s | {rest:.0f} / {during:.0f} | "
+              "{after:.0f} ms ({racy}/{reps}) | {status:.0f} ms |"
+              .format(**r))
 
 
 def run_size(a, rng, tmp, n):
@@ -265,6 +319,7 @@ def run_size(a, rng, tmp, n):
                              s_first.peak / 1024))
     # The daemon's git.sync of 10 changes.
     syncs, during, rest = [], 0, 0
+    after, racy = [], 0
     version = {}
     for rep in range(a.reps + 1):
         for _ in range(10):
@@ -280,13 +335,19 @@ def run_size(a, rng, tmp, n):
         with Sampler(d.pid) as s:
             ms = timed(lambda: c.call("git.sync"))
         during = max(during, s.peak)
+        # The user's git status at once (in the commit's second, mostly):
+        # does git read our files again and rewrite its index?
+        before = index_stamp(root)
+        ms_status = timed(lambda: git(root, "status", "--porcelain"))
         if rep:  # the first is a warm-up
             syncs.append(ms)
+            after.append(ms_status)
+            racy += index_stamp(root) != before
     c.call("server.shutdown")
     d.wait()
     del version
     # Side by side on the same repository: the floor and git's porcelain.
-    tree, own, upd, lg2, gitc = [], [], [], [], []
+    tree, dur, fsy, own, upd, lg2, gitc = [], [], [], [], [], [], []
     for rep in range(max(5, a.reps // 2) + 1):
         changes = []
         for _ in range(10):
@@ -301,6 +362,13 @@ def run_size(a, rng, tmp, n):
         for p in paths:
             os.utime(os.path.join(root, p), (past, past))
         t_tree = timed(lambda: tree_commit(root, changes))
+        # the same commit made durable (its own objects: the next one)
+        changes = [(p, data + b" ") for p, data in changes]
+        t_dur = timed(lambda: (tree_commit(root, changes), syncfs(root)))
+        changes = [(p, data + b" ") for p, data in changes]
+        ids = []
+        t_fsy = timed(lambda: (tree_commit(root, changes, ids),
+                               fsync_objects(root, ids)))
         out = subprocess.run([a.index_bench, root, "own", "--dry"] + paths,
                              capture_output=True, text=True, check=True)
         t_own = float(out.stdout.split()[1])
@@ -328,6 +396,8 @@ def run_size(a, rng, tmp, n):
                                git(root, "commit", "-q", "-m", "git")))
         if rep:
             tree.append(t_tree)
+            dur.append(t_dur)
+            fsy.append(t_fsy)
             own.append(t_own)
             upd.append(t_upd)
             lg2.append(t_lg2)
@@ -337,18 +407,26 @@ def run_size(a, rng, tmp, n):
     med = statistics.median
     cheapest = min(med(own), med(upd))
     floor = med(tree) + cheapest
+    dfloor = med(dur) + cheapest
+    ffloor = med(fsy) + cheapest
     p50, p99 = pct(syncs, 50), pct(syncs, 99)
     row = dict(n=n, git=med(gitc), tree=med(tree), own=med(own),
-               upd=med(upd), lg2=med(lg2), floor=floor, p50=p50, p99=p99,
-               rf=p50 / floor, rg=med(gitc) / p50, first=first,
-               rest=rest / 1024, during=during / 1024, status=status)
+               upd=med(upd), lg2=med(lg2), floor=floor, dfloor=dfloor,
+               ffloor=ffloor,
+               p50=p50, p99=p99, rf=p50 / floor, rd=p50 / dfloor,
+               rg=med(gitc) / p50, first=first, rest=rest / 1024,
+               during=during / 1024, status=status,
+               after=statistics.median(after), racy=racy, reps=len(after))
     print("  git add+commit %.0f ms | tree-only %.1f ms | own sync %.1f ms | "
-          "update-index %.1f ms | libgit2 index %.1f ms | vmemd git.sync "
-          "p50 %.1f p99 %.1f ms (%.2fx the floor, %.1fx faster than git) | "
-          "RSS %.0f MB at rest, %.0f MB during syncs | git status %.0f ms"
+          "update-index %.1f ms | libgit2 index %.1f ms | durable floor "
+          "%.1f ms (syncfs), %.1f ms (fsync of its objects) | vmemd git.sync p50 %.1f p99 %.1f ms (%.2fx the floor, "
+          "%.2fx the durable floor, %.1fx faster than git) | RSS %.0f MB at "
+          "rest, %.0f MB during syncs | git status after a sync %.0f ms "
+          "(index rewritten %d/%d), at rest %.0f ms"
           % (row["git"], row["tree"], row["own"], row["upd"], row["lg2"],
-             p50, p99, row["rf"], row["rg"], row["rest"], row["during"],
-             status), flush=True)
+             dfloor, ffloor, p50, p99, row["rf"], row["rd"], row["rg"], row["rest"],
+             row["during"], row["after"], racy, len(after), status),
+          flush=True)
     if not a.keep:
         shutil.rmtree(root, ignore_errors=True)
     return row

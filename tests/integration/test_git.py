@@ -238,6 +238,52 @@ class Sync(GitCase):
         self.assertIn(body_line(3, 2, 3, "a"), lines)
 
 
+class RacyGit(GitCase):
+    """A decision file is dated a second before the daemon wrote it, so a
+    git status in the second of the commit finds it clean without reading
+    it and without rewriting the index, and still sees a user's edit made
+    in that very second (docs/architecture.md, "Racy git")."""
+    daemon_args = ("--commit-delay-ms", "60000")
+
+    def index_stamp(self):
+        st = os.stat(os.path.join(self.repo.gitdir, "index"))
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def test_status_after_a_commit_and_an_edit_in_its_second(self):
+        # For its first two seconds a daemon back-dates no new file (one
+        # its predecessor removed might come back): let them pass.
+        time.sleep(2.2)
+        conn = self.connect(agent_id="racy")
+        path = self.repo.decision_path(5, 2, 1)
+        same_second = False
+        for attempt in range(5):
+            conn.store(5, 2, 1, "Use PostgreSQL, take %d" % attempt)
+            self.sync(conn)
+            st = os.stat(path)
+            self.assertGreaterEqual(st.st_ctime_ns - st.st_mtime_ns, 10**9)
+            before = self.index_stamp()
+            self.assertEqual(self.status(), [])
+            self.assertEqual(self.index_stamp(), before,
+                             "git status rewrote the index")
+            # The user's edit: same size, in place, at once.
+            with open(path, "rb") as f:
+                data = f.read()
+            with open(path, "r+b") as f:
+                f.write(data.replace(b"PostgreSQL", b"PostgreSQl"))
+            edited = os.stat(path)
+            self.assertEqual(edited.st_size, st.st_size)
+            self.assertEqual(self.status(),
+                             [" M " + rel_path(5, 2, 1)])
+            same_second = (edited.st_mtime_ns // 10**9 ==
+                           before[1] // 10**9)
+            if same_second:
+                break
+            # put it back for the next attempt (the daemon reloads it)
+            self.git("checkout", "--", rel_path(5, 2, 1))
+            time.sleep(2.2)
+        self.assertTrue(same_second, "no edit landed in its commit's second")
+
+
 class NoDelay(GitCase):
     daemon_args = ("--commit-delay-ms", "0")
 

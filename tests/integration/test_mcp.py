@@ -1221,5 +1221,27 @@ class Logging(McpMixin, vt.VmemTestCase):
         self.assertTrue(n.silent_for(1.5))
 
 
+class ConflictLogging(McpMixin, vt.GitCase):
+
+    def test_new_conflicts_are_told(self):
+        c = self.mcp()
+        held = {}
+        c.store(2, 1, 2, "before the conflict")
+        path = os.path.join(self.repo.root, vt.rel_path(2, 1, 2))
+        self.assertTrue(vt.wait_until(lambda: os.path.exists(path),
+                                      vt.DEFAULT_TIMEOUT))
+        with open(path, "w") as f:
+            f.write("<<<<<<< HEAD\n{}\n=======\n{}\n>>>>>>> other\n")
+        self.git("add", vt.rel_path(2, 1, 2))  # (the index is watched)
+        while True:  # (the commits' deferral is told too)
+            msg = notes_of(c, held, "notifications/message")
+            if "path" in msg["data"]:
+                break
+        self.assertEqual(msg["level"], "warning")
+        self.assertEqual(msg["data"]["path"], vt.rel_path(2, 1, 2))
+        self.assertIn("conflict", msg["data"]["message"])
+        self.assertIn("marker", msg["data"]["reason"])
+
+
 if __name__ == "__main__":
     vt.main()

@@ -233,6 +233,7 @@ class TestErrorMapping(NoDaemonCase):
         (-32005, "QueryError", QueryError),
         (-32006, "CoordinateOccupiedError", CoordinateOccupiedError),
         (-32007, "UnavailableError", UnavailableError),
+        (-32008, "ConflictError", vmem.ConflictError),
     ]
 
     def test_every_type(self):

@@ -91,12 +91,14 @@ START_TEST(every_key)
 				   "log_level = debug\n"
 				   "commit_name = Ada Lovelace\n"
 				   "commit_email = ada@example.com\n"
+				   "register_merge_driver = false\n"
 				   "embedding_dim = 768\n"
 				   "trace_file = /tmp/a b/spans.jsonl\n";
 	struct config c;
 	struct config_error e;
 
 	ck_assert_int_eq(parse(&c, text, &e), 0);
+	ck_assert_uint_eq(c.num[CONFIG_REGISTER_MERGE_DRIVER], 0);
 	ck_assert_uint_eq(c.set, (1u << CONFIG_NKEYS) - 1);
 	ck_assert_uint_eq(c.num[CONFIG_EMBEDDING_DIM], 768);
 	ck_assert_str_eq(c.trace_file, "/tmp/a b/spans.jsonl");
@@ -204,6 +206,29 @@ START_TEST(log_levels)
 		"log_level must be one of err, warning, notice, info, debug");
 	refused("log_level = DEBUG\n", 1, "log_level must be one of");
 	refused("log_level = error\n", 1, "log_level must be one of");
+}
+END_TEST
+
+START_TEST(booleans)
+{
+	char back[32];
+	struct config c;
+	struct config_error e;
+
+	config_init(&c);
+	ck_assert_uint_eq(c.num[CONFIG_REGISTER_MERGE_DRIVER], 1);
+	ck_assert_int_eq(parse(&c, "register_merge_driver = false", &e), 0);
+	ck_assert_uint_eq(c.num[CONFIG_REGISTER_MERGE_DRIVER], 0);
+	config_format(&c, CONFIG_REGISTER_MERGE_DRIVER, back, sizeof(back));
+	ck_assert_str_eq(back, "false");
+	ck_assert_int_eq(parse(&c, "register_merge_driver = true", &e), 0);
+	ck_assert_uint_eq(c.num[CONFIG_REGISTER_MERGE_DRIVER], 1);
+	config_format(&c, CONFIG_REGISTER_MERGE_DRIVER, back, sizeof(back));
+	ck_assert_str_eq(back, "true");
+	refused("register_merge_driver = yes\n", 1,
+		"register_merge_driver must be true or false");
+	refused("register_merge_driver = 0\n", 1,
+		"register_merge_driver must be true or false");
 }
 END_TEST
 
@@ -605,6 +630,7 @@ static Suite *config_suite(void)
 	tcase_add_test(tc, numeric_ranges);
 	tcase_add_test(tc, bad_numbers);
 	tcase_add_test(tc, log_levels);
+	tcase_add_test(tc, booleans);
 	tcase_add_test(tc, comments_blanks_whitespace);
 	tcase_add_test(tc, repeated_key);
 	tcase_add_test(tc, structural_errors);

@@ -754,6 +754,56 @@ START_TEST(test_index_fsmonitor)
 }
 END_TEST
 
+/* A committed file changed after its bytes were read (by the hook, under
+ * the lock). */
+static void change_after_read(void *ctx, enum gitc_step step)
+{
+	(void)ctx;
+	if (step == GITC_STEP_LOCKED)
+		write_file(".vector-memory/x-005/y-2-z-1.json", "later\n");
+}
+
+/*
+ * On a split index, such a file makes git update-index run twice (the
+ * second stages the committed blob): the second run's file must not be
+ * taken for our copy (a freed inode number is soon given again), or the
+ * commit's paths stay out of the index and the user's next commit
+ * deletes them.
+ */
+START_TEST(test_index_split_file_changed)
+{
+	struct gitc_result res;
+	struct gitc_change c[3];
+	char b[3][512];
+
+	write_file("README", "readme\n");
+	ck_assert_int_eq(sh("git add README && git commit -q -m base && "
+			    "git config core.splitIndex true && "
+			    "git update-index --split-index"),
+			 0);
+	for (int round = 0; round < 3; round++) {
+		c[0] = put(5, 2, 1, round ? "again" : "one", b[0],
+			   sizeof(b[0]));
+		c[1] = put(5, 3, 1 + round, "two", b[1], sizeof(b[1]));
+		c[2] = put(6, 1, 2 + round, "three", b[2], sizeof(b[2]));
+		gitc_set_hook(g, change_after_read, NULL);
+		ck_assert_int_eq(gitc_commit(g, c, 3, NULL, &res, errmsg,
+					     sizeof(errmsg)),
+				 0);
+		gitc_set_hook(g, NULL, NULL);
+		ck_assert_str_eq(errmsg, "");
+		ck_assert_int_eq(res.index_way, GITC_INDEX_GIT);
+		ck_assert(res.index_written);
+		/* the index holds what HEAD holds, the change is unstaged */
+		ck_assert_str_eq(out("git diff --cached --name-only HEAD"), "");
+		ck_assert_str_eq(out("git diff --name-only"),
+				 ".vector-memory/x-005/y-2-z-1.json\n");
+	}
+	ck_assert_str_eq(out("git ls-files .vector-memory | wc -l"), "8\n");
+	fsck_clean();
+}
+END_TEST
+
 /* A user's split index with v4 and the untracked cache all at once. */
 START_TEST(test_index_everything)
 {
@@ -1484,6 +1534,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_index_untracked_cache);
 	tcase_add_test(tc, test_index_fsmonitor);
 	tcase_add_test(tc, test_index_everything);
+	tcase_add_test(tc, test_index_split_file_changed);
 	tcase_add_test(tc, test_index_ways_agree);
 	tcase_add_test(tc, test_big_batch_packed);
 	tcase_add_test(tc, test_index_v4_random);

@@ -716,6 +716,7 @@ START_TEST(test_error_table)
 		{-32005, "QueryError"},
 		{-32006, "CoordinateOccupiedError"},
 		{-32007, "UnavailableError"},
+		{-32008, "ConflictError"},
 	};
 	size_t i;
 

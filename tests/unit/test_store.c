@@ -60,6 +60,10 @@ struct notes {
 	char events[MAX_EVENTS][48];
 	size_t n_events;
 	int fail_syncs; /* so many syncs fail (set before the loop runs) */
+	/* Set: git has the tree (the store's tree_yielded says so, and the
+	 * writer leaves every note: KIND_LEFT); n_left counts such passes. */
+	const char *yield;
+	size_t n_left;
 	size_t n_syncs;
 	struct sync_seen syncs[MAX_SYNCS];
 };
@@ -266,6 +270,10 @@ static int note_write_files(struct store_kind *k, void *snap, bool sync,
 	struct notes *ns = notes_of(k);
 	struct note_snap *sn = snap;
 
+	if (ns->yield && sn->n) {
+		ns->n_left++;
+		return KIND_LEFT;
+	}
 	for (size_t i = 0; i < sn->n; i++) {
 		char path[600], tmp[610];
 		FILE *f;
@@ -295,7 +303,7 @@ static void note_written(struct store_kind *k, void *snap, int rc)
 	struct notes *ns = notes_of(k);
 	struct note_snap *sn = snap;
 
-	for (size_t i = 0; rc < 0 && i < sn->n; i++)
+	for (size_t i = 0; (rc < 0 || rc == KIND_LEFT) && i < sn->n; i++)
 		note_find(ns, sn->items[i].key)->dirty = true;
 	free(sn);
 }
@@ -953,6 +961,95 @@ START_TEST(test_cancel_waiting_write)
 }
 END_TEST
 
+static void write_log(const char *const *payloads);
+
+static const char *yield_cb(void *ctx)
+{
+	return ((struct notes *)ctx)->yield;
+}
+
+struct waiting {
+	struct store_wait w;
+	bool done;
+	int rc;
+};
+
+static void waiting_done(struct store_wait *w, int rc)
+{
+	struct waiting *wt = KIND_CONTAINER(w, struct waiting, w);
+
+	wt->done = true;
+	wt->rc = rc;
+}
+
+static void reload_cb(struct store *s, void *arg, int rc, const char *errmsg,
+		      const struct vmdir_load_report *r)
+{
+	(void)s;
+	(void)errmsg;
+	(void)r;
+	*(int *)arg = rc;
+}
+
+/*
+ * While git has the working tree (tree_yielded), a kind leaves its files
+ * (KIND_LEFT): at start-up the log keeps what it replayed; later writes
+ * are acknowledged but a wait for the files is not answered, the writer
+ * looks again and again, and a reload is refused (-EAGAIN). Once git is
+ * done (store_resume) the files are written, the wait answered, and a
+ * flush empties the log.
+ */
+START_TEST(test_tree_yielded)
+{
+	struct waiting wt = {.w = {.done = waiting_done}};
+	struct note_write w;
+	char payloads[256], path[600];
+	bool flushed = false;
+	int reload_rc = 1;
+
+	write_log((const char *const[]){"Nold=1=kept", NULL});
+	ns.yield = "a merge is in progress";
+	open_ok();
+	st.tree_yielded = yield_cb;
+	st.tree_yielded_ctx = &ns;
+	ck_assert_uint_eq(ns.n_left, 1);
+	ck_assert_uint_eq(store_unwritten(&st), 1);
+	snprintf(path, sizeof(path), "%s/old", ns.dir);
+	ck_assert_int_ne(access(path, F_OK), 0);
+	log_payloads(payloads, sizeof(payloads));
+	ck_assert_str_eq(payloads, "Nold=1=kept");
+
+	note_init(&w, "new", "later");
+	store_submit(&st, &w.w);
+	run_until_finished(&w, 1);
+	ck_assert_int_eq(w.code, 0);
+	store_wait(&st, &wt.w);
+	/* the writer looks again, and leaves again */
+	while (ns.n_left < 3 || st.writer_busy)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert(!wt.done);
+	ck_assert_uint_eq(store_unwritten(&st), 2);
+	store_reload(&st, reload_cb, &reload_rc);
+	while (reload_rc == 1)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert_int_eq(reload_rc, -EAGAIN);
+
+	ns.yield = NULL;
+	store_resume(&st);
+	while (!wt.done)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert_int_eq(wt.rc, 0);
+	assert_note_file("old", "1=kept\n");
+	assert_note_file("new", "1=later\n");
+	store_flush(&st, flushed_cb, &flushed);
+	while (!flushed)
+		uv_run(&loop, UV_RUN_ONCE);
+	log_payloads(payloads, sizeof(payloads));
+	ck_assert_str_eq(payloads, "");
+	close_store();
+}
+END_TEST
+
 /* Append payloads to the log as one batch, as a daemon would have. */
 static void write_log(const char *const *payloads)
 {
@@ -1071,6 +1168,7 @@ int main(void)
 	tcase_add_test(tc, test_checkpoint_waits_for_sync);
 	tcase_add_test(tc, test_cancel_waiting_write);
 	tcase_add_test(tc, test_unknown_kind_refused);
+	tcase_add_test(tc, test_tree_yielded);
 	tcase_add_test(tc, test_old_decision_log_replays);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

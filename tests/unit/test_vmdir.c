@@ -863,8 +863,8 @@ START_TEST(test_rescan_reads_only_changed_files)
 		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(stamp_calls, 3);
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
-				      sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 	/* rewrite (2, 1, 1); the stamp vmdir_apply reports is what a
@@ -874,16 +874,155 @@ START_TEST(test_rescan_reads_only_changed_files)
 	op.text = t;
 	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)), 0);
 	free(t);
-	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
-				      sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 1);
 	ck_assert_mem_eq(&stamps[2], &op.stamp, sizeof(op.stamp));
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_rescan(&vd, known_cb, stamp_cb, NULL, NULL, msg,
-				      sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
+}
+END_TEST
+
+/* ---- racy git: files dated a second before their write ---- */
+
+static int64_t ns_of(const struct timespec *t)
+{
+	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+static struct stat stat_of(const char *rel)
+{
+	struct stat st;
+
+	ck_assert_int_eq(lstat(path_of(rel), &st), 0);
+	return st;
+}
+
+/* Write (x, y, z) with the given knowledge of its last change; its op's
+ * stamp back. */
+static struct vmdir_stamp write_known(int x, int y, int z, const char *content,
+				      int64_t changed_ns)
+{
+	struct vmdir_op op = {.coord = {x, y, z}, .changed_ns = changed_ns};
+	char msg[256] = "";
+	char *t = NULL;
+
+	if (content) {
+		t = text_of(x, y, z, content, &op.len);
+		op.text = t;
+	}
+	ck_assert_msg(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)) == 0,
+		      "%s", msg);
+	free(t);
+	return op.stamp;
+}
+
+/* A back-dated file: its mtime is a whole second before its write (the
+ * ctime, which the rename sets, comes after the write). */
+static bool backdated(const struct stat *st)
+{
+	return ns_of(&st->st_ctim) - ns_of(&st->st_mtim) >= 1000000000;
+}
+
+/* Wait until the ctime of rel is two seconds old (a condition, not a
+ * measurement). */
+static void age(const char *rel)
+{
+	struct stat st = stat_of(rel);
+	struct timespec now;
+
+	for (;;) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		if (now.tv_sec - st.st_ctim.tv_sec >= 2)
+			return;
+		usleep(50000);
+	}
+}
+
+START_TEST(test_backdate_new_file)
+{
+	const char *rel = ".vector-memory/x-005/y-2-z-1.json";
+	struct vmdir_stamp s;
+	struct stat st;
+
+	vd.started_ns = 0; /* started long ago */
+	s = write_known(5, 2, 1, "one", 0);
+	st = stat_of(rel);
+	ck_assert(backdated(&st));
+	/* the stamp reported is the file's, date included */
+	ck_assert_int_eq(s.mtime_ns, ns_of(&st.st_mtim));
+	ck_assert_int_eq(s.ctime_ns, ns_of(&st.st_ctim));
+	/* the content is what was written */
+	{
+		size_t tlen;
+		char *t = text_of(5, 2, 1, "one", &tlen), *got;
+
+		got = slurp(path_of(rel), NULL);
+		ck_assert_str_eq(got, t);
+		free(got);
+		free(t);
+	}
+}
+END_TEST
+
+/* A path changed in the last two seconds is not back-dated again: no two
+ * versions of it share a back-dated second, and its dates only grow. */
+START_TEST(test_backdate_not_twice)
+{
+	const char *rel = ".vector-memory/x-005/y-2-z-1.json";
+	struct stat first, second, third;
+
+	vd.started_ns = 0;
+	write_known(5, 2, 1, "one", 0);
+	first = stat_of(rel);
+	ck_assert(backdated(&first));
+	write_known(5, 2, 1, "two", 0);
+	second = stat_of(rel);
+	ck_assert(!backdated(&second));
+	ck_assert_int_gt(second.st_mtim.tv_sec, first.st_mtim.tv_sec);
+	/* two seconds on, it is back-dated again, still after the last */
+	age(rel);
+	write_known(5, 2, 1, "three", 0);
+	third = stat_of(rel);
+	ck_assert(backdated(&third));
+	ck_assert_int_gt(third.st_mtim.tv_sec, second.st_mtim.tv_sec);
+}
+END_TEST
+
+/* A file written where one was removed in the last two seconds is not
+ * back-dated: the removal's time comes back in its stamp; our start
+ * counts as a change of every path. */
+START_TEST(test_backdate_after_removal)
+{
+	const char *rel = ".vector-memory/x-005/y-2-z-1.json";
+	struct vmdir_stamp gone;
+	struct stat st;
+
+	vd.started_ns = 0;
+	write_known(5, 2, 1, "one", 0);
+	gone = write_known(5, 2, 1, NULL, 0);
+	ck_assert(!exists(path_of(rel)));
+	ck_assert_int_eq(gone.ino, 0);
+	ck_assert_int_gt(gone.ctime_ns, 0);
+	write_known(5, 2, 1, "two", gone.ctime_ns);
+	st = stat_of(rel);
+	ck_assert(!backdated(&st));
+	/* a file the caller believed present, found gone: removed at a
+	 * time nobody knows */
+	age(rel);
+	ck_assert_int_eq(unlink(path_of(rel)), 0);
+	write_known(5, 2, 1, "three", VMDIR_CHANGED_UNKNOWN);
+	st = stat_of(rel);
+	ck_assert(!backdated(&st));
+	/* unknown removals: a daemon that started just now waits too */
+	vd.started_ns = ns_of(&st.st_ctim);
+	write_known(6, 2, 1, "new", 0);
+	st = stat_of(".vector-memory/x-006/y-2-z-1.json");
+	ck_assert(!backdated(&st));
 }
 END_TEST
 
@@ -920,6 +1059,9 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_vmdir_not_a_directory);
 	tcase_add_test(tc, test_apply_read_only_fails);
 	tcase_add_test(tc, test_load_20000);
+	tcase_add_test(tc, test_backdate_new_file);
+	tcase_add_test(tc, test_backdate_not_twice);
+	tcase_add_test(tc, test_backdate_after_removal);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -7,11 +7,12 @@ only, Python 3.9+).
 """
 
 from .discovery import find_root, fnv1a64, socket_key, socket_path
-from .errors import (ConcurrencyError, CoordinateOccupiedError,
-                     CoordinateValidationError, DaemonConnectionError,
-                     ImmutableLayerError, InvalidParamsError, ProtocolError,
-                     QueryError, StorageError, UnavailableError,
-                     VectorMemoryError, error_from_response)
+from .errors import (ConcurrencyError, ConflictError,
+                     CoordinateOccupiedError, CoordinateValidationError,
+                     DaemonConnectionError, ImmutableLayerError,
+                     InvalidParamsError, ProtocolError, QueryError,
+                     StorageError, UnavailableError, VectorMemoryError,
+                     error_from_response)
 from .index import MemoryIndex
 from .layers import MemoryLayer
 from .manager import VectorMemoryManager
@@ -38,6 +39,7 @@ __all__ = [
     "QueryError",
     "CoordinateOccupiedError",
     "UnavailableError",
+    "ConflictError",
     "DaemonConnectionError",
     "InvalidParamsError",
     "ProtocolError",

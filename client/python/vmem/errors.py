@@ -17,6 +17,7 @@ __all__ = [
     "QueryError",
     "CoordinateOccupiedError",
     "UnavailableError",
+    "ConflictError",
     "DaemonConnectionError",
     "InvalidParamsError",
     "ProtocolError",
@@ -84,6 +85,11 @@ class UnavailableError(VectorMemoryError):
     (-32007)."""
 
 
+class ConflictError(VectorMemoryError):
+    """A write to a coordinate whose file is in a git conflict (-32008):
+    resolve it (``vmem resolve``, or git) and write again."""
+
+
 class DaemonConnectionError(UnavailableError):
     """No daemon could be reached or started, the connection broke, or no
     answer came in time. A write whose answer never arrived may or may
@@ -109,6 +115,7 @@ _BY_TYPE = {
     "QueryError": QueryError,
     "CoordinateOccupiedError": CoordinateOccupiedError,
     "UnavailableError": UnavailableError,
+    "ConflictError": ConflictError,
 }
 
 _BY_CODE = {
@@ -120,6 +127,7 @@ _BY_CODE = {
     -32005: QueryError,
     -32006: CoordinateOccupiedError,
     -32007: UnavailableError,
+    -32008: ConflictError,
 }
 
 

@@ -1,0 +1,196 @@
+/*
+ * Git operations in progress (see gitop.h): the names git gives its
+ * state files, in the order a message should prefer them (a rebase that
+ * stopped on a conflicted cherry-pick is a rebase to the user).
+ */
+#include "gitop.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gitlock.h"
+
+static const struct {
+	const char *name;
+	const char *why;
+} states[] = {
+	{"rebase-merge", "rebase in progress"},
+	{"rebase-apply", "rebase or am in progress"},
+	{"CHERRY_PICK_HEAD", "cherry-pick in progress"},
+	{"REVERT_HEAD", "revert in progress"},
+	{"sequencer", "cherry-pick or revert in progress"},
+	{"MERGE_HEAD", "merge in progress"},
+	{"BISECT_LOG", "bisect in progress"},
+	/* not AUTO_MERGE: git 2.39 leaves it after operations that ended */
+	{"index.lock", "index.lock is held by another process"},
+};
+
+/*
+ * `git stash` (and the stash of rebase --autostash) reads the working
+ * tree into a temporary index, index.stash.<pid>, before it resets the
+ * files it stashed: a file written meanwhile could be reset without being
+ * stashed.
+ */
+static bool stash_busy(const char *gitdir, size_t len, char *why, size_t n)
+{
+	char path[4096];
+	struct dirent *de;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "%.*s", (int)len, gitdir);
+	dir = opendir(path);
+	if (!dir) {
+		snprintf(why, n, "cannot read %s: %s", path, strerror(errno));
+		return true;
+	}
+	bool found = false;
+
+	while (!found && (de = readdir(dir)))
+		found = strncmp(de->d_name, "index.stash.", 12) == 0;
+	closedir(dir);
+	if (found) {
+		snprintf(why, n, "stash in progress");
+		return true;
+	}
+	if (n)
+		why[0] = '\0';
+	return false;
+}
+
+bool gitop_busy(const char *gitdir, char *why, size_t n)
+{
+	char path[4096];
+	struct stat st;
+	size_t len = strlen(gitdir);
+
+	while (len > 1 && gitdir[len - 1] == '/')
+		len--;
+	for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		if ((size_t)snprintf(path, sizeof(path), "%.*s/%s", (int)len,
+				     gitdir, states[i].name) >= sizeof(path)) {
+			snprintf(why, n, "git directory path too long");
+			return true;
+		}
+		if (lstat(path, &st) == 0) {
+			if (gitlock_ours(&st))
+				continue; /* our own commit's index.lock */
+			snprintf(why, n, "%s", states[i].why);
+			return true;
+		}
+		if (errno != ENOENT && errno != ENOTDIR) {
+			snprintf(why, n, "cannot check %s: %s", path,
+				 strerror(errno));
+			return true;
+		}
+	}
+	return stash_busy(gitdir, len, why, n);
+}
+
+/* A small file of /proc into buf (NUL-terminated); its length or -1. */
+static ssize_t proc_read(const char *path, char *buf, size_t n)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t r;
+
+	if (fd < 0)
+		return -1;
+	r = read(fd, buf, n - 1);
+	close(fd);
+	if (r < 0)
+		return -1;
+	buf[r] = '\0';
+	return r;
+}
+
+/* Seconds since boot, as /proc's start times count. */
+static double uptime_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Does the NUL-separated command line of pid hold the argument arg? */
+static bool has_arg(long pid, const char *arg)
+{
+	char path[64], cmd[1024];
+	ssize_t len;
+
+	snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
+	len = proc_read(path, cmd, sizeof(cmd));
+	/* (the first string is the program itself) */
+	for (const char *p = cmd; len > 0 && p < cmd + len; p += strlen(p) + 1)
+		if (p != cmd && strcmp(p, arg) == 0)
+			return true;
+	return false;
+}
+
+bool gitop_git_in_tree(const char *root, double max_age_s,
+		       const char *subcommand, long *pid_out)
+{
+	char path[64], buf[1024], cwd[PATH_MAX];
+	size_t rlen = strlen(root);
+	pid_t self = getpid();
+	double now = uptime_s(), hz = (double)sysconf(_SC_CLK_TCK);
+	struct dirent *de;
+	bool found = false;
+	DIR *proc;
+
+	while (rlen > 1 && root[rlen - 1] == '/')
+		rlen--;
+	proc = opendir("/proc");
+	if (!proc)
+		return false;
+	while (!found && (de = readdir(proc))) {
+		char *end, *open_paren, *rp, *f;
+		long pid = strtol(de->d_name, &end, 10);
+		unsigned long long start = 0;
+		long ppid;
+		ssize_t len;
+
+		if (*end || pid <= 0 || pid == self)
+			continue;
+		/* "pid (comm) state ppid ... starttime(22) ..." */
+		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+		if (proc_read(path, buf, sizeof(buf)) < 0)
+			continue;
+		open_paren = strchr(buf, '(');
+		rp = strrchr(buf, ')');
+		if (!open_paren || !rp ||
+		    strncmp(open_paren + 1, "git", 3) != 0 ||
+		    (open_paren[4] != ')' && open_paren[4] != '-'))
+			continue;
+		ppid = strtol(rp + 3, &f, 10);
+		if (ppid == self) /* our own git ls-files, update-index */
+			continue;
+		for (int field = 4; field < 22 && f; field++)
+			f = strchr(f + 1, ' ');
+		if (f)
+			start = strtoull(f + 1, NULL, 10);
+		if (max_age_s > 0 && hz > 0 &&
+		    now - (double)start / hz > max_age_s)
+			continue;
+		if (subcommand && !has_arg(pid, subcommand))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/cwd", pid);
+		len = readlink(path, cwd, sizeof(cwd) - 1);
+		if (len < 0)
+			continue;
+		cwd[len] = '\0';
+		found = strncmp(cwd, root, rlen) == 0 &&
+			(cwd[rlen] == '\0' || cwd[rlen] == '/');
+		if (found && pid_out)
+			*pid_out = pid;
+	}
+	closedir(proc);
+	return found;
+}

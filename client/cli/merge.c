@@ -445,12 +445,15 @@ static int driver_command(char *out, size_t n)
 }
 
 /* Append the lines the root's .gitattributes lacks; the lines appended
- * go to added. 0 or -errno. */
+ * go to added. The last matching line of the file wins, so once one line
+ * is appended every line after it in attr_lines is appended too (a file
+ * that had only the experiences' line keeps merge=union for them).
+ * 0 or -errno. */
 static int attributes(const char *root, json_t *added)
 {
 	char path[PATH_MAX + 32], *text;
 	size_t len = 0;
-	bool nl_needed;
+	bool nl_needed, appending = false;
 	int fd, rc = 0;
 
 	snprintf(path, sizeof(path), "%s/%s", root, ATTR_FILE);
@@ -458,10 +461,13 @@ static int attributes(const char *root, json_t *added)
 	if (!text && errno != ENOENT)
 		return -errno;
 	nl_needed = text && len && text[len - 1] != '\n';
-	for (size_t i = 0; i < sizeof(attr_lines) / sizeof(attr_lines[0]); i++)
-		if (!text || !has_line(text, len, attr_lines[i]))
+	for (size_t i = 0; i < sizeof(attr_lines) / sizeof(attr_lines[0]);
+	     i++) {
+		appending |= !text || !has_line(text, len, attr_lines[i]);
+		if (appending)
 			json_array_append_new(added,
 					      json_string(attr_lines[i]));
+	}
 	free(text);
 	if (json_array_size(added) == 0)
 		return 0;

@@ -180,7 +180,15 @@ void conflicts_acknowledged(struct conflicts *cf, size_t slot)
 
 bool conflicts_yield_check(const struct conflicts *cf, char *why, size_t n)
 {
-	return gitop_busy(cf->gitdir, why, n);
+	long pid = 0;
+
+	if (gitop_busy(cf->gitdir, why, n))
+		return true;
+	/* One that has made no state file or lock yet (gitop.h). */
+	if (!gitop_git_in_tree(cf->root, 0, gitop_tree_changers, &pid))
+		return false;
+	snprintf(why, n, "a git command changing the tree runs (pid %ld)", pid);
+	return true;
 }
 
 int conflicts_unmerged(const struct conflicts *cf, struct unmerged_set *out,

@@ -366,6 +366,7 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
  */
 static bool commit_in_progress(struct gitc *g, long *pid)
 {
+	static const char *const commit[] = {"commit", NULL};
 	char path[PATH_MAX];
 	struct stat msg, moved;
 
@@ -378,7 +379,7 @@ static bool commit_in_progress(struct gitc *g, long *pid)
 	     (moved.st_mtim.tv_sec == msg.st_mtim.tv_sec &&
 	      moved.st_mtim.tv_nsec >= msg.st_mtim.tv_nsec)))
 		return false;
-	return gitop_git_in_tree(g->workdir, 0, "commit", pid);
+	return gitop_git_in_tree(g->workdir, 0, commit, pid);
 }
 
 /* 1 with why when a commit must wait, 0 when it may go, or -errno. */

@@ -134,8 +134,21 @@ static bool has_arg(long pid, const char *arg)
 	return false;
 }
 
+const char *const gitop_tree_changers[] = {
+	"rebase", "stash",   "merge", "pull",	     "checkout", "switch",
+	"reset",  "restore", "am",    "cherry-pick", "revert",	 NULL};
+
+/* Does pid's command line hold one of args (NULL-terminated)? */
+static bool has_any_arg(long pid, const char *const *args)
+{
+	for (; *args; args++)
+		if (has_arg(pid, *args))
+			return true;
+	return false;
+}
+
 bool gitop_git_in_tree(const char *root, double max_age_s,
-		       const char *subcommand, long *pid_out)
+		       const char *const *subcommands, long *pid_out)
 {
 	char path[64], buf[1024], cwd[PATH_MAX];
 	size_t rlen = strlen(root);
@@ -179,7 +192,7 @@ bool gitop_git_in_tree(const char *root, double max_age_s,
 		if (max_age_s > 0 && hz > 0 &&
 		    now - (double)start / hz > max_age_s)
 			continue;
-		if (subcommand && !has_arg(pid, subcommand))
+		if (subcommands && !has_any_arg(pid, subcommands))
 			continue;
 		snprintf(path, sizeof(path), "/proc/%ld/cwd", pid);
 		len = readlink(path, cwd, sizeof(cwd) - 1);

@@ -35,13 +35,22 @@ bool gitop_busy(const char *gitdir, char *why, size_t n);
  * True when a git process of ours (same user), other than ourselves and
  * our own children, runs in the working tree root (its current directory
  * is root or below it): one started at most max_age_s ago (0: of any
- * age), running subcommand (one of its arguments, e.g. "commit") unless
- * that is NULL; its pid in *pid (may be NULL). A git command may have read
- * HEAD and the index before it creates any lock or state file, and a
- * commit of ours meanwhile would make it fail (on our index.lock, or
- * when it moves the branch). Scans /proc: a millisecond or two.
+ * age), running one of subcommands (a NULL-terminated list of arguments,
+ * e.g. "commit") unless that is NULL; its pid in *pid (may be NULL). A git
+ * command may have read HEAD and the index before it creates any lock or state
+ * file, and a commit of ours meanwhile would make it fail (on our index.lock,
+ * or when it moves the branch). Scans /proc: a millisecond or two.
  */
 bool gitop_git_in_tree(const char *root, double max_age_s,
-		       const char *subcommand, long *pid);
+		       const char *const *subcommands, long *pid);
+
+/*
+ * The git subcommands that change the working tree or the index (rebase,
+ * stash, merge, pull, checkout, reset...): while one runs in the tree the
+ * file writer yields, even before the command has made a state file or
+ * taken index.lock (a rebase with autostash checks the tree is clean
+ * after its stash: a file written between would make it refuse).
+ */
+extern const char *const gitop_tree_changers[];
 
 #endif

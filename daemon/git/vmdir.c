@@ -512,9 +512,23 @@ static int quarantine(struct load *l, int sdfd, const char *name,
 	return vmdir_quarantine_move(&l->qc, sdfd, name, rel, reason);
 }
 
+/* A temporary name this process made (write_durable's pattern). */
+static bool temp_is_ours(const char *name)
+{
+	char mine[32];
+
+	snprintf(mine, sizeof(mine), TMP_PREFIX "%ld-", (long)getpid());
+	return has_prefix(name, mine);
+}
+
 static int remove_temp(struct load *l, int dfd, const char *name,
 		       const char *rel, bool *dirty)
 {
+	/* A rescan may run while the file writer is at work: a temporary
+	 * file of this process is a write in progress (a failed write
+	 * removes its own), not a leftover of a crash. */
+	if (l->known && temp_is_ours(name))
+		return 0;
 	if (unlinkat(dfd, name, 0) < 0) {
 		if (errno == ENOENT)
 			return 0;
@@ -1284,7 +1298,8 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 			   strerror(-ret));
 		goto out;
 	}
-	ret = vmdir_open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode, &made);
+	ret = vmdir_open_subdir(a.rootfd, VMDIR_DIRNAME, true, d->dir_mode,
+				&made);
 	if (ret < 0) {
 		errmsg_set(errmsg, errn, "cannot open %s: %s%s", VMDIR_DIRNAME,
 			   strerror(-ret),

@@ -887,6 +887,35 @@ START_TEST(test_rescan_reads_only_changed_files)
 }
 END_TEST
 
+/* A rescan runs beside the file writer: it leaves the temporary files
+ * of this process (writes in progress) and removes others' leftovers;
+ * the start-up load removes both. */
+START_TEST(test_rescan_leaves_our_temps)
+{
+	struct vmdir_load_report rep;
+	char ours[128], rel[160], msg[256] = "";
+
+	apply1(1, 1, 1, "one");
+	snprintf(ours, sizeof(ours), ".tmp-%ld-7-y-1-z-2.json", (long)getpid());
+	snprintf(rel, sizeof(rel), ".vector-memory/x-001/%s", ours);
+	spit(rel, "{", 1);
+	spit(".vector-memory/x-001/.tmp-99-1-y-1-z-3.json", "{", 1);
+	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, &rep,
+				    msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(rep.temp_removed, 1);
+	ck_assert(exists(path_of(rel)));
+	ck_assert(!exists(
+		path_of(".vector-memory/x-001/.tmp-99-1-y-1-z-3.json")));
+	vmdir_load_report_done(&rep);
+	ck_assert_int_eq(vmdir_load(&vd, NULL, NULL, &rep, msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(rep.temp_removed, 1);
+	ck_assert(!exists(path_of(rel)));
+	vmdir_load_report_done(&rep);
+}
+END_TEST
+
 /* ---- racy git: files dated a second before their write ---- */
 
 static int64_t ns_of(const struct timespec *t)
@@ -1042,6 +1071,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_load_all);
 	tcase_add_test(tc, test_load_absent);
 	tcase_add_test(tc, test_load_removes_temps);
+	tcase_add_test(tc, test_rescan_leaves_our_temps);
 	tcase_add_test(tc, test_load_callback_error);
 	tcase_add_test(tc, test_quarantine_empty);
 	tcase_add_test(tc, test_quarantine_truncated);

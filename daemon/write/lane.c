@@ -36,6 +36,7 @@ static void lane_main(void *arg)
 		l->queue = job->next;
 		if (!l->queue)
 			l->queue_tail = NULL;
+		job->started = true;
 		uv_mutex_unlock(&l->mu);
 		job->work(job);
 		uv_mutex_lock(&l->mu);
@@ -101,10 +102,24 @@ fail_mutex:
 
 void lane_submit(struct lane *l, struct lane_job *job)
 {
+	job->started = false;
 	uv_mutex_lock(&l->mu);
 	push(&l->queue, &l->queue_tail, job);
 	uv_cond_signal(&l->cv);
 	uv_mutex_unlock(&l->mu);
+}
+
+bool lane_amend(struct lane *l, struct lane_job *job,
+		void (*fn)(struct lane_job *job, void *arg), void *arg)
+{
+	bool queued;
+
+	uv_mutex_lock(&l->mu);
+	queued = !job->started;
+	if (queued)
+		fn(job, arg);
+	uv_mutex_unlock(&l->mu);
+	return queued;
 }
 
 void lane_close(struct lane *l)

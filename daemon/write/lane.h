@@ -20,6 +20,7 @@ struct lane_job {
 	lane_fn work;  /* on the lane's thread */
 	lane_fn after; /* then on the loop thread */
 	struct lane_job *next;
+	bool started; /* the thread took it (under the lane's mutex) */
 };
 
 struct lane {
@@ -38,6 +39,16 @@ int lane_init(struct lane *l, uv_loop_t *loop);
 
 /* Queue a job with its work and after set. */
 void lane_submit(struct lane *l, struct lane_job *job);
+
+/*
+ * Change a queued job before the thread takes it: fn(job, arg) runs
+ * under the lane's mutex if job has not started, and true is returned;
+ * false (fn not called) once the thread has it. So a job can keep
+ * gathering work while the one before it runs, and the thread goes on
+ * to it without waiting for the loop.
+ */
+bool lane_amend(struct lane *l, struct lane_job *job,
+		void (*fn)(struct lane_job *job, void *arg), void *arg);
 
 /* Run what is queued, join the thread and close the handle; the after
  * callbacks of jobs that finished meanwhile run here. */

@@ -44,13 +44,16 @@
 /* While git has the working tree, the writer looks again this often. */
 #define WRITER_YIELD_MS 200
 
+/* A log job: a batch to append, or a checkpoint's cut. */
 struct wal_job {
 	struct lane_job job; /* first: the lane hands it back */
 	struct store *s;
-	struct store_write *head; /* the batch; NULL for a checkpoint cut */
-	uint64_t cut;		  /* log bytes to drop */
-	struct iovec *iov;
+	/* The batch, in log order (linked by next; NULL for a cut): the
+	 * loop adds to it (wal_gather) until the lane starts the job. */
+	struct store_write *head, *tail;
 	size_t n;
+	uint64_t cut; /* log bytes to drop */
+	uint64_t end; /* the log's end after the job (set on the lane) */
 	int rc;
 };
 
@@ -363,14 +366,43 @@ static void writer_kick(struct store *s, unsigned delay_ms)
 
 /* ---- write-ahead log ---- */
 
+/* Append a batch: its payloads gathered into the lane's iovec array
+ * (the loop touches neither the writes nor the array meanwhile). */
+static int wal_append_batch(struct store *s, struct wal_job *j)
+{
+	size_t i = 0;
+
+	if (j->n > s->wal_iov_cap) {
+		struct iovec *iov = realloc(s->wal_iov, j->n * sizeof(*iov));
+
+		if (!iov)
+			return -ENOMEM;
+		s->wal_iov = iov;
+		s->wal_iov_cap = j->n;
+	}
+	for (struct store_write *w = j->head; w; w = w->next) {
+		s->wal_iov[i].iov_base = (void *)w->payload;
+		s->wal_iov[i].iov_len = w->payload_len;
+		i++;
+	}
+	return wal_append(&s->wal, s->wal_iov, j->n);
+}
+
 static void wal_work_cb(struct lane_job *job)
 {
 	struct wal_job *j = (struct wal_job *)job;
+	struct store *s = j->s;
 
-	if (j->head)
-		j->rc = wal_append(&j->s->wal, j->iov, j->n);
-	else
-		j->rc = wal_cut_head(&j->s->wal, j->cut);
+	if (j->head) {
+		if (s->log_hook)
+			s->log_hook(s->log_hook_ctx, j->n, false, 0);
+		j->rc = wal_append_batch(s, j);
+		if (s->log_hook)
+			s->log_hook(s->log_hook_ctx, j->n, true, j->rc);
+	} else {
+		j->rc = wal_cut_head(&s->wal, j->cut);
+	}
+	j->end = s->wal.end;
 }
 
 /* A group is over: unlock (as for a single write, see finish), then
@@ -443,9 +475,13 @@ static void wal_after_cb(struct lane_job *job)
 	struct store_write *w = j->head;
 	int rc = j->rc;
 
-	/* The job is over, so the log's end can be read here. */
-	s->wal_end = s->wal.end;
+	/* The next job may be running already: its end is not ours. */
+	s->wal_end = j->end;
+	s->wal_jobs--;
+	if (j == s->wal_next)
+		s->wal_next = NULL;
 	if (!j->head) {
+		s->cutting = false;
 		s->ckpt = false;
 		if (rc < 0)
 			set_error(s, "cutting the write-ahead log: %s",
@@ -467,7 +503,7 @@ static void wal_after_cb(struct lane_job *job)
 	}
 	/* Acknowledge the batch in log order; freed locks may start the
 	 * next writes, which queue for the next log job. */
-	s->in_flight = 0;
+	s->in_flight -= j->n;
 	while (w) {
 		struct store_write *next = w->next;
 
@@ -484,51 +520,63 @@ static void wal_after_cb(struct lane_job *job)
 		}
 		w = next;
 	}
-	s->wal_busy = false;
-	free(j->iov);
 	free(j);
 	if (s->wal_end >= CHECKPOINT_BYTES)
 		checkpoint_start(s);
-	checkpoint_step(s); /* a due cut goes before the next batch */
+	checkpoint_step(s); /* a due cut: behind the queued batches */
 	wal_kick(s);
 	writer_kick(s, WRITER_DELAY_MS);
 	check_idle(s);
 }
 
-/* Start the next log append: the batch filled so far. */
+/* Move the writes validated so far to the end of job's batch (on the
+ * loop; under the lane's mutex once the job is queued). A group's items
+ * are always moved together, so they share one batch. */
+static void wal_gather(struct lane_job *job, void *arg)
+{
+	struct wal_job *j = (struct wal_job *)job;
+	struct store *s = arg;
+
+	if (j->tail)
+		j->tail->next = s->filling_head;
+	else
+		j->head = s->filling_head;
+	j->tail = s->filling_tail;
+	j->n += s->filling_n;
+	s->in_flight += s->filling_n;
+	s->filling_head = s->filling_tail = NULL;
+	s->filling_n = 0;
+}
+
+/*
+ * Hand the writes validated so far to the log: to the batch queued
+ * behind the running append while the lane has not started it, else to
+ * a new job. One append runs at a time (the lane) while the next batch
+ * gathers, and the lane starts that batch the moment the running
+ * fdatasync returns, while the loop acknowledges the finished one.
+ */
 static void wal_kick(struct store *s)
 {
 	struct wal_job *j;
-	size_t i = 0;
 
-	if (s->wal_busy || s->closed || s->filling_n == 0 || s->reloading)
+	if (s->closed || s->filling_n == 0 || s->reloading)
 		return;
+	if (s->wal_next &&
+	    lane_amend(&s->wal_lane, &s->wal_next->job, wal_gather, s))
+		return;
+	s->wal_next = NULL;
 	j = calloc(1, sizeof(*j));
 	if (!j)
 		goto fail;
 	j->s = s;
-	j->iov = calloc(s->filling_n, sizeof(*j->iov));
-	if (!j->iov)
-		goto fail;
-	for (struct store_write *w = s->filling_head; w; w = w->next) {
-		j->iov[i].iov_base = (void *)w->payload;
-		j->iov[i].iov_len = w->payload_len;
-		i++;
-	}
-	j->n = s->filling_n;
-	j->head = s->filling_head;
+	wal_gather(&j->job, s);
 	j->job.work = wal_work_cb;
 	j->job.after = wal_after_cb;
 	lane_submit(&s->wal_lane, &j->job);
-	s->in_flight = s->filling_n;
-	s->filling_head = s->filling_tail = NULL;
-	s->filling_n = 0;
-	s->wal_busy = true;
+	s->wal_next = j;
+	s->wal_jobs++;
 	return;
 fail:
-	if (j)
-		free(j->iov);
-	free(j);
 	/* Refuse the batch rather than leave its writers waiting. */
 	while (s->filling_head) {
 		struct store_write *w = s->filling_head;
@@ -548,7 +596,7 @@ static void cut_start(struct store *s)
 {
 	struct wal_job *j;
 
-	if (s->wal_busy || s->closed)
+	if (s->cutting || s->closed)
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j)
@@ -557,8 +605,10 @@ static void cut_start(struct store *s)
 	j->cut = s->ckpt_head;
 	j->job.work = wal_work_cb;
 	j->job.after = wal_after_cb;
+	/* Behind the batches queued so far, whose records it keeps. */
 	lane_submit(&s->wal_lane, &j->job);
-	s->wal_busy = true;
+	s->wal_jobs++;
+	s->cutting = true;
 }
 
 static void checkpoint_start(struct store *s)
@@ -882,7 +932,7 @@ static void probe_step(struct store *s);
 
 static bool idle(const struct store *s)
 {
-	return !(s->wal_busy || s->writer_busy || s->filling_n ||
+	return !(s->wal_jobs || s->writer_busy || s->filling_n ||
 		 store_unwritten(s) || s->wal_end || s->ckpt || s->reloading ||
 		 s->probing);
 }
@@ -973,9 +1023,15 @@ void store_write_files_now(struct store *s)
 	writer_kick(s, 0);
 }
 
+void store_set_log_hook(struct store *s, store_log_hook_fn fn, void *ctx)
+{
+	s->log_hook = fn;
+	s->log_hook_ctx = ctx;
+}
+
 bool store_jobs_running(const struct store *s)
 {
-	return s->wal_busy || s->writer_busy || s->reload_running || s->probing;
+	return s->wal_jobs || s->writer_busy || s->reload_running || s->probing;
 }
 
 bool store_failing(const struct store *s)
@@ -1277,7 +1333,7 @@ static void reload_step(struct store *s)
 		reload_finish(s, -EAGAIN, yielded(s), NULL);
 		return;
 	}
-	if (s->wal_busy || s->writer_busy || store_unwritten(s)) {
+	if (s->wal_jobs || s->writer_busy || store_unwritten(s)) {
 		writer_kick(s, 0);
 		return;
 	}
@@ -1529,6 +1585,9 @@ void store_close(struct store *s)
 	reload_join(s, waiting);
 	locks_done(&s->locks);
 	lane_close(&s->wal_lane);
+	free(s->wal_iov);
+	s->wal_iov = NULL;
+	s->wal_iov_cap = 0;
 	uv_close((uv_handle_t *)&s->writer_timer, NULL);
 	uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
 	wal_close(&s->wal);

@@ -135,6 +135,13 @@ typedef void (*store_reload_fn)(struct store *s, void *arg, int rc,
  * replayed, for whoever starts commits). */
 typedef void (*store_change_fn)(void *ctx, const struct kind_change *ch);
 
+/* For tests: on the lane's thread, before a batch of records is
+ * appended (done false) and after its append and fdatasync returned rc
+ * (done true). */
+typedef void (*store_log_hook_fn)(void *ctx, size_t records, bool done, int rc);
+
+struct wal_job;
+
 /*
  * A wait for the files (store_wait): done runs once, with 0 when its
  * condition holds, or -ESHUTDOWN when the store closes first.
@@ -164,13 +171,24 @@ struct store {
 	struct wal wal;
 	struct lane wal_lane; /* log jobs: never behind the thread pool */
 
-	/* Group commit: writes waiting for the next log job. */
+	/* Group commit: writes validated since the last hand-over, then
+	 * moved into wal_next, the batch queued behind the running append,
+	 * which keeps gathering until the lane starts it (lane_amend), so
+	 * one append follows the other without a turn of the loop. */
 	struct store_write *filling_head, *filling_tail;
 	size_t filling_n;
-	bool wal_busy;
-	bool wal_failing; /* the last append failed */
+	struct wal_job *wal_next; /* NULL once the lane took it */
+	size_t wal_jobs;	  /* log jobs submitted, after not yet run */
+	bool cutting;		  /* a checkpoint's cut is among them */
+	bool wal_failing;	  /* the last append failed */
 	uint64_t wal_end; /* log bytes, as of the last finished log job */
-	size_t in_flight; /* writes inside the running log job */
+	size_t in_flight; /* writes inside log jobs not finished */
+	/* The lane's own: the batch's payloads as one iovec array. */
+	struct iovec *wal_iov;
+	size_t wal_iov_cap;
+	/* For tests (store_set_log_hook); read on the lane. */
+	store_log_hook_fn log_hook;
+	void *log_hook_ctx;
 
 	/* The file writer: one pass (or a checkpoint's sync) at a time. */
 	bool writer_busy;
@@ -336,6 +354,10 @@ bool store_files_written(const struct store *s);
 
 /* Run the file writer now rather than after the coalescing delay. */
 void store_write_files_now(struct store *s);
+
+/* For tests: fn(ctx, ...) around every log append (store_log_hook_fn);
+ * NULL clears. Set while no log job runs. */
+void store_set_log_hook(struct store *s, store_log_hook_fn fn, void *ctx);
 
 /* True while a job of the store runs on another thread. */
 bool store_jobs_running(const struct store *s);

@@ -131,6 +131,7 @@ struct row {
 	int clients, depth;
 	bool pinned;
 	double tput, p50, p99, p999; /* ops/s, us */
+	double cpu_us; /* the server's CPU time per answer; < 0: none */
 };
 
 struct buf {
@@ -158,6 +159,7 @@ struct conn {
 struct result {
 	uint64_t *lat; /* ns */
 	size_t n, cap;
+	uint64_t answered; /* every response of the run, warm-up included */
 };
 
 struct load {
@@ -938,6 +940,8 @@ static int64_t run_load(const char *sock, enum proto proto,
 		}
 	}
 	rc = (int64_t)(count ? ld.done : ld.in_window);
+	if (res)
+		res->answered = ld.done;
 out:
 	for (i = 0; i < clients; i++)
 		conn_done(&ld.conns[i]);
@@ -1272,12 +1276,27 @@ static void place(pid_t server, bool pinned)
 
 static void print_header(void)
 {
-	printf("%-*s %7s %5s %11s %9s %9s %9s\n", g.label_w, "op/mix",
-	       "clients", "depth", "ops/s", "p50 us", "p99 us", "p999 us");
+	printf("%-*s %7s %5s %11s %9s %9s %9s %10s\n", g.label_w, "op/mix",
+	       "clients", "depth", "ops/s", "p50 us", "p99 us", "p999 us",
+	       "cpu us/op");
+}
+
+/* CPU seconds (user + system, every thread) a process used so far (-1
+ * if unknown): on a shared machine the wall time of a start-up or a row
+ * says more about the others than about us. */
+static double cpu_seconds(pid_t pid)
+{
+	struct timespec ts;
+	clockid_t clk;
+
+	if (pid <= 0 || clock_getcpuclockid(pid, &clk) != 0 ||
+	    clock_gettime(clk, &ts) < 0)
+		return -1;
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void add_row(const char *label, int clients, int depth, bool pinned,
-		    double tput, struct result *r)
+		    double tput, struct result *r, double cpu_us)
 {
 	struct row *w;
 
@@ -1293,9 +1312,14 @@ static void add_row(const char *label, int clients, int depth, bool pinned,
 	w->p50 = pct_us(r, .5);
 	w->p99 = pct_us(r, .99);
 	w->p999 = pct_us(r, .999);
-	printf("%-*s %6d%s %5d %11.0f %9.1f %9.1f %9.1f\n", g.label_w, w->label,
+	w->cpu_us = cpu_us;
+	printf("%-*s %6d%s %5d %11.0f %9.1f %9.1f %9.1f ", g.label_w, w->label,
 	       clients, pinned ? "*" : " ", depth, tput, w->p50, w->p99,
 	       w->p999);
+	if (cpu_us >= 0)
+		printf("%10.1f\n", cpu_us);
+	else
+		printf("%10s\n", "-");
 	fflush(stdout);
 }
 
@@ -1315,14 +1339,19 @@ static int measure(const char *label, const char *sock, pid_t server,
 {
 	struct result r = {0};
 	bool pinned = o->pin && clients == 1;
+	double cpu0, cpu1, cpu_us = -1;
 	int64_t n;
 
 	place(server, pinned);
+	cpu0 = cpu_seconds(server);
 	n = run_load(sock, proto, mix, clients, o->depth, o->seconds, 0, &r);
+	cpu1 = cpu_seconds(server);
 	place(server, false);
+	if (cpu0 >= 0 && cpu1 >= cpu0 && r.answered)
+		cpu_us = (cpu1 - cpu0) * 1e6 / (double)r.answered;
 	if (n >= 0)
 		add_row(label, clients, o->depth, pinned,
-			(double)n / o->seconds, &r);
+			(double)n / o->seconds, &r, cpu_us);
 	free(r.lat);
 	return n < 0 ? (int)n : 0;
 }
@@ -1425,7 +1454,7 @@ static int fsync_floor(const struct opts *o)
 	place(0, false);
 	if (rc == 0)
 		add_row("fdatasync (log append)", 1, 1, o->pin,
-			(double)r.n / o->seconds, &r);
+			(double)r.n / o->seconds, &r, -1);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -1499,6 +1528,9 @@ static void print_ratios(const struct opts *o, bool redis)
 		if (redis && st && rset)
 			ratio("store ops/s / redis SET ops/s", c, st->tput,
 			      rset->tput, "/s", c == 16 ? ">= 1.0" : "");
+		if (redis && st && rset && st->cpu_us > 0 && rset->cpu_us > 0)
+			ratio("store cpu / redis SET cpu", c, st->cpu_us,
+			      rset->cpu_us, "us", "");
 		if (st && fs && c == 1)
 			ratio("store p50 / fdatasync p50", c, st->p50, fs->p50,
 			      "us", "<= 1.2");
@@ -1562,33 +1594,6 @@ static long long rss_bytes(pid_t pid)
 	if (f)
 		fclose(f);
 	return kb < 0 ? -1 : kb * 1024;
-}
-
-/* CPU seconds (user + system, every thread) a process used so far (-1
- * if unknown): on a shared machine the wall time of a start-up says
- * more about the others than about us. */
-static double cpu_seconds(pid_t pid)
-{
-	char path[64], buf[1024], *p;
-	unsigned long long ut, st;
-	size_t n;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	fclose(f);
-	buf[n] = '\0';
-	/* After the command's ")": state is field 3, utime 14, stime 15. */
-	p = strrchr(buf, ')');
-	if (!p || sscanf(p + 2,
-			 "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
-			 "%llu",
-			 &ut, &st) != 2)
-		return -1;
-	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Bytes of the files below dir (the shards, the decision files). */

@@ -7,11 +7,13 @@
  * of JSON echoing the id; and whenever the fast recogniser accepts a line
  * the full parser reads the same request from it (same id, method and
  * coordinate), since the fast path may change the cost of an answer but
- * never the answer.
+ * never the answer; likewise whenever the quick loader (fastjson) accepts
+ * a line, jansson reads the same tree from it, members in the same order.
  */
 #include "fuzz.h"
 
 #include "protocol/errors.h"
+#include "protocol/fastjson.h"
 #include "protocol/fastreq.h"
 #include "protocol/jsonrpc.h"
 
@@ -111,6 +113,26 @@ static void answer(json_t *elem)
 	json_decref(result);
 }
 
+/* A tree the quick loader accepts is jansson's, in the same order. */
+static void check_fastjson(const char *line, size_t size)
+{
+	json_t *fast = fastjson_load(line, size), *slow;
+	char *a, *b;
+
+	if (!fast)
+		return;
+	slow = json_loadb(line, size, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+			  NULL);
+	FUZZ_CHECK(slow != NULL && json_equal(fast, slow));
+	a = json_dumps(fast, JSON_COMPACT | JSON_ENCODE_ANY);
+	b = json_dumps(slow, JSON_COMPACT | JSON_ENCODE_ANY);
+	FUZZ_CHECK(a && b && strcmp(a, b) == 0);
+	free(a);
+	free(b);
+	json_decref(fast);
+	json_decref(slow);
+}
+
 /* What the fast recogniser read must be what the full parser reads. */
 static void check_fast(const struct fastreq *q, json_t *doc)
 {
@@ -151,6 +173,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		json_object_seed(1);
 		seeded = 1;
 	}
+	check_fastjson(line, size);
 	fast = fastreq_parse(line, size, &q);
 	rc = rpc_parse(line, size, MAX_DEPTH, &doc, &msg);
 	rc2 = rpc_parse(line, size, 0, &doc2, &msg2);

@@ -1,14 +1,17 @@
 /*
- * Unit tests of protocol/jsonrpc.c and protocol/errors.c. The JSON-RPC 2.0
+ * Unit tests of protocol/jsonrpc.c, protocol/fastjson.c and
+ * protocol/errors.c. The JSON-RPC 2.0
  * specification's examples are replayed as transcripts (--> request,
  * <-- expected response) through a tiny dispatcher built on the codec, and
  * compared with json_equal against the specification's responses.
  */
 #include "protocol/errors.h"
+#include "protocol/fastjson.h"
 #include "protocol/jsonrpc.h"
 
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -732,6 +735,104 @@ START_TEST(test_error_table)
 }
 END_TEST
 
+/* jansson's tree of text, for comparison. */
+static json_t *jansson_load(const char *text, size_t len)
+{
+	return json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+			  NULL);
+}
+
+/* The same tree as jansson's, members in the same order. */
+static void assert_same_tree(const char *text, size_t len)
+{
+	json_t *fast = fastjson_load(text, len),
+	       *slow = jansson_load(text, len);
+	char *a, *b;
+
+	ck_assert_msg(fast != NULL, "not accepted: %.60s", text);
+	ck_assert_msg(slow != NULL, "jansson refuses: %.60s", text);
+	ck_assert_msg(json_equal(fast, slow), "different: %.60s", text);
+	a = json_dumps(fast, JSON_COMPACT | JSON_ENCODE_ANY);
+	b = json_dumps(slow, JSON_COMPACT | JSON_ENCODE_ANY);
+	ck_assert_str_eq(a, b);
+	free(a);
+	free(b);
+	json_decref(fast);
+	json_decref(slow);
+}
+
+/*
+ * The quick loader gives jansson's tree for the plain JSON it accepts
+ * (escapes, UTF-8, whitespace, every kind of value, a 4 KB content) and
+ * leaves everything else to jansson, valid or not: \u escapes, escaped
+ * keys, duplicates, reals, long integers, leading zeros, control
+ * characters, bad UTF-8, trailing bytes, unfinished input, deep nesting.
+ */
+START_TEST(test_fastjson)
+{
+	static const char *const same[] = {
+		"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"decision.store\","
+		"\"params\":{\"coordinate\":{\"x\":1,\"y\":2,\"z\":3},"
+		"\"content\":\"a \\\"quoted\\\" \\\\ line\\nnext\\ttab \\/ "
+		"\\b\\f\\r\",\"overwrite\":true,\"issue_context\":{}}}",
+		" [ {\"a\" : [ ] , \"b\" : { } , \"c\" : null , \"d\" : false ,"
+		" \"e\" : -0 , \"f\" : -123456789012345678 , \"g\" : [1,[2,"
+		"[true]]]} ] \r\n\t",
+		"\"caf\xc3\xa9 \xe2\x80\x94 \xf0\x9f\x98\x80 \x7f\"",
+		"{\"\":\"\",\"k\xc3\xa9y\":0,\"z\":\"\"}",
+		"123456789012345678",
+		"true",
+	};
+	static const char *const left[] = {
+		"{\"a\":\"\\u0041\"}",
+		"{\"a\\n\":1}",
+		"{\"a\":1,\"a\":2}",
+		"{\"a\":1.5}",
+		"{\"a\":1e3}",
+		"{\"a\":0123}",
+		"1234567890123456789",
+		"{\"a\":\"\x01\"}",
+		"{\"a\":\"\xc3\x28\"}",
+		"{\"a\":\"\xed\xa0\x80\"}",
+		"{\"a\":\"\\x\"}",
+		"{\"a\":1}x",
+		"{\"a\":1,}",
+		"[1,]",
+		"{\"a\" 1}",
+		"\"open",
+		"\"open\\\"",
+		"tru",
+		"nulls",
+		"-",
+		"{",
+		"",
+		"+1",
+		"\xc3\xa9",
+	};
+	char deep[2 * (FASTJSON_MAX_DEPTH + 1) + 1];
+	char *big = malloc(4200);
+	size_t n = 0;
+
+	for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		assert_same_tree(same[i], strlen(same[i]));
+	ck_assert_ptr_nonnull(big);
+	n += (size_t)sprintf(big, "{\"id\":1,\"params\":{\"content\":\"");
+	while (n < 4150)
+		n += (size_t)sprintf(big + n, "word\\n \\\"q\\\" \xc3\xa9 ");
+	n += (size_t)sprintf(big + n, "\"}}");
+	assert_same_tree(big, n);
+	free(big);
+	for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++)
+		ck_assert_msg(fastjson_load(left[i], strlen(left[i])) == NULL,
+			      "accepted: %s", left[i]);
+	/* One level past the bound: jansson's (and still valid). */
+	memset(deep, '[', FASTJSON_MAX_DEPTH + 1);
+	memset(deep + FASTJSON_MAX_DEPTH + 1, ']', FASTJSON_MAX_DEPTH + 1);
+	ck_assert_ptr_null(fastjson_load(deep, sizeof(deep) - 1));
+	assert_same_tree(deep + 1, sizeof(deep) - 3);
+}
+END_TEST
+
 static Suite *jsonrpc_suite(void)
 {
 	Suite *s = suite_create("jsonrpc");
@@ -757,6 +858,7 @@ static Suite *jsonrpc_suite(void)
 	tcase_add_test(tc2, test_error_data);
 	tcase_add_test(tc2, test_raw_result);
 	tcase_add_test(tc2, test_error_table);
+	tcase_add_test(tc2, test_fastjson);
 	suite_add_tcase(s, tc2);
 	return s;
 }

@@ -10,12 +10,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <semaphore.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "decision.h"
@@ -75,6 +78,7 @@ struct note_write {
 	char msg[256];
 	int version;
 	int64_t timestamp;
+	size_t saw_appended; /* hold.appended when it was acknowledged */
 	/* Private to the kind. */
 	char *payload;
 	int next_version;
@@ -439,10 +443,56 @@ static void close_store(void)
 	vmdir_load_report_done(&rep);
 }
 
+/*
+ * The log hook of test_next_batch_gathers: the first append is held
+ * (entered, then waits for go) while the test submits more writes; every
+ * append's size is recorded, and the records whose append and fdatasync
+ * returned are counted, for the acknowledgements to compare with.
+ */
+static struct {
+	sem_t entered, go;
+	size_t batches[8];
+	size_t n_batches; /* lane only until the appends are over */
+	atomic_size_t appended;
+} hold;
+
+static void hold_hook(void *ctx, size_t records, bool done, int rc)
+{
+	(void)ctx;
+	if (done) {
+		if (rc == 0)
+			atomic_fetch_add(&hold.appended, records);
+		return;
+	}
+	if (hold.n_batches < 8)
+		hold.batches[hold.n_batches] = records;
+	hold.n_batches++;
+	sem_post(&hold.entered);
+	if (hold.n_batches == 1)
+		while (sem_wait(&hold.go) < 0 && errno == EINTR)
+			;
+}
+
+/* Wait on the loop's thread (the loop not running) for the lane to enter
+ * the hook; false if it did not within a bound far beyond any append. */
+static bool hold_entered(void)
+{
+	const char *scale = getenv("VMEM_TIMEOUT_SCALE");
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 30 * (scale && atoi(scale) > 0 ? atoi(scale) : 1);
+	while (sem_timedwait(&hold.entered, &until) < 0)
+		if (errno != EINTR)
+			return false;
+	return true;
+}
+
 static void note_done(struct store_write *w, int code, const char *msg)
 {
 	struct note_write *nw = note_write_of(w);
 
+	nw->saw_appended = atomic_load(&hold.appended);
 	nw->finished = true;
 	nw->code = code;
 	snprintf(nw->msg, sizeof(nw->msg), "%s", msg ? msg : "");
@@ -556,6 +606,68 @@ START_TEST(test_apply_order_and_key_locks)
 	close_store();
 	for (int i = 0; i < 4; i++)
 		note_unprepare(&ns.sk, &w[i].w);
+}
+END_TEST
+
+/*
+ * Group commit with the next batch gathering while an append runs: the
+ * writes that come while the first append (and its fdatasync) is held
+ * are validated and gather into one batch queued behind it; none is
+ * acknowledged while the first is held; the lane starts that batch as
+ * soon as the first returns, without a turn of the loop (the loop is
+ * not run between the release and the second append); and each write is
+ * acknowledged only after the append and fdatasync of its own batch.
+ */
+START_TEST(test_next_batch_gathers)
+{
+	struct note_write w[4];
+	char payloads[512];
+
+	ck_assert_int_eq(sem_init(&hold.entered, 0, 0), 0);
+	ck_assert_int_eq(sem_init(&hold.go, 0, 0), 0);
+	hold.n_batches = 0;
+	atomic_store(&hold.appended, 0);
+	open_ok();
+	store_set_log_hook(&st, hold_hook, NULL);
+	note_init(&w[0], "a", "one");
+	note_init(&w[1], "b", "two");
+	note_init(&w[2], "c", "three");
+	note_init(&w[3], "d", "four");
+	store_submit(&st, &w[0].w);
+	ck_assert_msg(hold_entered(), "the first append never started");
+	for (int i = 1; i < 4; i++)
+		store_submit(&st, &w[i].w);
+	ck_assert_int_ge(event_at("prepare d 1"), 0);
+	for (int i = 0; i < 8; i++)
+		uv_run(&loop, UV_RUN_NOWAIT);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(!w[i].finished,
+			      "write %d acknowledged while the "
+			      "first append is held",
+			      i);
+	ck_assert_int_eq(event_at("apply a 1"), -1);
+	sem_post(&hold.go);
+	ck_assert_msg(hold_entered(),
+		      "the gathered batch did not start without the loop");
+	run_until_finished(w, 4);
+	for (int i = 0; i < 4; i++)
+		ck_assert_msg(w[i].code == 0, "write %d: %s", i, w[i].msg);
+	ck_assert_uint_eq(hold.n_batches, 2);
+	ck_assert_uint_eq(hold.batches[0], 1);
+	ck_assert_uint_eq(hold.batches[1], 3);
+	ck_assert_uint_ge(w[0].saw_appended, 1);
+	for (int i = 1; i < 4; i++)
+		ck_assert_msg(w[i].saw_appended >= 4,
+			      "write %d acknowledged before its batch's "
+			      "append returned (%zu records appended)",
+			      i, w[i].saw_appended);
+	ck_assert_int_lt(event_at("apply a 1"), event_at("apply b 1"));
+	ck_assert_int_lt(event_at("apply c 1"), event_at("apply d 1"));
+	log_payloads(payloads, sizeof(payloads));
+	ck_assert_str_eq(payloads, "Na=1=one|Nb=1=two|Nc=1=three|Nd=1=four");
+	close_store();
+	sem_destroy(&hold.entered);
+	sem_destroy(&hold.go);
 }
 END_TEST
 
@@ -1050,6 +1162,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_apply_order_and_key_locks);
+	tcase_add_test(tc, test_next_batch_gathers);
 	tcase_add_test(tc, test_crash_then_replay);
 	tcase_add_test(tc, test_group_across_kinds);
 	tcase_add_test(tc, test_checkpoint_waits_for_sync);

@@ -13,6 +13,8 @@
 #include "merge.h"
 #include "service.h"
 
+#include "protocol/decision.h"
+
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -284,6 +286,9 @@ void die_oom(void)
 
 /* A coordinate came from the command line (parse_coord). */
 static bool coord_given;
+/* Its x when beyond the default max_x (else 0): only a running daemon
+ * started with a larger one accepts it, and none is started to ask. */
+static int x_beyond_default;
 
 /* Report a failed library call; returns the exit status. */
 int report(int rc, const struct vmem_error *err)
@@ -370,6 +375,7 @@ static void parse_coord(const struct cli *cli, struct vmem_coord *c)
 		*dst[i] = (int)v;
 	}
 	coord_given = true;
+	x_beyond_default = c->x > VMEM_MAX_X_DEFAULT ? c->x : 0;
 }
 
 /* The value of an option: "--opt=value" or the next argument. */
@@ -566,7 +572,7 @@ static bool autostart_on(int autostart)
 }
 
 int open_client(const struct cli *cli, int autostart, const char *agent,
-		       vmem_client **c)
+		vmem_client **c)
 {
 	struct vmem_options o = {0};
 	struct vmem_error err;
@@ -577,6 +583,17 @@ int open_client(const struct cli *cli, int autostart, const char *agent,
 	o.agent_id = agent;
 	o.autostart = cli->no_autostart ? 0 : autostart;
 	o.timeout_ms = cli->timeout_ms;
+	if (x_beyond_default && autostart_on(o.autostart)) {
+		/* A usage error unless a daemon with a larger max_x runs. */
+		o.autostart = 0;
+		rc = vmem_client_open(c, &o, &err);
+		if (rc == -ENOENT || rc == -ECONNREFUSED)
+			die_usage("X must be in 1..%d unless the daemon runs "
+				  "with a larger max_x (none runs for this "
+				  "tree, and none is started to ask), not %d",
+				  VMEM_MAX_X_DEFAULT, x_beyond_default);
+		return rc < 0 ? report(rc, &err) : EXIT_OK;
+	}
 	rc = vmem_client_open(c, &o, &err);
 	if ((rc == -ENOENT || rc == -ECONNREFUSED) &&
 	    !autostart_on(o.autostart)) {
@@ -878,7 +895,7 @@ static void print_opt_line(const char *label, json_t *v)
 /* Call method with params (stolen); the parsed result, or NULL after
  * printing it (--json) or reporting an error (*status says which). */
 json_t *call_json(struct cli *cli, vmem_client *c, const char *method,
-			 json_t *params, int *status)
+		  json_t *params, int *status)
 {
 	struct vmem_error err;
 	char *text, *out = NULL;
@@ -1596,8 +1613,8 @@ int text_cols(const char *s, size_t len)
  * highlighted with hl (an escape sequence) when hl is not NULL. Returns
  * the columns printed.
  */
-int put_text(const char *s, size_t len, int maxcols,
-	     const unsigned char *mark, const char *hl)
+int put_text(const char *s, size_t len, int maxcols, const unsigned char *mark,
+	     const char *hl)
 {
 	int cols = 0, w, room = maxcols;
 	bool lit = false;

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "conflicts.h"
 #include "errmsg.h"
 #include "grow.h"
 #include "log.h"
@@ -282,9 +283,8 @@ static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 		if (!d)
 			return KIND_NOOP;
 		t.id = ew->id;
-		t.agent_id = (char *)expindex_agent(&xs->ix, (uint32_t)(d -
-								 xs->ix.docs),
-						    &alen);
+		t.agent_id = (char *)expindex_agent(
+			&xs->ix, (uint32_t)(d - xs->ix.docs), &alen);
 		t.timestamp = store_timestamp(k);
 		t.deleted_by = (char *)ew->by;
 		ew->buf = exp_dump_tombstone(&t, 1, &ew->len);
@@ -661,15 +661,26 @@ static int keyed_cmp(const void *a, const void *b)
 
 /* Blocking: group the lines by shard and append each group. With sync
  * (the start-up's replay) the appends skip the lines a shard holds
- * already (shards_append's dedupe). */
+ * already (shards_append's dedupe). While git runs an operation in the
+ * tree nothing is appended: the lines are left (KIND_LEFT) for a later
+ * pass, as decisions' files are. */
 static int write_files(struct store_kind *k, void *snap, bool sync,
 		       char *errmsg, size_t errn)
 {
 	struct experiences *xs = of(k);
 	struct snapshot *sn = snap;
 	size_t cap = sn->n ? sn->n : 1;
-	struct keyed *keys = malloc(cap * sizeof(*keys));
+	struct keyed *keys;
+	char why[256];
 	int rc = -ENOMEM;
+
+	if (xs->conflicts &&
+	    conflicts_yield_check(xs->conflicts, why, sizeof(why))) {
+		for (size_t i = 0; i < sn->n; i++)
+			sn->items[i]->written = false;
+		return KIND_LEFT;
+	}
+	keys = malloc(cap * sizeof(*keys));
 
 	sn->ops = calloc(cap, sizeof(*sn->ops));
 	sn->bufs = calloc(cap, sizeof(*sn->bufs));
@@ -716,7 +727,8 @@ out:
 }
 
 /* The pass is over: shards appended to have a new stamp; the lines of
- * those that failed are pending again, before any newer ones. */
+ * those that failed or were left to git are pending again, before any
+ * newer ones. */
 static void written(struct store_kind *k, void *snap, int rc)
 {
 	struct experiences *xs = of(k);
@@ -1000,8 +1012,7 @@ static int count_out(struct experiences *xs, struct exp_shard *sh,
 }
 
 /* A shard read anew: its lines counted in. */
-static int count_in(struct experiences *xs, struct found *f,
-		    struct touched *t)
+static int count_in(struct experiences *xs, struct found *f, struct touched *t)
 {
 	struct exp_shard *sh = shard_get(xs, f->path, true);
 

@@ -44,7 +44,7 @@ struct exp_pending;
 /* The kind's state; owned by the daemon, registered with the store. */
 struct experiences {
 	struct store_kind sk;
-	struct expindex ix;   /* read it freely (loop thread) */
+	struct expindex ix;  /* read it freely (loop thread) */
 	struct shards files; /* read-only paths and modes */
 
 	/* The shards: what each holds, as last read or written. */
@@ -61,6 +61,10 @@ struct experiences {
 	/* Random bits of the ids, from getrandom(2). */
 	uint8_t rnd[4096];
 	size_t rnd_left;
+
+	/* When set (the daemon's, git/conflicts.h): while git runs an
+	 * operation in the tree no shard is appended to; the lines wait. */
+	struct conflicts *conflicts;
 };
 
 /*

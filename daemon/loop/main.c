@@ -1079,8 +1079,7 @@ int main(int argc, char **argv)
 		fail_startup(1, "out of memory");
 	d->decisions.dir.file_mode = d->repo.file_mode;
 	d->decisions.dir.dir_mode = d->repo.dir_mode;
-	if (experiences_init(&d->experiences, d->repo.root, &d->repo.state) <
-	    0)
+	if (experiences_init(&d->experiences, d->repo.root, &d->repo.state) < 0)
 		fail_startup(1, "out of memory");
 	d->experiences.files.file_mode = d->repo.file_mode;
 	d->experiences.files.dir_mode = d->repo.dir_mode;
@@ -1091,12 +1090,12 @@ int main(int argc, char **argv)
 			"works, only conflict markers show conflicts",
 			errmsg);
 	decisions_use_conflicts(&d->decisions, &d->conflicts, &unmerged);
+	d->experiences.conflicts = &d->conflicts;
 	open_local_kinds(d);
 	rc = store_open(&d->store, d->loop, &d->repo.state,
-			(struct store_kind *const[]){&d->decisions.sk,
-						     &d->experiences.sk,
-						     &d->conversations.sk,
-						     &d->documents.sk},
+			(struct store_kind *const[]){
+				&d->decisions.sk, &d->experiences.sk,
+				&d->conversations.sk, &d->documents.sk},
 			4, &d->loaded, errmsg, sizeof(errmsg));
 	if (rc < 0)
 		fail_startup(1, "cannot load the store: %s", errmsg);

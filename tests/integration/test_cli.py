@@ -292,6 +292,12 @@ class AutoStart(CliTestCase):
     def test_bad_coordinate_starts_no_daemon(self):
         self.fails(2, "store", "1", "6", "2", "x", sock=self.sock())
         self.fails(2, "get", "x", "1", "1", sock=self.sock())
+        # x beyond the default max_x: only a running daemon with a larger
+        # max_x could accept it, and none is started to be asked.
+        p = self.fails(2, "store", "5000", "1", "1", "x", sock=self.sock())
+        self.assertIn("X must be in 1..1000 unless the daemon runs with a "
+                      "larger max_x", p.stderr)
+        self.assertIn("see 'vmem help store'", p.stderr)
         self.assertFalse(vt.accepts(self.sock()))
         self.assertEqual(self.repo.processes(), [])
 

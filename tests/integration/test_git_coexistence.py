@@ -4,7 +4,8 @@
 Regression cases of issue 12 (conflicts as a state, the layer-aware merge
 driver, the tree yielded to git during its operations), each on real
 repositories, real daemons and the git program; then a scripted user who
-runs VMEM_ROUNDS (default 200) seeded rounds of git commands (add, commit,
+runs VMEM_ROUNDS (default 16, a minute or so; the long run is
+VMEM_ROUNDS=200) seeded rounds of git commands (add, commit,
 commit -a, stash/pop, merges with conflicts, pulls from a second clone
 with its own daemon, rebase with autostash, cherry-pick, reset, checkout,
 worktree) over a plain index, a split index, index v4 and the untracked
@@ -674,13 +675,21 @@ class Yield(Coexist):
         self.assertTrue(wait_until(
             lambda: conn.call("server.health")["files_wait_for_git"], WAIT))
         rec = conn.store(21, 1, 3, "while git merges")
+        xp = conn.call("experience.store", {
+            "context": "a merge", "action": "waited", "outcome": "ok"})
+        shards = os.path.join(self.repo.root, ".vector-memory",
+                              "experiences")
         time.sleep(0.5)
         self.assertIsNone(self.repo.read_decision_bytes(21, 1, 3))
+        # The experience's shard waits too (nothing appended meanwhile).
+        self.assertFalse(os.path.exists(shards))
         self.assertEqual(conn.get(21, 1, 3), rec)
+        self.assertEqual(conn.call("experience.get", {"id": xp["id"]}), xp)
         self.assertEqual(conn.call("server.health")["files_wait_for_git"],
                          "merge in progress")
         self.git("merge", "--abort")
         self.assertFileMatches(rec, WAIT)
+        self.assertTrue(wait_until(lambda: os.path.exists(shards), WAIT))
         self.assertIsNone(conn.call("server.health")["files_wait_for_git"])
 
 
@@ -688,7 +697,7 @@ class Yield(Coexist):
 # --------------------------------------------------------------------------
 # The scripted user
 
-ROUNDS = int(os.environ.get("VMEM_ROUNDS", "200"))
+ROUNDS = int(os.environ.get("VMEM_ROUNDS", "16"))
 # A user runs a refused rebase again; this many times at most.
 REBASE_ATTEMPTS = 5
 SEED = int(os.environ.get("VMEM_SEED") or random.SystemRandom().randrange(

@@ -384,7 +384,7 @@ int gitlock_commit(struct gitlock *l, bool sync)
 /* Is the file at path the one with this identity? */
 static bool same_file(const char *path, const struct gitmark_lock *id)
 {
-	struct gitmark_lock now;
+	struct gitmark_lock now = {0};
 
 	return identify(-1, path, &now) == 0 && same_id(&now, id);
 }
@@ -475,7 +475,7 @@ int gitlock_clear_stale(struct gitmark *m, const char *const *extra,
 	for (size_t i = 0; rc == 0 && i < old.n; i++) {
 		const char *path = old.locks[i].path;
 		bool seen = false, ours = false;
-		struct gitmark_lock now;
+		struct gitmark_lock now = {0};
 
 		/* A path may be recorded twice (gitlock_replace): any of
 		 * its records proves it ours. */

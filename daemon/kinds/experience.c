@@ -674,7 +674,9 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 	char why[256];
 	int rc = -ENOMEM;
 
-	if (xs->conflicts &&
+	/* (Not the start-up's replay: the load that follows reads the
+	 * shards, so its lines must be in them, deduplicated.) */
+	if (!sync && xs->conflicts &&
 	    conflicts_yield_check(xs->conflicts, why, sizeof(why))) {
 		for (size_t i = 0; i < sn->n; i++)
 			sn->items[i]->written = false;

@@ -1024,8 +1024,9 @@ START_TEST(test_tree_yielded)
 	run_until_finished(&w, 1);
 	ck_assert_int_eq(w.code, 0);
 	store_wait(&st, &wt.w);
-	/* the writer looks again, and leaves again */
-	while (ns.n_left < 3 || st.writer_busy)
+	/* the writer looks again, and leaves again (n_left, a worker's
+	 * count, read only while no writer job is out) */
+	while (st.writer_busy || ns.n_left < 3)
 		uv_run(&loop, UV_RUN_ONCE);
 	ck_assert(!wt.done);
 	ck_assert_uint_eq(store_unwritten(&st), 2);

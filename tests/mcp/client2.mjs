@@ -36,7 +36,7 @@ await step("connect", async () => {
 await step("tools", async () => {
   const { tools } = await client.listTools();
   check = outputValidator(tools);
-  ok(tools.length === 8, "tools/list: 8 tools", tools.map((t) => t.name).join());
+  ok(tools.length === 16, "tools/list: 16 tools (decisions 8, conversations and documents 4, experiences 4)", tools.map((t) => t.name).join());
   for (let y = 1; y <= 5; y++) {
     const r = await client.callTool({ name: "store_decision",
       arguments: { x: X, y, z: 2, content: `interface ${y} of ${X}` } });

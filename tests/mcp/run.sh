@@ -167,10 +167,10 @@ check_json() {
 
 out=$(inspect --method tools/list --strict)
 st=$?
-check_json "$out" 'r.result.tools.length === 8 &&
+check_json "$out" 'r.result.tools.length === 16 &&
 	r.result.tools.every((t) => t.inputSchema.type === "object" &&
 		t.outputSchema.type === "object")'
-ok $((st | $?)) "inspector: tools/list --strict: 8 tools, no schema problem" \
+ok $((st | $?)) "inspector: tools/list --strict: 16 tools, no schema problem" \
 	"status $st" "$out" "$(cat "$work/err")"
 ! grep -q "Issue:" "$work/err"
 ok $? "inspector: --strict reports nothing, not even a warning" \

@@ -957,8 +957,10 @@ static bool backdated(const struct stat *st)
 	return ns_of(&st->st_ctim) - ns_of(&st->st_mtim) >= 1000000000;
 }
 
-/* Wait until the ctime of rel is two seconds old (a condition, not a
- * measurement). */
+/* Wait until the ctime of rel is two seconds old as the file system's
+ * clock goes (a condition, not a measurement): file times come from the
+ * kernel's coarse clock, which may stand a tick behind CLOCK_REALTIME
+ * across a second's boundary, hence one more second here. */
 static void age(const char *rel)
 {
 	struct stat st = stat_of(rel);
@@ -966,7 +968,7 @@ static void age(const char *rel)
 
 	for (;;) {
 		clock_gettime(CLOCK_REALTIME, &now);
-		if (now.tv_sec - st.st_ctim.tv_sec >= 2)
+		if (now.tv_sec - st.st_ctim.tv_sec >= 3)
 			return;
 		usleep(50000);
 	}

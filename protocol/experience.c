@@ -785,8 +785,10 @@ int exp_shard_path(const char *agent, size_t len, int64_t usec, char *out,
 	struct tm tm;
 	int r;
 
+	/* A shard is named by a day of years 1970..9999 (exp_shard_name_valid):
+	 * a time outside them (an id's from far ahead) has none. */
 	if (usec < 0 || exp_segment(agent, len, seg, sizeof(seg)) < 0 ||
-	    !gmtime_r(&t, &tm))
+	    !gmtime_r(&t, &tm) || tm.tm_year + 1900 > 9999)
 		return -1;
 	r = snprintf(out, n, "%s/%04d-%02d-%02d" EXP_SHARD_SUFFIX, seg,
 		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);

@@ -160,7 +160,8 @@ int exp_segment_decode(const char *seg, char *out, size_t n, size_t *len);
 /*
  * The path of the shard of agent's records made at usec, relative to
  * the experiences directory: "<segment>/<YYYY-MM-DD>.jsonl", the UTC
- * date. Returns its length, or -1 (a refused agent id, or n too small).
+ * date. Returns its length, or -1 (a refused agent id, a time outside
+ * the years 1970..9999, or n too small).
  */
 int exp_shard_path(const char *agent, size_t len, int64_t usec, char *out,
 		   size_t n);

@@ -16,8 +16,8 @@ const char *const exp_field_names[EXP_NFIELDS] = {"context", "action",
 						  "outcome"};
 
 static const char *const record_members[] = {
-	"id",	     "agent_id",  "context",	"action",   "outcome",
-	"timestamp", "importance", "tags", "metadata",
+	"id",	     "agent_id",   "context", "action",	  "outcome",
+	"timestamp", "importance", "tags",    "metadata",
 };
 static const char *const tombstone_members[] = {"deleted", "agent_id",
 						"timestamp", "deleted_by"};
@@ -209,8 +209,8 @@ int exp_metadata_check(const json_t *v, char msg[VMEM_ERRMSG_LEN])
 	}
 	len = json_dumpb(v, NULL, 0, JSON_COMPACT);
 	if (len > EXP_METADATA_MAX) {
-		set_msg(msg, "metadata is %zu bytes of JSON, more than %d",
-			len, EXP_METADATA_MAX);
+		set_msg(msg, "metadata is %zu bytes of JSON, more than %d", len,
+			EXP_METADATA_MAX);
 		return RPC_INVALID_PARAMS;
 	}
 	return 0;
@@ -255,13 +255,12 @@ char *exp_dump(const struct experience *e, size_t prefix, size_t *len)
 	expid_format(&e->id, id);
 	timestamp_format(e->timestamp, ts);
 	obj = json_pack("{s:s,s:s,s:s%,s:s%,s:s%,s:s,s:i,s:o,s:O}", "id", id,
-			"agent_id", e->agent_id, "context", e->text[EXP_CONTEXT],
-			e->text_len[EXP_CONTEXT], "action",
-			e->text[EXP_ACTION], e->text_len[EXP_ACTION],
+			"agent_id", e->agent_id, "context",
+			e->text[EXP_CONTEXT], e->text_len[EXP_CONTEXT],
+			"action", e->text[EXP_ACTION], e->text_len[EXP_ACTION],
 			"outcome", e->text[EXP_OUTCOME],
-			e->text_len[EXP_OUTCOME], "timestamp", ts,
-			"importance", e->importance, "tags", tags, "metadata",
-			e->metadata);
+			e->text_len[EXP_OUTCOME], "timestamp", ts, "importance",
+			e->importance, "tags", tags, "metadata", e->metadata);
 	return dump_prefixed(obj, prefix, len);
 }
 
@@ -273,16 +272,16 @@ char *exp_dump_tombstone(const struct exp_tombstone *t, size_t prefix,
 	expid_format(&t->id, id);
 	timestamp_format(t->timestamp, ts);
 	return dump_prefixed(json_pack("{s:s,s:s,s:s,s:s}", "deleted", id,
-				       "agent_id", t->agent_id, "timestamp",
-				       ts, "deleted_by", t->deleted_by),
+				       "agent_id", t->agent_id, "timestamp", ts,
+				       "deleted_by", t->deleted_by),
 			     prefix, len);
 }
 
 /* ---- the parser ---- */
 
 /* Exactly the members names[0..n) in obj (any order). */
-static int members_exact(const json_t *obj, const char *const *names,
-			 size_t n, const char *what, char *msg)
+static int members_exact(const json_t *obj, const char *const *names, size_t n,
+			 const char *what, char *msg)
 {
 	const char *key;
 	json_t *val;
@@ -310,8 +309,8 @@ static int members_exact(const json_t *obj, const char *const *names,
 static int id_from(const json_t *v, const char *name, struct expid *out,
 		   char *msg)
 {
-	if (!json_is_string(v) || expid_parse(json_string_value(v),
-					      json_string_length(v), out) < 0) {
+	if (!json_is_string(v) ||
+	    expid_parse(json_string_value(v), json_string_length(v), out) < 0) {
 		set_msg(msg, "%s must be a UUIDv7 (8-4-4-4-12 hex digits)",
 			name);
 		return RPC_INVALID_PARAMS;
@@ -321,8 +320,8 @@ static int id_from(const json_t *v, const char *name, struct expid *out,
 
 static int time_from(const json_t *v, int64_t *out, char *msg)
 {
-	if (!json_is_string(v) || timestamp_parse(json_string_value(v), out) <
-					  0) {
+	if (!json_is_string(v) ||
+	    timestamp_parse(json_string_value(v), out) < 0) {
 		set_msg(msg, "timestamp must be YYYY-MM-DDTHH:MM:SS.ffffffZ");
 		return RPC_INVALID_PARAMS;
 	}
@@ -356,11 +355,11 @@ static int parse_tombstone(const json_t *obj, struct exp_tombstone *t,
 			       NMEMBERS(tombstone_members), "tombstone", msg);
 
 	if (!rc)
-		rc = id_from(json_object_get(obj, "deleted"), "deleted",
-			     &t->id, msg);
+		rc = id_from(json_object_get(obj, "deleted"), "deleted", &t->id,
+			     msg);
 	if (!rc)
-		rc = time_from(json_object_get(obj, "timestamp"),
-			       &t->timestamp, msg);
+		rc = time_from(json_object_get(obj, "timestamp"), &t->timestamp,
+			       msg);
 	if (!rc)
 		rc = agent_from(json_object_get(obj, "agent_id"), "agent_id",
 				&t->agent_id, msg);
@@ -379,8 +378,8 @@ static int parse_record(json_t *obj, struct experience *e, char *msg)
 	if (!rc)
 		rc = id_from(json_object_get(obj, "id"), "id", &e->id, msg);
 	if (!rc)
-		rc = time_from(json_object_get(obj, "timestamp"),
-			       &e->timestamp, msg);
+		rc = time_from(json_object_get(obj, "timestamp"), &e->timestamp,
+			       msg);
 	if (!rc)
 		rc = agent_from(json_object_get(obj, "agent_id"), "agent_id",
 				&e->agent_id, msg);
@@ -506,14 +505,30 @@ static bool fast_string(struct scan *sc, char **out, size_t *len)
 			continue;
 		}
 		switch (*sc->p++) {
-		case '"': *o++ = '"'; break;
-		case '\\': *o++ = '\\'; break;
-		case '/': *o++ = '/'; break;
-		case 'b': *o++ = '\b'; break;
-		case 'f': *o++ = '\f'; break;
-		case 'n': *o++ = '\n'; break;
-		case 'r': *o++ = '\r'; break;
-		case 't': *o++ = '\t'; break;
+		case '"':
+			*o++ = '"';
+			break;
+		case '\\':
+			*o++ = '\\';
+			break;
+		case '/':
+			*o++ = '/';
+			break;
+		case 'b':
+			*o++ = '\b';
+			break;
+		case 'f':
+			*o++ = '\f';
+			break;
+		case 'n':
+			*o++ = '\n';
+			break;
+		case 'r':
+			*o++ = '\r';
+			break;
+		case 't':
+			*o++ = '\t';
+			break;
 		case 'u':
 			if (sc->end - sc->p < 4 || (cp = hex4(sc->p)) <= 0)
 				goto bad; /* \u0000 included */

@@ -35,7 +35,7 @@
 
 #define EXP_TEXT_MAX	       102400 /* context, action, outcome: bytes */
 #define EXP_TAGS_MAX	       32
-#define EXP_TAG_MAX	       64 /* bytes */
+#define EXP_TAG_MAX	       64    /* bytes */
 #define EXP_METADATA_MAX       16384 /* bytes of its compact JSON */
 #define EXP_IMPORTANCE_MIN     1
 #define EXP_IMPORTANCE_MAX     10

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EXPID_LEN 36 /* 0190b5e2-7d3a-7c4f-8a1b-2c3d4e5f6a7b */
+#define EXPID_LEN	   36 /* 0190b5e2-7d3a-7c4f-8a1b-2c3d4e5f6a7b */
 #define EXPID_RANDOM_BYTES 8
 
 /* The 16 bytes of an id (network order, as the text reads). */

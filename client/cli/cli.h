@@ -52,8 +52,8 @@ struct cli {
 };
 
 /* A usage error: the message, where to read more, exit 2. */
-void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2),
-						    noreturn));
+void die_usage(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
 void die_oom(void) __attribute__((noreturn));
 
 /* Report a failed library call; returns the exit status. */

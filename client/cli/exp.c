@@ -12,14 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ID_COLS	      36
+#define ID_COLS	       36
 #define EXP_AGENT_COLS 20
-#define TAGS_COLS     24
-#define TEXT_MIN_COLS 20
-#define BAR_COLS      40
-#define ARROW	      " \u2192 "
+#define TAGS_COLS      24
+#define TEXT_MIN_COLS  20
+#define BAR_COLS       40
+#define ARROW	       " \u2192 "
 
-static const char *const subcommands[] = {"add", "ls",	"similar",
+static const char *const subcommands[] = {"add",   "ls",  "similar",
 					  "stats", "get", "rm"};
 
 /* Which options a subcommand takes (besides the global ones). */
@@ -89,8 +89,8 @@ static json_t *time_opt(const char *name, const char *v)
 	static const struct {
 		char unit;
 		long long secs;
-	} units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400},
-		     {'w', 604800}};
+	} units[] = {
+		{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}, {'w', 604800}};
 	size_t len = strlen(v);
 	char buf[64];
 	int y, mo, d;
@@ -133,7 +133,8 @@ static json_t *tags_json(const struct cli *cli)
 		die_oom();
 	for (int i = 0; i < cli->ntags; i++)
 		if (json_array_append_new(a, json_string(cli->tags[i])) < 0)
-			die_usage("--tag '%s' is not valid UTF-8", cli->tags[i]);
+			die_usage("--tag '%s' is not valid UTF-8",
+				  cli->tags[i]);
 	return a;
 }
 
@@ -233,7 +234,8 @@ static json_t *params_of(struct cli *cli, size_t sub)
 			   int_opt("--min-importance", cli->min_importance, 1,
 				   10));
 	if (cli->limit)
-		set_or_die(p, "limit", int_opt("--limit", cli->limit, 1, 10000));
+		set_or_die(p, "limit",
+			   int_opt("--limit", cli->limit, 1, 10000));
 	return p;
 }
 
@@ -377,7 +379,8 @@ static void print_stats(json_t *s)
 
 	if (json_is_string(json_object_get(s, "agent_id")))
 		printf("agent           %s\n", str_member(s, "agent_id"));
-	printf("experiences     %lld\n", (long long)int_member(s, "total_count"));
+	printf("experiences     %lld\n",
+	       (long long)int_member(s, "total_count"));
 	printf("importance      %.2f on average\n",
 	       json_number_value(json_object_get(s, "avg_importance")));
 	if (json_is_string(json_object_get(s, "oldest"))) {
@@ -411,10 +414,10 @@ int cmd_exp(struct cli *cli)
 	int status;
 
 	if (cli->npos < 1)
-		die_usage("exp needs a subcommand: add, ls, similar, stats, get "
-			  "or rm");
-	for (sub = 0; sub < sizeof(subcommands) / sizeof(subcommands[0]);
-	     sub++)
+		die_usage(
+			"exp needs a subcommand: add, ls, similar, stats, get "
+			"or rm");
+	for (sub = 0; sub < sizeof(subcommands) / sizeof(subcommands[0]); sub++)
 		if (strcmp(cli->pos[0], subcommands[sub]) == 0)
 			break;
 	if (sub == sizeof(subcommands) / sizeof(subcommands[0]))

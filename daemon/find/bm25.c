@@ -103,25 +103,27 @@ struct bm25_query {
 /* Sorted (strcmp order): common English words that say nothing about a
  * situation. */
 static const char *const stopwords[] = {
-	"a",	    "about",  "above", "after",	  "again", "against", "all",
-	"am",	    "an",     "and",   "any",	  "are",   "as",      "at",
-	"be",	    "because", "been", "before",  "being", "below",   "between",
-	"both",	    "but",    "by",    "can",	  "could", "did",     "do",
-	"does",	    "doing",  "down",  "during",  "each",  "few",     "for",
-	"from",	    "further", "had",  "has",	  "have",  "having",  "he",
-	"her",	    "here",   "hers",  "herself", "him",   "himself", "his",
-	"how",	    "i",      "if",    "in",	  "into",  "is",      "it",
-	"its",	    "itself", "just",  "me",	  "more",  "most",    "my",
-	"myself",   "no",     "nor",   "not",	  "now",   "of",      "off",
-	"on",	    "once",   "only",  "or",	  "other", "our",     "ours",
-	"ourselves", "out",   "over",  "own",	  "same",  "she",     "should",
-	"so",	    "some",   "such",  "than",	  "that",  "the",     "their",
-	"theirs",   "them",   "themselves", "then", "there", "these", "they",
-	"this",	    "those",  "through", "to",	  "too",   "under",   "until",
-	"up",	    "very",   "was",   "we",	  "were",  "what",    "when",
-	"where",    "which",  "while", "who",	  "whom",  "why",     "will",
-	"with",	    "would",  "you",   "your",	  "yours", "yourself",
-	"yourselves",
+	"a",	   "about",  "above",	"after",      "again",	  "against",
+	"all",	   "am",     "an",	"and",	      "any",	  "are",
+	"as",	   "at",     "be",	"because",    "been",	  "before",
+	"being",   "below",  "between", "both",	      "but",	  "by",
+	"can",	   "could",  "did",	"do",	      "does",	  "doing",
+	"down",	   "during", "each",	"few",	      "for",	  "from",
+	"further", "had",    "has",	"have",	      "having",	  "he",
+	"her",	   "here",   "hers",	"herself",    "him",	  "himself",
+	"his",	   "how",    "i",	"if",	      "in",	  "into",
+	"is",	   "it",     "its",	"itself",     "just",	  "me",
+	"more",	   "most",   "my",	"myself",     "no",	  "nor",
+	"not",	   "now",    "of",	"off",	      "on",	  "once",
+	"only",	   "or",     "other",	"our",	      "ours",	  "ourselves",
+	"out",	   "over",   "own",	"same",	      "she",	  "should",
+	"so",	   "some",   "such",	"than",	      "that",	  "the",
+	"their",   "theirs", "them",	"themselves", "then",	  "there",
+	"these",   "they",   "this",	"those",      "through",  "to",
+	"too",	   "under",  "until",	"up",	      "very",	  "was",
+	"we",	   "were",   "what",	"when",	      "where",	  "which",
+	"while",   "who",    "whom",	"why",	      "will",	  "with",
+	"would",   "you",    "your",	"yours",      "yourself", "yourselves",
 };
 
 #define N_STOPWORDS (sizeof(stopwords) / sizeof(stopwords[0]))
@@ -143,7 +145,8 @@ bool bm25_stopword(const char *tok, size_t len)
 		return false;
 	while (lo < hi) {
 		size_t mid = (lo + hi) / 2;
-		int c = tokcmp(tok, len, stopwords[mid], strlen(stopwords[mid]));
+		int c = tokcmp(tok, len, stopwords[mid],
+			       strlen(stopwords[mid]));
 
 		if (c == 0)
 			return true;
@@ -203,7 +206,6 @@ static int grow_table(struct bm25 *ix)
 		const struct term *t = &ix->terms[n];
 		size_t i = hash(tok_of(ix, t), t->tok_len) & (cap - 1);
 
-
 		while (table[i])
 			i = (i + 1) & (cap - 1);
 		table[i] = (uint32_t)n + 1;
@@ -213,7 +215,6 @@ static int grow_table(struct bm25 *ix)
 	ix->table_cap = cap;
 	return 0;
 }
-
 
 /* The term of a token, added when new; -1 when memory runs out. */
 static long intern(struct bm25 *ix, const char *tok, size_t len)
@@ -227,11 +228,11 @@ static long intern(struct bm25 *ix, const char *tok, size_t len)
 	if ((ix->n_terms + 1) * 2 > ix->table_cap && grow_table(ix) < 0)
 		return -1;
 	if (grow_array((void **)&ix->terms, &ix->cap_terms, ix->n_terms + 1,
-		 sizeof(*ix->terms)) < 0 ||
+		       sizeof(*ix->terms)) < 0 ||
 	    grow_array((void **)&ix->arena, &ix->arena_cap, ix->arena_len + len,
-		 1) < 0 ||
+		       1) < 0 ||
 	    grow_array((void **)&ix->tf, &ix->cap_tf, ix->n_terms + 1,
-		 sizeof(*ix->tf)) < 0)
+		       sizeof(*ix->tf)) < 0)
 		return -1;
 	t = &ix->terms[ix->n_terms];
 	memset(t, 0, sizeof(*t));
@@ -277,8 +278,9 @@ static int merge_tail(struct bm25 *ix)
 		tail[k] = (uint32_t)(ix->n_sorted + k);
 	qsort_r(tail, n_tail, sizeof(*tail), sorted_cmp, ix);
 	while (i < ix->n_sorted || j < n_tail) {
-		if (j == n_tail || (i < ix->n_sorted &&
-				    sorted_cmp(&ix->sorted[i], &tail[j], ix) < 0))
+		if (j == n_tail ||
+		    (i < ix->n_sorted &&
+		     sorted_cmp(&ix->sorted[i], &tail[j], ix) < 0))
 			all[o++] = ix->sorted[i++];
 		else
 			all[o++] = tail[j++];
@@ -352,8 +354,8 @@ static int collect_cb(void *ctx, const char *tok, size_t len, size_t pos)
 		return 0;
 	c->len += c->weight;
 	if (ix->tf[t] == 0) {
-		if (grow_array((void **)&ix->touched, &ix->cap_touched, c->n + 1,
-			 sizeof(*ix->touched)) < 0)
+		if (grow_array((void **)&ix->touched, &ix->cap_touched,
+			       c->n + 1, sizeof(*ix->touched)) < 0)
 			return -ENOMEM;
 		ix->touched[c->n++] = (uint32_t)t;
 	}
@@ -426,11 +428,12 @@ int bm25_add(struct bm25 *ix, uint32_t doc, const struct bm25_field *fields,
 		size_t old = ix->cap_docs;
 
 		if (grow_array((void **)&ix->dl, &ix->cap_docs, (size_t)doc + 1,
-			 sizeof(*ix->dl)) < 0)
+			       sizeof(*ix->dl)) < 0)
 			return -ENOMEM;
 		/* live has a bit per dl entry; the new bytes are zero. */
 		{
-			uint8_t *live = realloc(ix->live, (ix->cap_docs + 7) / 8);
+			uint8_t *live =
+				realloc(ix->live, (ix->cap_docs + 7) / 8);
 
 			if (!live) {
 				ix->cap_docs = old;
@@ -483,7 +486,7 @@ void bm25_remove(struct bm25 *ix, uint32_t doc, const struct bm25_field *fields,
 		if (ix->terms[ix->touched[i]].df > 0)
 			ix->terms[ix->touched[i]].df--;
 	collect_reset(ix, &c);
-	ix->live[doc / 8] &= (uint8_t)~(1u << (doc % 8));
+	ix->live[doc / 8] &= (uint8_t) ~(1u << (doc % 8));
 	ix->n_live--;
 	ix->total_len -= ix->dl[doc];
 }
@@ -925,7 +928,8 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 		size_t n;
 
 		if (grow_array((void **)&pool, &pool_cap,
-			 pool_len + BM25_PREFIX_TERMS_MAX, sizeof(*pool)) < 0) {
+			       pool_len + BM25_PREFIX_TERMS_MAX,
+			       sizeof(*pool)) < 0) {
 			pool_cap = cap_pool;
 			goto out;
 		}
@@ -942,7 +946,7 @@ int bm25_search(struct bm25 *ix, const struct bm25_query *q, size_t limit,
 	/* The chosen ones in query order: matched bits read as the query. */
 	qsort(picks, n_picks, sizeof(*picks), pick_q_cmp);
 	if (grow_array((void **)&ix->touched, &ix->cap_touched, ix->next_doc,
-		 sizeof(*ix->touched)) < 0)
+		       sizeof(*ix->touched)) < 0)
 		goto out;
 	if (ix->cap_acc < ix->next_doc) {
 		size_t cap = ix->cap_acc;

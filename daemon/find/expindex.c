@@ -385,7 +385,8 @@ static size_t lower_bound(const struct expindex *ix, const struct docvec *v,
 		size_t mid = (lo + hi) / 2;
 		const struct exp_doc *d = &ix->docs[v->v[mid]];
 
-		if (d->ts < ts || (d->ts == ts && id && expid_cmp(&d->id, id) < 0))
+		if (d->ts < ts ||
+		    (d->ts == ts && id && expid_cmp(&d->id, id) < 0))
 			lo = mid + 1;
 		else
 			hi = mid;
@@ -394,8 +395,8 @@ static size_t lower_bound(const struct expindex *ix, const struct docvec *v,
 }
 
 /* The first position whose timestamp is above ts. */
-static size_t upper_bound_ts(const struct expindex *ix,
-			     const struct docvec *v, int64_t ts)
+static size_t upper_bound_ts(const struct expindex *ix, const struct docvec *v,
+			     int64_t ts)
 {
 	size_t lo = 0, hi = v->n;
 
@@ -410,8 +411,7 @@ static size_t upper_bound_ts(const struct expindex *ix,
 	return lo;
 }
 
-static int vec_insert(const struct expindex *ix, struct docvec *v,
-		      uint32_t doc)
+static int vec_insert(const struct expindex *ix, struct docvec *v, uint32_t doc)
 {
 	size_t pos = v->n;
 
@@ -522,8 +522,7 @@ oom:
 	return -ENOMEM;
 }
 
-const char *expindex_agent(const struct expindex *ix, uint32_t doc,
-			   size_t *len)
+const char *expindex_agent(const struct expindex *ix, uint32_t doc, size_t *len)
 {
 	const struct exp_agent *a = &ix->agents[ix->docs[doc].agent];
 
@@ -837,17 +836,16 @@ int expindex_stats(const struct expindex *ix, const char *agent,
 	out->total = ix->n_live;
 	out->imp_sum = ix->imp_sum;
 	out->tags = malloc((ix->n_tags ? ix->n_tags : 1) * sizeof(*out->tags));
-	out->agents =
-		malloc((ix->n_agents ? ix->n_agents : 1) * sizeof(*out->agents));
+	out->agents = malloc((ix->n_agents ? ix->n_agents : 1) *
+			     sizeof(*out->agents));
 	if (!out->tags || !out->agents) {
 		exp_stats_done(out);
 		return -ENOMEM;
 	}
 	for (size_t t = 0; t < ix->n_tags; t++)
 		if (ix->tag_count[t])
-			out->tags[out->n_tags++] =
-				(struct exp_count){ix->tag_names[t],
-						   ix->tag_count[t]};
+			out->tags[out->n_tags++] = (struct exp_count){
+				ix->tag_names[t], ix->tag_count[t]};
 	for (size_t i = 0; i < ix->n_agents; i++) {
 		const struct docvec *v = &ix->agents[i].list;
 
@@ -904,19 +902,18 @@ size_t expindex_memory(const struct expindex *ix)
 		   ix->by_id_cap * sizeof(*ix->by_id) +
 		   ix->cap_agents * sizeof(*ix->agents) +
 		   ix->agent_table_cap * sizeof(*ix->agent_table) +
-		   ix->cap_tags * (sizeof(*ix->tag_names) +
-				   sizeof(*ix->tag_count)) +
+		   ix->cap_tags *
+			   (sizeof(*ix->tag_names) + sizeof(*ix->tag_count)) +
 		   ix->tag_table_cap * sizeof(*ix->tag_table) +
 		   ix->at_cap * (sizeof(*ix->at_key) + sizeof(*ix->at_val)) +
 		   ix->cap_at * sizeof(*ix->at_lists) +
 		   ix->cap_bm * sizeof(*ix->bm_doc) + bm25_memory(ix->bm);
 
 	for (size_t d = 0; d < ix->n_docs; d++)
-		n += ix->docs[d].buf ? (size_t)ix->docs[d].off +
-					       ix->docs[d].len + 1 +
-					       ix->docs[d].n_tags *
-						       sizeof(uint32_t)
-				     : 0;
+		n += ix->docs[d].buf
+			     ? (size_t)ix->docs[d].off + ix->docs[d].len + 1 +
+				       ix->docs[d].n_tags * sizeof(uint32_t)
+			     : 0;
 	for (size_t a = 0; a < ix->n_agents; a++)
 		n += ix->agents[a].len + 1 +
 		     ix->agents[a].list.cap * sizeof(uint32_t) +

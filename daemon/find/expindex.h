@@ -38,17 +38,17 @@
 #define EXP_STATS_LIST_MAX 1000
 
 struct exp_doc {
-	char *buf;	   /* owned; the JSON starts at buf + off */
-	uint32_t len;	   /* of the JSON */
-	uint8_t off;	   /* a log tag byte before the JSON, or 0 */
+	char *buf;    /* owned; the JSON starts at buf + off */
+	uint32_t len; /* of the JSON */
+	uint8_t off;  /* a log tag byte before the JSON, or 0 */
 	uint8_t importance;
 	uint8_t n_tags;
 	bool live;
 	struct expid id;
-	int64_t ts;	   /* microseconds */
-	uint32_t agent;	   /* agent number */
-	uint32_t bm;	   /* its BM25 document while live */
-	uint32_t *tags;	   /* tag numbers, as the record lists them */
+	int64_t ts;	/* microseconds */
+	uint32_t agent; /* agent number */
+	uint32_t bm;	/* its BM25 document while live */
+	uint32_t *tags; /* tag numbers, as the record lists them */
 	/* For the owner (the kind): how many shard lines hold the record,
 	 * and how many its deletion. */
 	uint16_t rec_refs, tomb_refs;
@@ -62,7 +62,7 @@ struct docvec {
 struct exp_agent {
 	char *id;
 	size_t len;
-	struct docvec list;   /* live records by (timestamp, id) */
+	struct docvec list; /* live records by (timestamp, id) */
 	uint64_t imp_sum;
 	/* tag -> count of its live records: open addressing (tag + 1) */
 	uint32_t *tc_key, *tc_val;
@@ -134,7 +134,7 @@ struct exp_filter {
 	int min_importance;
 	const char *const *tags; /* all must be held */
 	size_t n_tags;
-	int64_t since, until;	 /* inclusive */
+	int64_t since, until;	   /* inclusive */
 	const struct expid *after; /* only records older than this one */
 };
 

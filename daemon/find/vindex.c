@@ -120,7 +120,6 @@ void vindex_free(struct vindex *vi)
 	free(vi);
 }
 
-
 /* Room for row r in the per-row arrays (both grow together). */
 static int grow_rows(struct vindex *vi, size_t need)
 {
@@ -163,8 +162,8 @@ int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 		errmsg_set(msg, msglen, "slot out of range");
 		return -EINVAL;
 	}
-	ret = grow_array((void **)&vi->slot_row, &vi->slot_cap, (size_t)slot + 1,
-		   sizeof(uint32_t));
+	ret = grow_array((void **)&vi->slot_row, &vi->slot_cap,
+			 (size_t)slot + 1, sizeof(uint32_t));
 	if (ret == 0)
 		ret = grow_rows(vi, (size_t)vecset_rows(vi->vs) + 1);
 	if (ret < 0) {
@@ -799,8 +798,8 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 	ret = -ENOMEM;
 	unit = calloc(stride, sizeof(float));
 	if (!unit || grow_rows(vi, rows ? rows : 1) < 0 ||
-	    grow_array((void **)&vi->slot_row, &vi->slot_cap, 1, sizeof(uint32_t)) <
-		    0) {
+	    grow_array((void **)&vi->slot_row, &vi->slot_cap, 1,
+		       sizeof(uint32_t)) < 0) {
 		errmsg_set(msg, msglen, "out of memory");
 		goto out;
 	}
@@ -847,7 +846,7 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 			goto out;
 		}
 		if (grow_array((void **)&vi->slot_row, &vi->slot_cap,
-			 (size_t)slot + 1, sizeof(uint32_t)) < 0 ||
+			       (size_t)slot + 1, sizeof(uint32_t)) < 0 ||
 		    vecset_add_normalised(vi->vs, unit, norm, &row) < 0) {
 			ret = -ENOMEM;
 			errmsg_set(msg, msglen, "out of memory");

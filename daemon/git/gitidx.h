@@ -45,15 +45,15 @@ enum gitidx_way {
 };
 
 struct gitidx_ctx {
-	const char *gitdir;   /* the tree's git directory, trailing slash */
-	const char *workdir;  /* the working tree, trailing slash */
+	const char *gitdir;  /* the tree's git directory, trailing slash */
+	const char *workdir; /* the working tree, trailing slash */
 	const struct statedir *state; /* for the private copy (borrowed) */
-	const char *git;      /* the git program ("git": from PATH) */
-	unsigned new_version; /* index version for a new index (2..4) */
-	bool force_git;	      /* the repository wants what git writes
-				 (core.splitIndex, core.untrackedCache) */
-	enum gitidx_way force_way; /* for tests and benchmarks: */
-	bool forced;		   /* use force_way whatever the index */
+	const char *git;	      /* the git program ("git": from PATH) */
+	unsigned new_version;	      /* index version for a new index (2..4) */
+	bool force_git;		      /* the repository wants what git writes
+					 (core.splitIndex, core.untrackedCache) */
+	enum gitidx_way force_way;    /* for tests and benchmarks: */
+	bool forced;		      /* use force_way whatever the index */
 };
 
 struct gitidx_result {

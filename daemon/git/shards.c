@@ -194,8 +194,8 @@ static int ref_cmp(const void *a, const void *b)
  * The lines of data that the shard's first size bytes do not hold, into
  * *out (malloc'd, *out_len).
  */
-static int dedupe(int fd, off_t size, const char *data, size_t len,
-		  char **out, size_t *out_len)
+static int dedupe(int fd, off_t size, const char *data, size_t len, char **out,
+		  size_t *out_len)
 {
 	char *file = NULL, *keep = malloc(len ? len : 1);
 	struct line_ref *refs = NULL;
@@ -235,7 +235,7 @@ static int dedupe(int fd, off_t size, const char *data, size_t len,
 		struct line_ref key = {hash_line(data + i, l - (nl != NULL)), 0,
 				       0};
 		struct line_ref *r = n_refs ? bsearch(&key, refs, n_refs,
-						       sizeof(*refs), ref_cmp)
+						      sizeof(*refs), ref_cmp)
 					    : NULL;
 		bool found = false;
 
@@ -348,8 +348,8 @@ static int append_one(const struct shards *s, int efd, struct shard_append *op,
 	free(kept);
 	return 0;
 fail:
-	errmsg_set(errmsg, errn, "cannot append to %s/%s/%s: %s",
-		   VMDIR_DIRNAME, VMDIR_EXPERIENCES, op->path,
+	errmsg_set(errmsg, errn, "cannot append to %s/%s/%s: %s", VMDIR_DIRNAME,
+		   VMDIR_EXPERIENCES, op->path,
 		   rc == -EINVAL ? "not a regular file" : strerror(-rc));
 	if (fd >= 0)
 		close(fd);
@@ -545,7 +545,8 @@ static int read_shard(struct scan *sc, int segfd, const char *name,
 	size_t lineno = 0;
 	int fd, rc;
 
-	fd = openat(segfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	fd = openat(segfd, name,
+		    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT)
 			return 0; /* gone meanwhile */
@@ -671,12 +672,12 @@ static int scan_entry(struct scan *sc, int segfd, const char *seg,
 		return type;
 	}
 	if (type != S_IFREG || !exp_shard_name_valid(name))
-		return vmdir_quarantine_move(
-			&sc->qc, segfd, name, rel,
-			type == S_IFLNK	  ? "symbolic link"
-			: type != S_IFREG ? "not a regular file"
-					  : "not a shard name "
-					    "(YYYY-MM-DD.jsonl)");
+		return vmdir_quarantine_move(&sc->qc, segfd, name, rel,
+					     type == S_IFLNK ? "symbolic link"
+					     : type != S_IFREG
+						     ? "not a regular file"
+						     : "not a shard name "
+						       "(YYYY-MM-DD.jsonl)");
 	if (fstatat(segfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	{
@@ -709,10 +710,9 @@ static int scan_segment(struct scan *sc, int efd, const char *seg)
 	if (segfd == -ENOENT)
 		return 0;
 	if (segfd == -ELOOP || segfd == -ENOTDIR)
-		return vmdir_quarantine_move(&sc->qc, efd, seg, rel,
-					     segfd == -ELOOP
-						     ? "symbolic link"
-						     : "not a directory");
+		return vmdir_quarantine_move(
+			&sc->qc, efd, seg, rel,
+			segfd == -ELOOP ? "symbolic link" : "not a directory");
 	if (segfd < 0) {
 		errmsg_set(sc->errmsg, sc->errn, "cannot open %s/%s: %s",
 			   VMDIR_DIRNAME, rel, strerror(-segfd));
@@ -749,10 +749,9 @@ int shards_scan(struct shards *s, const struct shards_visit *v,
 	}
 	if ((rc == -ELOOP || rc == -ENOTDIR) && fds[1] >= 0) {
 		/* experiences/ itself is no directory of ours. */
-		rc = vmdir_quarantine_move(&sc.qc, fds[1], VMDIR_EXPERIENCES,
-					   VMDIR_EXPERIENCES,
-					   rc == -ELOOP ? "symbolic link"
-							: "not a directory");
+		rc = vmdir_quarantine_move(
+			&sc.qc, fds[1], VMDIR_EXPERIENCES, VMDIR_EXPERIENCES,
+			rc == -ELOOP ? "symbolic link" : "not a directory");
 		goto out;
 	}
 	if (rc < 0)

@@ -89,12 +89,10 @@ struct shards_visit {
 	 * then on, raw its bytes without the newline, borrowed). 0, or a
 	 * negative errno that stops the scan. NULL: shards are not read,
 	 * only stat'ed (a probe). */
-	int (*line)(void *ctx, struct exp_line *l, const char *raw,
-		    size_t len);
+	int (*line)(void *ctx, struct exp_line *l, const char *raw, size_t len);
 	/* A shard not known, after its lines (if read), with its stamp
 	 * (after a rewrite that took bad lines out). 0 or -errno. */
-	int (*shard)(void *ctx, const char *path,
-		     const struct vmdir_stamp *st);
+	int (*shard)(void *ctx, const char *path, const struct vmdir_stamp *st);
 	void *ctx;
 };
 

@@ -193,7 +193,8 @@ void vmdir_quarantine_done(struct vmdir_quarantine *qc);
  * and report it with reason. 0 or -errno (errmsg).
  */
 int vmdir_quarantine_move(struct vmdir_quarantine *qc, int dfd,
-			  const char *name, const char *rel, const char *reason);
+			  const char *name, const char *rel,
+			  const char *reason);
 
 /*
  * Keep data (bytes that were part of rel, e.g. lines taken out of it) in

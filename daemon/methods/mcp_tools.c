@@ -760,10 +760,10 @@ static json_t *o_experience(bool listed, bool scored)
 	if (o && scored) {
 		rc |= json_object_set_new(props, "score",
 					  json_pack("{s:s}", "type", "number"));
-		rc |= json_object_set_new(
-			props, "matched_terms",
-			json_pack("{s:s,s:{s:s}}", "type", "array", "items",
-				  "type", "string"));
+		rc |= json_object_set_new(props, "matched_terms",
+					  json_pack("{s:s,s:{s:s}}", "type",
+						    "array", "items", "type",
+						    "string"));
 		rc |= json_array_append_new(json_object_get(o, "required"),
 					    json_string("score"));
 		rc |= json_array_append_new(json_object_get(o, "required"),
@@ -1038,17 +1038,16 @@ static const char *const search_documents_required[] = {"query_embedding",
 static const char *const between_args[] = {"start", "end", "metadata_filters",
 					   "limit", NULL};
 static const char *const between_required[] = {"start", "end", NULL};
-static const char *const record_args[] = {
-	"context", "action",   "outcome",  "tags",
-	"importance", "metadata", "agent_id", "timeout_ms", NULL};
+static const char *const record_args[] = {"context",  "action",	    "outcome",
+					  "tags",     "importance", "metadata",
+					  "agent_id", "timeout_ms", NULL};
 static const char *const record_required[] = {"context", "action", "outcome",
 					      NULL};
 static const char *const recall_args[] = {"agent_id", "tags",  "min_importance",
 					  "since",    "until", "limit",
 					  "after",    NULL};
-static const char *const similar_args[] = {"context", "agent_id",
-					   "min_importance", "limit", "after",
-					   NULL};
+static const char *const similar_args[] = {
+	"context", "agent_id", "min_importance", "limit", "after", NULL};
 static const char *const similar_required[] = {"context", NULL};
 static const char *const exp_stats_args[] = {"agent_id", NULL};
 
@@ -1061,7 +1060,8 @@ static const char *const exp_stats_args[] = {"agent_id", NULL};
 #define EXP_PAGING                                                             \
 	" A page holds at most 50 results by default (limit, at most 200) "    \
 	"and under 64 KB of text; context, action and outcome over 1 KB are "  \
-	"cut (<field>_truncated). When more is true, call again with the same " \
+	"cut (<field>_truncated). When more is true, call again with the "     \
+	"same "                                                                \
 	"arguments and after set to next_after."
 
 /* In the order tools/list shows them; few enough for a linear search. */
@@ -1197,8 +1197,8 @@ static const struct mcp_tool tools[] = {
 	 "experience with its id (time-ordered) and timestamp; it is "
 	 "durable when this returns, immutable, and committed to git in the "
 	 "next batch.",
-	 experience_store, 0, record_args, record_required, in_record,
-	 o_record, NULL, NULL, NULL, NULL},
+	 experience_store, 0, record_args, record_required, in_record, o_record,
+	 NULL, NULL, NULL, NULL},
 	{"recall_experiences", "Recall experiences",
 	 "An agent's experiences, newest first (default: this session's "
 	 "agent), filtered by tags (all of them), minimum importance and a "
@@ -1363,11 +1363,10 @@ static int preview_item(json_t *item)
 		if (!p)
 			continue;
 		snprintf(name, sizeof(name), "%s_bytes", texts[i]);
-		if (json_object_set_new(item, name,
-					json_integer((json_int_t)
-							     json_string_length(
-								     text))) <
-			    0 ||
+		if (json_object_set_new(
+			    item, name,
+			    json_integer((json_int_t)json_string_length(
+				    text))) < 0 ||
 		    json_object_set_new(item, texts[i], p) < 0)
 			return -1;
 		snprintf(name, sizeof(name), "%s_truncated", texts[i]);

@@ -34,8 +34,7 @@ static bool param_id(struct call *call, struct expid *out)
 		return false;
 	}
 	if (!json_is_string(v) ||
-	    expid_parse(json_string_value(v), json_string_length(v), out) <
-		    0) {
+	    expid_parse(json_string_value(v), json_string_length(v), out) < 0) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
 			   "id must be an experience id (a UUIDv7: 8-4-4-4-12 "
 			   "hex digits)");
@@ -104,8 +103,8 @@ static bool param_text(struct call *call, enum exp_field f,
 			   "%s must be a string", name);
 		return false;
 	}
-	if (exp_text_check(f, json_string_value(v), json_string_length(v),
-			   true, msg) != 0) {
+	if (exp_text_check(f, json_string_value(v), json_string_length(v), true,
+			   msg) != 0) {
 		call_error(call, RPC_INVALID_PARAMS, NULL, "%s", msg);
 		return false;
 	}
@@ -265,8 +264,8 @@ static bool append_hit(struct buf *b, const struct exp_doc *d,
 	if (matched)
 		m = json_dumps(matched, JSON_COMPACT);
 	json_decref(matched);
-	snprintf(score, sizeof(score), ",\"score\":%.6g,\"matched_terms\":",
-		 h->score);
+	snprintf(score, sizeof(score),
+		 ",\"score\":%.6g,\"matched_terms\":", h->score);
 	/* The record's JSON ends with its '}'. */
 	ok = m && buf_append(b, d->buf + d->off, d->len - 1) &&
 	     buf_puts(b, score) && buf_puts(b, m) && buf_append(b, "}", 1);
@@ -329,12 +328,11 @@ int experience_find_similar(struct call *call)
 		return CALL_DONE;
 	}
 	if (rc == 0)
-		rc = expindex_similar(ix, q, agent, agent ? strlen(agent) : 0,
-				      (int)min_imp,
-				      after && !json_is_null(after)
-					      ? RESULTS_LIMIT_MAX
-					      : (size_t)limit,
-				      &hits, &n, terms, &n_terms);
+		rc = expindex_similar(
+			ix, q, agent, agent ? strlen(agent) : 0, (int)min_imp,
+			after && !json_is_null(after) ? RESULTS_LIMIT_MAX
+						      : (size_t)limit,
+			&hits, &n, terms, &n_terms);
 	if (rc == 0 && after && !json_is_null(after)) {
 		first = n; /* not among them: nothing after it */
 		for (size_t i = 0; i < n; i++)
@@ -497,7 +495,7 @@ static int submit(struct exp_call *xc)
 int experience_store(struct call *call)
 {
 	static const char *const allowed[] = {
-		"agent_id", "context",	"action",     "outcome", "tags",
+		"agent_id",   "context",  "action",	"outcome", "tags",
 		"importance", "metadata", "timeout_ms", NULL};
 	json_t *imp = json_object_get(call->params, "importance");
 	json_t *meta = json_object_get(call->params, "metadata");
@@ -533,8 +531,8 @@ int experience_store(struct call *call)
 		call_error(call, rc, NULL, "%s", msg);
 		goto refused;
 	}
-	e->metadata = meta && !json_is_null(meta) ? json_incref(meta)
-						  : json_object();
+	e->metadata =
+		meta && !json_is_null(meta) ? json_incref(meta) : json_object();
 	e->agent_id = strdup(agent);
 	if (!e->metadata || !e->agent_id) {
 		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");

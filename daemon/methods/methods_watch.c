@@ -56,8 +56,8 @@ bad:
 int watch_subscribe(struct call *call)
 {
 	static const char *const allowed[] = {
-		"x_range", "y_range", "z_range", "kinds", "agent_id", "session_id",
-		NULL};
+		"x_range",  "y_range",	  "z_range", "kinds",
+		"agent_id", "session_id", NULL};
 	static const char *const box[] = {"x_range", "y_range", "z_range"};
 	json_t *agent = json_object_get(call->params, "agent_id");
 	struct axis_range x, y, z;

@@ -308,7 +308,8 @@ void subs_notify_experience(struct subs *s, enum subs_event ev, const char *id,
 
 		next = sub->next; /* notifying may close a slow subscriber */
 		/* one cut off in this burst: see subs_notify */
-		if (sub->conn->closing || !(sub->kinds & SUBS_KIND_EXPERIENCE) ||
+		if (sub->conn->closing ||
+		    !(sub->kinds & SUBS_KIND_EXPERIENCE) ||
 		    (sub->agent_id &&
 		     (!agent || strlen(sub->agent_id) != agent_len ||
 		      memcmp(sub->agent_id, agent, agent_len) != 0)))

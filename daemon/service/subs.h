@@ -53,9 +53,9 @@ struct subscription {
 	struct conn *conn;
 	unsigned kinds; /* SUBS_KIND_DECISION, SUBS_KIND_EXPERIENCE */
 	struct axis_range x, y, z; /* decisions: the box */
-	char *agent_id;		/* experiences: only this agent's (owned;
-				   NULL: every agent's) */
-	bool one_session; /* messages: of session only */
+	char *agent_id;		   /* experiences: only this agent's (owned;
+				      NULL: every agent's) */
+	bool one_session;	   /* messages: of session only */
 	uint8_t session[REC_KEY];
 	struct subscription *next;
 };

@@ -279,7 +279,8 @@ void localseg_written(struct localseg *ls, void *snap, int rc)
 		struct localseg_item *all = malloc((n ? n : 1) * sizeof(*all));
 
 		if (all) {
-			/* Either list may be empty (NULL): no memcpy from it. */
+			/* Either list may be empty (NULL): no memcpy from it.
+			 */
 			if (sn->n)
 				memcpy(all, sn->items, sn->n * sizeof(*all));
 			if (ls->n_items)

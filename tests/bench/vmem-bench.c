@@ -95,10 +95,9 @@ enum op {
 };
 
 static const char *const op_names[] = {
-	"get",	     "exists",	  "store",     "store_new", "search",
-	"range",     "before",	  "xstore",    "xretrieve", "xsimilar",
-	"xstats",    "message",	  "echo",      "preload",   "redis SET",
-	"redis GET", "preload",
+	"get",	  "exists",  "store",	  "store_new", "search",  "range",
+	"before", "xstore",  "xretrieve", "xsimilar",  "xstats",  "message",
+	"echo",	  "preload", "redis SET", "redis GET", "preload",
 };
 
 struct mix {
@@ -183,10 +182,10 @@ static struct {
 	int max_x;
 	int preload;
 	int value_bytes;
-	int preload_xs;	     /* issues touched by the preload */
-	uint64_t next_fresh; /* next unused coordinate for store_new */
-	size_t get_resp_len; /* for the echo server's replies */
-	char *filler;	     /* value_bytes of words, no JSON escapes */
+	int preload_xs;		 /* issues touched by the preload */
+	uint64_t next_fresh;	 /* next unused coordinate for store_new */
+	size_t get_resp_len;	 /* for the echo server's replies */
+	char *filler;		 /* value_bytes of words, no JSON escapes */
 	char *vocab[EXP_VOCAB];	 /* the experiences' words */
 	uint64_t exp_text_bytes; /* context + action + outcome stored */
 	uint64_t exp_stored;
@@ -377,9 +376,9 @@ static const char *exp_word(uint64_t *rng)
 /* Pronounceable made-up words (no stop word, no JSON escape). */
 static int make_vocab(void)
 {
-	static const char *const syl[] = {"ka", "ri", "to", "mu", "sel", "vo",
-					  "dan", "pe", "lin", "go", "zu",
-					  "mar", "te", "fi", "ro", "bex"};
+	static const char *const syl[] = {
+		"ka",  "ri", "to", "mu",  "sel", "vo", "dan", "pe",
+		"lin", "go", "zu", "mar", "te",	 "fi", "ro",  "bex"};
 
 	for (int i = 0; i < EXP_VOCAB; i++) {
 		char w[32] = "";
@@ -429,8 +428,8 @@ static int emit_xstore(struct buf *o, uint64_t id, uint64_t *rng)
 		     jhead, id, (unsigned)(rnd(rng) % EXP_AGENTS));
 	o->len += (size_t)n;
 	for (int f = 0; f < 3; f++) {
-		o->len += (size_t)sprintf(o->p + o->len, ",\"%s\":\"",
-					  names[f]);
+		o->len +=
+			(size_t)sprintf(o->p + o->len, ",\"%s\":\"", names[f]);
 		exp_words(o, rng, sizes[f]);
 		o->p[o->len++] = '"';
 	}
@@ -455,8 +454,7 @@ static int emit_xquery(struct buf *o, enum op op, uint64_t id, uint64_t *rng)
 			     "%s%" PRIu64 ",\"method\":\"experience.retrieve\","
 			     "\"params\":{\"agent_id\":\"agent-%02u\","
 			     "\"tags\":[\"tag%02u\"],\"limit\":10}}\n",
-			     jhead, id, agent,
-			     (unsigned)(rnd(rng) % EXP_TAGS));
+			     jhead, id, agent, (unsigned)(rnd(rng) % EXP_TAGS));
 	} else if (op == OP_XSTATS) {
 		if (rnd(rng) % 2)
 			n = snprintf(o->p + o->len, 512,
@@ -1495,8 +1493,8 @@ static void print_exp_ratios(const struct opts *o)
 			       "experiences (same run)", "clients", "xstore",
 			       "store", "", "ratio", "target");
 		head = true;
-		ratio("xstore ops/s / store ops/s", c, xs->tput, st->tput,
-		      "/s", ">= 0.9");
+		ratio("xstore ops/s / store ops/s", c, xs->tput, st->tput, "/s",
+		      ">= 0.9");
 		ratio("xstore p50 / store p50", c, xs->p50, st->p50, "us",
 		      "<= 1.11");
 	}
@@ -1545,11 +1543,11 @@ static void print_ratios(const struct opts *o, bool redis)
 static int print_daemon_latencies(void)
 {
 	static const char *const methods[] = {
-		"experience.store",	 "experience.retrieve",
+		"experience.store",	   "experience.retrieve",
 		"experience.find_similar", "experience.stats",
-		"decision.store",	 "decision.get"};
-	static const char *const targets[] = {"", "p99 <= 100", "p99 <= 2000",
-					      "p99 <= 1000", "", ""};
+		"decision.store",	   "decision.get"};
+	static const char *const targets[] = {
+		"", "p99 <= 100", "p99 <= 2000", "p99 <= 1000", "", ""};
 	char *resp = NULL, key[64];
 	size_t len;
 	int rc = rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
@@ -1660,23 +1658,23 @@ static int measure_restart(const struct opts *o)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"usage: vmem-bench --vmemd PATH [--seconds S] [--clients "
-		"LIST]\n"
-		"                  [--depth N] [--value-bytes B] [--mix "
-		"SPEC]...\n"
-		"                  [--preload N] [--max-x N] [--compare] "
-		"[--pin]\n"
-		"                  [--exp-preload N] [--restart]\n"
-		"  --mix SPEC   op[=weight],... with op one of get, exists, "
-		"store,\n"
-		"               store_new, search, range, before, xstore, "
-		"xretrieve,\n"
-		"               xsimilar, xstats, message (repeatable; default: "
-		"get,\n"
-		"               then store, each its own row)\n"
-		"  --exp-preload N  store N experiences (20 agents) first\n"
-		"  --restart    then time a restart and show the memory\n");
+	fprintf(f, "usage: vmem-bench --vmemd PATH [--seconds S] [--clients "
+		   "LIST]\n"
+		   "                  [--depth N] [--value-bytes B] [--mix "
+		   "SPEC]...\n"
+		   "                  [--preload N] [--max-x N] [--compare] "
+		   "[--pin]\n"
+		   "                  [--exp-preload N] [--restart]\n"
+		   "  --mix SPEC   op[=weight],... with op one of get, exists, "
+		   "store,\n"
+		   "               store_new, search, range, before, xstore, "
+		   "xretrieve,\n"
+		   "               xsimilar, xstats, message (repeatable; "
+		   "default: "
+		   "get,\n"
+		   "               then store, each its own row)\n"
+		   "  --exp-preload N  store N experiences (20 agents) first\n"
+		   "  --restart    then time a restart and show the memory\n");
 }
 
 static int parse_mix(const char *spec, struct mix *m)

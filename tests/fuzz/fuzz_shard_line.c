@@ -20,15 +20,13 @@
 
 #include <string.h>
 
-static void same_record(const struct experience *a,
-			const struct experience *b)
+static void same_record(const struct experience *a, const struct experience *b)
 {
 	FUZZ_CHECK(expid_cmp(&a->id, &b->id) == 0);
 	FUZZ_CHECK(strcmp(a->agent_id, b->agent_id) == 0);
 	for (int f = 0; f < EXP_NFIELDS; f++) {
 		FUZZ_CHECK(a->text_len[f] == b->text_len[f]);
-		FUZZ_CHECK(memcmp(a->text[f], b->text[f], a->text_len[f]) ==
-			   0);
+		FUZZ_CHECK(memcmp(a->text[f], b->text[f], a->text_len[f]) == 0);
 	}
 	FUZZ_CHECK(a->timestamp == b->timestamp);
 	FUZZ_CHECK(a->importance == b->importance);

@@ -43,9 +43,8 @@ static void search(struct bm25 *ix, const char *text, bm25_accept_fn accept,
 	size_t n_hits, scored[BM25_TERMS_MAX], n_scored, o = 0;
 	char msg[200];
 
-	ck_assert_int_eq(bm25_query_parse(text, strlen(text), &q, msg,
-					  sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		bm25_query_parse(text, strlen(text), &q, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(bm25_search(ix, q, limit, accept, ctx, &hits, &n_hits,
 				     scored, &n_scored),
 			 0);
@@ -240,9 +239,9 @@ START_TEST(test_pruned_equals_whole)
 		if (n % 10 == 0)
 			strcat(qt, " w1*");
 		limit = 1 + lcg(&seed) % 10;
-		ck_assert_int_eq(bm25_query_parse(qt, strlen(qt), &q, msg,
-						  sizeof(msg)),
-				 0);
+		ck_assert_int_eq(
+			bm25_query_parse(qt, strlen(qt), &q, msg, sizeof(msg)),
+			0);
 		ck_assert_int_eq(bm25_search(ix, q, limit, counted_cb, &cf,
 					     &few, &n_few, sc, &n_sc),
 				 0);
@@ -253,7 +252,8 @@ START_TEST(test_pruned_equals_whole)
 		for (size_t i = 0; i < n_few; i++) {
 			ck_assert_msg(few[i].doc == all[i].doc &&
 					      few[i].score == all[i].score &&
-					      few[i].matched == all[i].matched &&
+					      few[i].matched ==
+						      all[i].matched &&
 					      few[i].tie == all[i].tie,
 				      "query '%s' limit %zu: hit %zu is d%u "
 				      "(%g), not d%u (%g)",
@@ -345,9 +345,8 @@ START_TEST(test_scored_terms)
 	for (uint32_t d = 0; d < 8; d++)
 		add(ix, d, text, d == 3 ? "rare" : "x", "y");
 	snprintf(text + o, sizeof(text) - o, "rare");
-	ck_assert_int_eq(bm25_query_parse(text, strlen(text), &q, msg,
-					  sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		bm25_query_parse(text, strlen(text), &q, msg, sizeof(msg)), 0);
 	ck_assert_uint_eq(bm25_query_terms(q), 101);
 	ck_assert_int_eq(bm25_search(ix, q, 3, NULL, NULL, &hits, &n_hits,
 				     scored, &n_scored),
@@ -358,7 +357,7 @@ START_TEST(test_scored_terms)
 	ck_assert_uint_lt(scored[0], scored[1]);
 	ck_assert_uint_eq(n_hits, 3);
 	ck_assert_uint_eq(hits[0].doc, 3);
-	ck_assert(hits[0].matched >> 63);	  /* rare */
+	ck_assert(hits[0].matched >> 63);    /* rare */
 	ck_assert(!(hits[1].matched >> 63)); /* others: no */
 	ck_assert_uint_eq(__builtin_popcountll(hits[0].matched), 64);
 	ck_assert(hits[0].score > hits[1].score);

@@ -171,7 +171,8 @@ START_TEST(test_parse_refusals)
 		"\"timestamp\":\"yesterday\",\"importance\":5,\"tags\":[],"
 		"\"metadata\":{}}",
 		/* duplicate key */
-		"{\"id\":\"01943c3c-b93b-774b-8102-030405060708\",\"id\":\"x\"}",
+		"{\"id\":\"01943c3c-b93b-774b-8102-030405060708\",\"id\":"
+		"\"x\"}",
 		/* tombstone without deleted_by */
 		"{\"deleted\":\"01943c3c-b93b-774b-8102-030405060708\","
 		"\"agent_id\":\"a\",\"timestamp\":\"2025-01-06T15:30:00.123456Z"
@@ -209,12 +210,11 @@ START_TEST(test_field_rules)
 	ck_assert_ptr_nonnull(strstr(msg, "action"));
 	ck_assert_int_eq(exp_text_check(EXP_ACTION, " \t\n", 3, false, msg), 0);
 	memset(big, 'a', sizeof(big));
-	ck_assert_int_eq(exp_text_check(EXP_OUTCOME, big, EXP_TEXT_MAX, true,
-					msg),
-			 0);
-	ck_assert_int_eq(exp_text_check(EXP_OUTCOME, big, EXP_TEXT_MAX + 1,
-					true, msg),
-			 RPC_INVALID_PARAMS);
+	ck_assert_int_eq(
+		exp_text_check(EXP_OUTCOME, big, EXP_TEXT_MAX, true, msg), 0);
+	ck_assert_int_eq(
+		exp_text_check(EXP_OUTCOME, big, EXP_TEXT_MAX + 1, true, msg),
+		RPC_INVALID_PARAMS);
 	ck_assert_int_eq(exp_text_check(EXP_OUTCOME, "\xff", 1, true, msg),
 			 RPC_INVALID_PARAMS);
 
@@ -261,8 +261,13 @@ START_TEST(test_field_rules)
 	json_decref(v);
 	{
 		static const char *const refused[] = {
-			"[\"\"]", "[1]", "[\"a\\u0007\"]", "[\"a\\u0085\"]",
-			"[\"dup\",\"dup\"]", "{}", "\"t\"",
+			"[\"\"]",
+			"[1]",
+			"[\"a\\u0007\"]",
+			"[\"a\\u0085\"]",
+			"[\"dup\",\"dup\"]",
+			"{}",
+			"\"t\"",
 			"[\"01234567890123456789012345678901234567890123456789"
 			"0123456789012345\"]"};
 
@@ -290,11 +295,20 @@ END_TEST
  * decodes back, and only the canonical segment decodes. */
 START_TEST(test_segments)
 {
-	static const char *const ids[] = {
-		"goal_seeker_1", "claude-code-01", "a.b", ".hidden", "..",
-		"with space",	 "a/b",		   "~tilde", "é", "x",
-		"Upper",	 "a%20b",	   "-dash"};
-	static const bool plain[] = {true,  true,  true, false, false,
+	static const char *const ids[] = {"goal_seeker_1",
+					  "claude-code-01",
+					  "a.b",
+					  ".hidden",
+					  "..",
+					  "with space",
+					  "a/b",
+					  "~tilde",
+					  "é",
+					  "x",
+					  "Upper",
+					  "a%20b",
+					  "-dash"};
+	static const bool plain[] = {true,  true,  true,  false, false,
 				     false, false, false, false, true,
 				     true,  false, true};
 	char seg[EXP_SEGMENT_MAX + 1], back[VMEM_AGENT_ID_MAX + 1];
@@ -308,9 +322,8 @@ START_TEST(test_segments)
 			      "%s -> %s", ids[i], seg);
 		ck_assert(plain[i] || seg[0] == '~');
 		ck_assert_ptr_null(strchr(seg, '/'));
-		ck_assert_int_eq(exp_segment_decode(seg, back, sizeof(back),
-						    &len),
-				 0);
+		ck_assert_int_eq(
+			exp_segment_decode(seg, back, sizeof(back), &len), 0);
 		ck_assert_uint_eq(len, strlen(ids[i]));
 		ck_assert_str_eq(back, ids[i]);
 	}
@@ -325,9 +338,8 @@ START_TEST(test_segments)
 		ck_assert_int_le(exp_segment(longest, VMEM_AGENT_ID_MAX, seg,
 					     sizeof(seg)),
 				 EXP_SEGMENT_MAX);
-		ck_assert_int_eq(exp_segment_decode(seg, back, sizeof(back),
-						    &len),
-				 0);
+		ck_assert_int_eq(
+			exp_segment_decode(seg, back, sizeof(back), &len), 0);
 		ck_assert_str_eq(back, longest);
 	}
 	/* Not segments: a plain id written as base64, bad characters,

@@ -84,21 +84,20 @@ START_TEST(test_parse)
 	ck_assert_int_eq(expid_parse(upper, strlen(upper), &back), 0);
 	ck_assert_int_eq(expid_cmp(&id, &back), 0);
 	/* Not a UUIDv7: other versions, variants, shapes. */
-	ck_assert_int_eq(expid_parse("01943c5b-1e3b-41d3-bfff-ffffffffffff",
-				     36, &back),
-			 -1);
-	ck_assert_int_eq(expid_parse("01943c5b-1e3b-71d3-cfff-ffffffffffff",
-				     36, &back),
-			 -1);
-	ck_assert_int_eq(expid_parse("01943c5b1e3b71d3bfffffffffffffff", 32,
-				     &back),
-			 -1);
-	ck_assert_int_eq(expid_parse("01943c5b-1e3b-71d3-bfff-fffffffffffg",
-				     36, &back),
-			 -1);
-	ck_assert_int_eq(expid_parse("01943c5b-1e3b-71d3-bfff_ffffffffffff",
-				     36, &back),
-			 -1);
+	ck_assert_int_eq(
+		expid_parse("01943c5b-1e3b-41d3-bfff-ffffffffffff", 36, &back),
+		-1);
+	ck_assert_int_eq(
+		expid_parse("01943c5b-1e3b-71d3-cfff-ffffffffffff", 36, &back),
+		-1);
+	ck_assert_int_eq(
+		expid_parse("01943c5b1e3b71d3bfffffffffffffff", 32, &back), -1);
+	ck_assert_int_eq(
+		expid_parse("01943c5b-1e3b-71d3-bfff-fffffffffffg", 36, &back),
+		-1);
+	ck_assert_int_eq(
+		expid_parse("01943c5b-1e3b-71d3-bfff_ffffffffffff", 36, &back),
+		-1);
 	ck_assert_int_eq(expid_parse(text, 35, &back), -1);
 	ck_assert_int_eq(expid_parse("", 0, &back), -1);
 }

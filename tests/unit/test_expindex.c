@@ -60,9 +60,8 @@ static uint32_t put(const char *agent, int64_t ts, int importance,
 	ck_assert_ptr_nonnull(buf);
 	doc = expindex_intern(&ix, &e.id);
 	ck_assert_int_ge(doc, 0);
-	ck_assert_int_eq(expindex_set_record(&ix, (uint32_t)doc, buf, 0, len,
-					     &e),
-			 0);
+	ck_assert_int_eq(
+		expindex_set_record(&ix, (uint32_t)doc, buf, 0, len, &e), 0);
 	ck_assert_int_eq(expindex_activate(&ix, (uint32_t)doc, &e), 0);
 	experience_done(&e);
 	return (uint32_t)doc;
@@ -75,8 +74,9 @@ static const char *get(const char *agent, size_t limit, int min_imp,
 {
 	static char out[512];
 	const char *tags[2] = {t1, t2};
-	struct exp_filter f = {agent,	       strlen(agent), min_imp, tags,
-			       t2 ? 2 : t1 ? 1 : 0, since, until, after};
+	struct exp_filter f = {
+		agent, strlen(agent), min_imp, tags, t2 ? 2 : t1 ? 1 : 0,
+		since, until,	      after};
 	uint32_t docs[64];
 	size_t n = expindex_retrieve(&ix, &f, docs, limit), o = 0;
 
@@ -91,11 +91,11 @@ static const char *get(const char *agent, size_t limit, int min_imp,
 
 START_TEST(test_retrieve)
 {
-	put("a", T0 + 1, 5, "x", "c0");	 /* d0 */
+	put("a", T0 + 1, 5, "x", "c0");	  /* d0 */
 	put("a", T0 + 2, 8, "x,y", "c1"); /* d1 */
-	put("b", T0 + 3, 5, "x", "c2");	 /* d2 */
-	put("a", T0 + 4, 2, "y", "c3");	 /* d3 */
-	put("a", T0 + 5, 9, NULL, "c4");	 /* d4 */
+	put("b", T0 + 3, 5, "x", "c2");	  /* d2 */
+	put("a", T0 + 4, 2, "y", "c3");	  /* d3 */
+	put("a", T0 + 5, 9, NULL, "c4");  /* d4 */
 	ck_assert_str_eq(get("a", 10, 1, NULL, NULL, ALL), "d4 d3 d1 d0");
 	ck_assert_str_eq(get("a", 2, 1, NULL, NULL, ALL), "d4 d3");
 	ck_assert_str_eq(get("a", 10, 1, "x", NULL, ALL), "d1 d0");
@@ -133,12 +133,12 @@ START_TEST(test_out_of_order)
 	put("a", T0 + 500, 5, "t", "older");	  /* d51 */
 	put("a", T0 + 5000, 5, "t", "newest");	  /* d52 */
 	ck_assert_str_eq(get("a", 3, 1, "t", NULL, ALL), "d52 d49 d48");
-	ck_assert_str_eq(get("a", 100, 1, NULL, NULL, INT64_MIN, T0 + 999,
-			     NULL),
-			 "d51");
+	ck_assert_str_eq(
+		get("a", 100, 1, NULL, NULL, INT64_MIN, T0 + 999, NULL), "d51");
 	{
 		const char *all = get("a", 100, 1, "t", NULL, ALL);
-		const char *p20 = strstr(all, "d20 "), *p50 = strstr(all, "d50");
+		const char *p20 = strstr(all, "d20 "),
+			   *p50 = strstr(all, "d50");
 
 		ck_assert_ptr_nonnull(p20);
 		ck_assert_ptr_nonnull(p50);
@@ -212,9 +212,8 @@ static const char *similar(const char *text, const char *agent, int min_imp,
 	size_t n, n_terms, o = 0;
 	char msg[128];
 
-	ck_assert_int_eq(bm25_query_parse(text, strlen(text), &q, msg,
-					  sizeof(msg)),
-			 0);
+	ck_assert_int_eq(
+		bm25_query_parse(text, strlen(text), &q, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(expindex_similar(&ix, q, agent,
 					  agent ? strlen(agent) : 0, min_imp,
 					  limit, &hits, &n, terms, &n_terms),
@@ -230,9 +229,9 @@ static const char *similar(const char *text, const char *agent, int min_imp,
 
 START_TEST(test_similar)
 {
-	put("a", T0 + 1, 5, NULL, "deploy the service"); /* d0 */
-	put("a", T0 + 2, 9, NULL, "deploy the service"); /* d1 */
-	put("b", T0 + 3, 5, NULL, "deploy the service"); /* d2 */
+	put("a", T0 + 1, 5, NULL, "deploy the service");  /* d0 */
+	put("a", T0 + 2, 9, NULL, "deploy the service");  /* d1 */
+	put("b", T0 + 3, 5, NULL, "deploy the service");  /* d2 */
 	put("a", T0 + 4, 5, NULL, "rollback the deploy"); /* d3 */
 	put("a", T0 + 5, 5, NULL, "unrelated words");	  /* d4 */
 	/* Equal scores: importance first, then the newest. */

@@ -65,8 +65,8 @@ static void setup(void)
 	ck_assert_ptr_nonnull(mkdtemp(tmp));
 	snprintf(tree, sizeof(tree), "%s/tree", tmp);
 	snprintf(gitdir, sizeof(gitdir), "%s/git", tmp);
-	snprintf(shard_dir, sizeof(shard_dir),
-		 "%s/.vector-memory/experiences", tree);
+	snprintf(shard_dir, sizeof(shard_dir), "%s/.vector-memory/experiences",
+		 tree);
 	ck_assert_int_eq(mkdir(tree, 0700), 0);
 	ck_assert_int_eq(mkdir(gitdir, 0700), 0);
 	ck_assert_int_eq(statedir_init(&sd, gitdir, NULL, 0, NULL, 0), 0);
@@ -230,9 +230,9 @@ static void shard_of(const char *agent, const char *id, char *out, size_t n)
 	struct expid e;
 
 	ck_assert_int_eq(expid_parse(id, strlen(id), &e), 0);
-	ck_assert_int_gt(exp_shard_path(agent, strlen(agent), expid_usec(&e),
-					out, n),
-			 0);
+	ck_assert_int_gt(
+		exp_shard_path(agent, strlen(agent), expid_usec(&e), out, n),
+		0);
 }
 
 static int event_at(const char *e)
@@ -295,8 +295,8 @@ struct payloads {
 	size_t len[8], n;
 };
 
-static int collect_cb(void *ctx, const char *payload, size_t len,
-		      char *errmsg, size_t errn)
+static int collect_cb(void *ctx, const char *payload, size_t len, char *errmsg,
+		      size_t errn)
 {
 	struct payloads *pl = ctx;
 
@@ -366,9 +366,8 @@ START_TEST(test_crash_replay_torn_tail)
 	shard_of("crasher", ids[0], shard, sizeof(shard));
 	snprintf(path, sizeof(path), "%s/%s", shard_dir, shard);
 	ck_assert_int_ne(access(path, F_OK), 0); /* nothing written yet */
-	ck_assert_int_eq(wal_open(&wl, &sd, STORE_WAL_NAME, &replay, NULL,
-				  NULL, 0),
-			 0);
+	ck_assert_int_eq(
+		wal_open(&wl, &sd, STORE_WAL_NAME, &replay, NULL, NULL, 0), 0);
 	wal_close(&wl);
 	ck_assert_uint_eq(pl.n, 4);
 	/* The shard as an interrupted append leaves it: the first line
@@ -549,7 +548,8 @@ START_TEST(test_tombstone_first)
 	static const char *rec =
 		"{\"id\":\"01943c3c-b93b-774b-8102-030405060708\",\"agent_id\":"
 		"\"zed\",\"context\":\"c\",\"action\":\"x\",\"outcome\":\"y\","
-		"\"timestamp\":\"2025-01-06T15:30:00.123456Z\",\"importance\":5,"
+		"\"timestamp\":\"2025-01-06T15:30:00.123456Z\",\"importance\":"
+		"5,"
 		"\"tags\":[],\"metadata\":{}}";
 	static const char *tomb =
 		"{\"deleted\":\"01943c3c-b93b-774b-8102-030405060708\","

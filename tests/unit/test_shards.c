@@ -98,12 +98,13 @@ static const char *rec(const char *id_tail, const char *ctx)
 {
 	static char line[512];
 
-	snprintf(line, sizeof(line),
-		 "{\"id\":\"01943c3c-b93b-774b-8102-0304050607%s\",\"agent_id\":"
-		 "\"a\",\"context\":\"%s\",\"action\":\"x\",\"outcome\":\"y\","
-		 "\"timestamp\":\"2025-01-06T15:30:00.123456Z\",\"importance\":"
-		 "5,\"tags\":[],\"metadata\":{}}",
-		 id_tail, ctx);
+	snprintf(
+		line, sizeof(line),
+		"{\"id\":\"01943c3c-b93b-774b-8102-0304050607%s\",\"agent_id\":"
+		"\"a\",\"context\":\"%s\",\"action\":\"x\",\"outcome\":\"y\","
+		"\"timestamp\":\"2025-01-06T15:30:00.123456Z\",\"importance\":"
+		"5,\"tags\":[],\"metadata\":{}}",
+		id_tail, ctx);
 	return line;
 }
 
@@ -130,8 +131,7 @@ END_TEST
 START_TEST(test_torn_tail)
 {
 	spit("a/2025-01-06.jsonl", "first\nsec");
-	ck_assert_int_eq(append("a/2025-01-06.jsonl", "second\nthird\n",
-				false),
+	ck_assert_int_eq(append("a/2025-01-06.jsonl", "second\nthird\n", false),
 			 0);
 	ck_assert_str_eq(slurp("a/2025-01-06.jsonl", NULL),
 			 "first\nsecond\nthird\n");
@@ -152,8 +152,7 @@ END_TEST
 START_TEST(test_dedupe)
 {
 	spit("a/2025-01-06.jsonl", "l1\nl2\nl3");
-	ck_assert_int_eq(append("a/2025-01-06.jsonl", "l2\nl3\nl4\n", true),
-			 0);
+	ck_assert_int_eq(append("a/2025-01-06.jsonl", "l2\nl3\nl4\n", true), 0);
 	ck_assert_str_eq(slurp("a/2025-01-06.jsonl", NULL), "l1\nl2\nl3\nl4\n");
 	ck_assert_int_eq(append("a/2025-01-06.jsonl", "l1\nl4\n", true), 0);
 	ck_assert_str_eq(slurp("a/2025-01-06.jsonl", NULL), "l1\nl2\nl3\nl4\n");

@@ -26,6 +26,7 @@
 
 #include "protocol/framer.h"
 #include "protocol/idscan.h"
+#include "protocol/jsonrpc.h"
 #include "vmem.h"
 
 #include <errno.h>
@@ -62,6 +63,7 @@ struct chunk {
 	size_t len, off;
 	bool ours; /* a replay line */
 	json_t *reqs;
+	size_t nulls; /* answers with a null id the daemon owes it */
 	char data[];
 };
 
@@ -93,6 +95,7 @@ struct bridge {
 	struct chunk *q_head, *q_tail;
 	size_t q_bytes;
 	struct pending *pend;
+	size_t nulls_owed; /* answers with a null id sent lines are owed */
 
 	/* from the daemon, and to stdout */
 	struct framer fr;
@@ -247,7 +250,9 @@ static void pending_add(struct bridge *b, json_t *req, bool ours)
 	p->id = json_incref(json_array_get(req, 0));
 	p->ours = ours;
 	snprintf(p->method, sizeof(p->method), "%s",
-		 json_string_value(json_array_get(req, 1)));
+		 json_is_string(json_array_get(req, 1))
+			 ? json_string_value(json_array_get(req, 1))
+			 : "a request");
 	if (json_is_string(tool))
 		p->tool = strdup(json_string_value(tool));
 	p->next = b->pend;
@@ -306,9 +311,10 @@ static void chunk_free(struct chunk *c)
 	free(c);
 }
 
-/* Queue a line with its requests (stolen); a replay line goes first. */
+/* Queue a line with its requests (stolen) and the number of answers with
+ * a null id it is owed; a replay line goes first. */
 static bool queue_line(struct bridge *b, const char *line, size_t len,
-		       json_t *reqs, bool ours)
+		       json_t *reqs, size_t nulls, bool ours)
 {
 	struct chunk *c = malloc(sizeof(*c) + len + 1);
 	bool front = ours;
@@ -318,6 +324,7 @@ static bool queue_line(struct bridge *b, const char *line, size_t len,
 		return false;
 	}
 	c->reqs = reqs;
+	c->nulls = nulls;
 	c->ours = ours;
 	memcpy(c->data, line, len);
 	c->data[len] = '\n';
@@ -362,6 +369,7 @@ static int send_queue(struct bridge *b)
 		b->q_bytes -= c->len;
 		for (size_t i = 0; i < json_array_size(c->reqs); i++)
 			pending_add(b, json_array_get(c->reqs, i), c->ours);
+		b->nulls_owed += c->nulls;
 		chunk_free(c);
 	}
 	return 0;
@@ -417,32 +425,40 @@ static void track(struct bridge *b, const char *method, json_t *params)
 	}
 }
 
-/* One request or notification of the client, before it is queued: its
- * request, if it is one, goes on reqs. */
-static void note_message(struct bridge *b, json_t *msg, json_t *reqs)
+/* One element of a client's line, before it is queued: a request with an
+ * id goes on reqs; true when the daemon will answer it with a null id
+ * (an invalid request without a usable id, or a request whose id is
+ * null), which no id can match to it. */
+static bool note_message(struct bridge *b, json_t *msg, json_t *reqs)
 {
 	json_t *method = json_object_get(msg, "method");
-	json_t *id = json_object_get(msg, "id");
 	json_t *params = json_object_get(msg, "params");
 	json_t *name = json_object_get(params, "name");
 	bool tool = json_is_string(method) &&
 		    !strcmp(json_string_value(method), "tools/call") &&
 		    json_is_string(name);
+	struct rpc_request req;
 
-	if (!json_is_string(method))
-		return; /* a response of ours to make no sense of: passes */
-	track(b, json_string_value(method), params);
-	if (id && !json_is_null(id))
-		json_array_append_new(reqs,
-				      json_pack("[O,O,O]", id, method,
-						tool ? name : json_null()));
+	rpc_request_check(msg, &req);
+	if (req.notification)
+		req.id = NULL;
+	if (json_is_string(method))
+		track(b, json_string_value(method), params);
+	if (req.notification)
+		return false;
+	if (!req.id || json_is_null(req.id))
+		return true;
+	json_array_append_new(reqs, json_pack("[O,O,O]", req.id,
+					      method ? method : json_null(),
+					      tool ? name : json_null()));
+	return false;
 }
 
 /* A complete line from stdin: noted, then queued unchanged. */
 static void take_line(struct bridge *b, const char *line, size_t len)
 {
 	json_t *msg, *reqs = json_array();
-	size_t i;
+	size_t i, nulls = 0;
 
 	while (len > 0 && (line[len - 1] == '\r'))
 		len--;
@@ -451,16 +467,18 @@ static void take_line(struct bridge *b, const char *line, size_t len)
 		return;
 	}
 	msg = json_loadb(line, len, 0, NULL);
-	if (json_is_object(msg)) {
-		note_message(b, msg, reqs);
-	} else if (json_is_array(msg)) {
+	if (json_is_array(msg) && json_array_size(msg) > 0) {
 		for (i = 0; i < json_array_size(msg); i++)
-			if (json_is_object(json_array_get(msg, i)))
-				note_message(b, json_array_get(msg, i), reqs);
+			nulls += note_message(b, json_array_get(msg, i), reqs);
+	} else if (json_is_object(msg)) {
+		nulls += note_message(b, msg, reqs);
+	} else {
+		/* Not JSON, not a request, or an empty batch: the daemon
+		 * answers it with one error whose id is null. */
+		nulls = 1;
 	}
 	json_decref(msg);
-	/* Not JSON: the daemon answers the parse error itself. */
-	if (!queue_line(b, line, len, reqs, false))
+	if (!queue_line(b, line, len, reqs, nulls, false))
 		fputs("vmem mcp: out of memory queueing a request\n", stderr);
 }
 
@@ -593,41 +611,49 @@ static int read_stdin(struct bridge *b)
 
 /* ---- from the daemon -------------------------------------------------- */
 
-/* One line from the daemon: answers settle their request; ours are
+/* An answer of the daemon settles its pending request, or one of the
+ * answers with a null id it owes; true for a replayed request's answer,
+ * which is ours. */
+static bool settle(struct bridge *b, json_t *answer)
+{
+	json_t *id = json_object_get(answer, "id");
+	json_t *e = json_object_get(answer, "error");
+	struct pending *p;
+	bool ours;
+
+	if (json_is_null(id)) {
+		if (b->nulls_owed > 0)
+			b->nulls_owed--;
+		return false;
+	}
+	p = pending_take(b, id);
+	if (!p)
+		return false;
+	ours = p->ours;
+	if (ours && e)
+		fprintf(stderr, "vmem mcp: replaying %s: %s\n", p->method,
+			json_string_value(json_object_get(e, "message")));
+	pending_free(p);
+	return ours;
+}
+
+/* One line from the daemon: answers settle what they answer; ours are
  * dropped; everything else goes to stdout unchanged. */
 static void daemon_line(struct bridge *b, const char *line, size_t len)
 {
 	json_t *msg = json_loadb(line, len, 0, NULL);
-	json_t *id = json_object_get(msg, "id");
 	bool relay = true;
 
-	if (json_is_object(msg) && id &&
+	if (json_is_object(msg) && json_object_get(msg, "id") &&
 	    (json_object_get(msg, "result") || json_object_get(msg, "error"))) {
-		struct pending *p = pending_take(b, id);
-
-		if (p && p->ours) {
-			json_t *e = json_object_get(msg, "error");
-
-			relay = false;
-			if (e)
-				fprintf(stderr, "vmem mcp: replaying %s: %s\n",
-					p->method,
-					json_string_value(
-						json_object_get(e, "message")));
-		}
-		if (p)
-			pending_free(p);
+		relay = !settle(b, msg);
 	} else if (json_is_array(msg)) {
 		size_t i;
 		json_t *v;
 
 		json_array_foreach(msg, i, v)
 		{
-			struct pending *p =
-				pending_take(b, json_object_get(v, "id"));
-
-			if (p)
-				pending_free(p);
+			settle(b, v);
 		}
 	}
 	json_decref(msg);
@@ -709,7 +735,7 @@ static void replay(struct bridge *b)
 					      json_pack("[s,s,n]", id, method));
 		}
 		text = json_dumps(m, JSON_COMPACT);
-		if (text && queue_line(b, text, strlen(text), reqs, true))
+		if (text && queue_line(b, text, strlen(text), reqs, 0, true))
 			n++;
 		else if (!text)
 			json_decref(reqs);
@@ -788,6 +814,7 @@ static void lose(struct bridge *b, const char *why)
 			answer_unknown(b, p, why);
 		pending_free(p);
 	}
+	b->nulls_owed = 0; /* nothing to answer them by */
 	/* A line half sent never reached the daemon whole: send it again,
 	 * whole, on the next connection. */
 	if (b->q_head)
@@ -904,7 +931,7 @@ static int run(struct bridge *b, int drain_ms)
 		    now_ms() >= b->retry_at)
 			reconnect(b);
 		if (b->in_eof && !b->skipping && !b->q_head &&
-		    !client_pending(b) && out_pending(b) == 0)
+		    !client_pending(b) && !b->nulls_owed && out_pending(b) == 0)
 			return MCP_OK;
 		if (b->deadline && now_ms() >= b->deadline) {
 			fprintf(stderr,

@@ -238,6 +238,26 @@ class Relay(BridgeCase):
                          vt.PARSE_ERROR)
         self.assertEqual(err, "")
 
+    def test_answers_with_a_null_id_are_waited_for(self):
+        # Lines the daemon answers with a null id (not JSON, not a
+        # request, an empty batch, a request whose id is null or of a
+        # type no id may have) are owed an answer as much as any other:
+        # end of input does not end the bridge before they come.
+        b = self.bridge()
+        b.write(b'{bad json\n'
+                b'42\n'
+                b'[]\n'
+                b'{"jsonrpc":"2.0","id":null,"method":"ping"}\n'
+                b'{"jsonrpc":"2.0","id":true,"method":"ping"}\n')
+        status, lines, err = b.finish()
+        self.assertEqual(status, 0, err)
+        answers = [json.loads(ln) for ln in lines]
+        self.assertEqual([a["id"] for a in answers], [None] * 5, lines)
+        self.assertEqual(sorted(a["error"]["code"] for a in answers
+                                if "error" in a),
+                         [vt.PARSE_ERROR] + [-32600] * 3, lines)
+        self.assertEqual(err, "")
+
     def test_partial_lines(self):
         b = self.bridge()
         data = line(rpc(7, "decision.exists",

@@ -287,12 +287,15 @@ static void writer_after_cb(uv_work_t *req, int status)
 	check_idle(s);
 }
 
-/* The writer's pass: every kind's pending items, in one job. */
+/* The writer's pass: every kind's pending items, in one job. Not while a
+ * probe looks at the files (it would take our own writes for changes
+ * under us); probe_done kicks the writer. */
 static void writer_start(struct store *s)
 {
 	struct writer_job *j;
 
-	if (s->writer_busy || store_unwritten(s) == 0 || s->closed)
+	if (s->writer_busy || s->probing || store_unwritten(s) == 0 ||
+	    s->closed)
 		return;
 	j = calloc(1, sizeof(*j));
 	if (!j || writer_snapshot(s, j) < 0) {
@@ -1290,16 +1293,17 @@ static void probe_done(struct store *s, struct rescan_job *j, int status)
 	check_idle(s);
 }
 
-/* Start a wanted probe once the writer has caught up (the kinds then
- * know what they wrote). While git has the tree the writer cannot catch
- * up; a probe runs then all the same (what is pending is ours, not a
- * change), so that the kinds see what git does (conflicts). */
+/* Start a wanted probe between two passes of the writer. It does not
+ * wait for the writer to catch up: with agents writing all the time it
+ * never would, and the probe would starve (a conflict resolved in git
+ * stayed listed for good). What is pending is ours, not a change: each
+ * kind's verdict leaves the items it has pending aside. */
 static void probe_step(struct store *s)
 {
 	struct rescan_job *j;
 
 	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
-	    s->writer_busy || (store_unwritten(s) && !yielded(s)))
+	    s->writer_busy)
 		return;
 	j = rescan_job_new(s, true);
 	if (!j)

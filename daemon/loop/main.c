@@ -1092,6 +1092,15 @@ int main(int argc, char **argv)
 	decisions_use_conflicts(&d->decisions, &d->conflicts, &unmerged);
 	d->experiences.conflicts = &d->conflicts;
 	open_local_kinds(d);
+	/* Before the log's replay and the first look at git's state: the
+	 * git locks a commit of a killed run of ours left are removed here,
+	 * so that neither takes them for a git command at work. */
+	rc = gitq_init(&d->gitq, d->loop, &d->store, &d->decisions.index,
+		       d->repo.root, &d->repo.state, d->limits.commit_delay_ms,
+		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
+	if (rc < 0)
+		fail_startup(1, "cannot open the repository for commits: %s",
+			     errmsg);
 	rc = store_open(&d->store, d->loop, &d->repo.state,
 			(struct store_kind *const[]){
 				&d->decisions.sk, &d->experiences.sk,
@@ -1126,12 +1135,6 @@ int main(int argc, char **argv)
 	subs_init(&d->subs);
 	if (leases_init(&d->leases, d->loop, &d->store.locks) < 0)
 		fail_startup(1, "cannot set up leases");
-	rc = gitq_init(&d->gitq, d->loop, &d->store, &d->decisions.index,
-		       d->repo.root, &d->repo.state, d->limits.commit_delay_ms,
-		       d->limits.commit_max_batch, errmsg, sizeof(errmsg));
-	if (rc < 0)
-		fail_startup(1, "cannot open the repository for commits: %s",
-			     errmsg);
 	gitq_set_ident(&d->gitq, cfg.cur.commit_name, cfg.cur.commit_email);
 	start_commits(d);
 	rc = watch_start(&d->watch, d->loop, d->repo.gitdir, d->repo.commondir,

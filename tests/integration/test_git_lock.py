@@ -349,6 +349,24 @@ class StaleLocks(GitCase):
         frac = ns.split(".")[1].split()[0] if "." in ns else "0"
         return int(dev), int(ino), int(birth), int(frac[:9].ljust(9, "0"))
 
+    def test_our_index_lock_is_gone_before_git_is_looked_at(self):
+        # The killed commit's own index.lock is removed before start-up
+        # looks at what git is doing: it is never taken for a git
+        # command at work (the tree yielded, the replay held back).
+        self.git("commit", "-q", "--allow-empty", "-m", "base")
+        index_lock = os.path.join(self.repo.gitdir, "index.lock")
+        with open(index_lock, "w"):
+            pass
+        self.marker([(index_lock, self.identity(index_lock))])
+        self.daemon = self.start_vmemd("--commit-delay-ms", "0")
+        self.assertFalse(os.path.exists(index_lock), "our lock stayed")
+        conn = self.connect(agent_id="s")
+        conn.store(1, 1, 1, "committed at once")
+        self.sync(conn)
+        log = self.daemon.stderr()
+        self.assertIn("removed the git lock files", log)
+        self.assertNotIn("leaving the working tree to git", log)
+
     def test_ours_removed_a_later_one_kept_and_reported(self):
         self.git("commit", "-q", "--allow-empty", "-m", "base")
         index_lock = os.path.join(self.repo.gitdir, "index.lock")

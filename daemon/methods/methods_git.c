@@ -440,6 +440,10 @@ int git_reload(struct call *call)
 
 	if (!param_only(call, allowed))
 		return CALL_DONE;
+	/* The yield is otherwise looked at again once a second: a git
+	 * command that has just ended must not refuse the reload its user
+	 * asks for next. */
+	conflicts_check_yield(&call->d->conflicts);
 	store_reload(&call->d->store, reload_done, call);
 	return CALL_ASYNC;
 }

@@ -753,6 +753,21 @@ class Reload(GitCase):
                       [q["path"] for q in
                        self.health(conn)["quarantined"]])
 
+    def test_reload_right_after_git_is_done(self):
+        # A reload asked for the moment a git operation ends is not
+        # refused for the operation the daemon saw a moment before.
+        self.git("commit", "-q", "--allow-empty", "-m", "start")
+        conn = self.connect(agent_id="r")
+        head = os.path.join(self.repo.gitdir, "MERGE_HEAD")
+        for _ in range(5):
+            with open(head, "w") as f:
+                f.write(self.git("rev-parse", "HEAD"))
+            self.assertTrue(vt.wait_until(lambda: conn.call(
+                "server.health")["files_wait_for_git"], vt.DEFAULT_TIMEOUT,
+                0.02))
+            os.unlink(head)
+            self.assertEqual(self.reload(conn)["count"], 0)
+
     def test_write_once_holds_across_a_reload(self):
         # another branch holds a z=1 decision this tree has not seen
         conn = self.connect(agent_id="r")

@@ -191,6 +191,13 @@ bool conflicts_yield_check(const struct conflicts *cf, char *why, size_t n)
 	return true;
 }
 
+bool conflicts_interrupt(void *cf)
+{
+	char why[CONFLICTS_YIELD_LEN];
+
+	return cf && conflicts_yield_check(cf, why, sizeof(why));
+}
+
 int conflicts_unmerged(const struct conflicts *cf, struct unmerged_set *out,
 		       char *errmsg, size_t errn)
 {

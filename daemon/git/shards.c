@@ -742,6 +742,9 @@ int shards_scan(struct shards *s, const struct shards_visit *v,
 
 	memset(rep, 0, sizeof(*rep));
 	vmdir_quarantine_init(&sc.qc, s->state, rep, errmsg, errn);
+	sc.qc.mode = v->line ? v->mode : VMDIR_PROBE;
+	sc.qc.interrupt = v->interrupt;
+	sc.qc.interrupt_ctx = v->interrupt_ctx;
 	rc = open_tree(s, false, fds, &made, errmsg, errn);
 	if (rc == -ENOENT) {
 		rc = 0;

@@ -94,6 +94,12 @@ struct shards_visit {
 	 * (after a rewrite that took bad lines out). 0 or -errno. */
 	int (*shard)(void *ctx, const char *path, const struct vmdir_stamp *st);
 	void *ctx;
+	/* What the scan may change (vmdir.h): a load or a reload (which
+	 * asks interrupt first) quarantines; a probe (line NULL) only
+	 * counts. */
+	enum vmdir_scan_mode mode;
+	bool (*interrupt)(void *interrupt_ctx);
+	void *interrupt_ctx;
 };
 
 /*

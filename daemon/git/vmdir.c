@@ -412,11 +412,34 @@ static int quarantine_report(struct vmdir_quarantine *qc, const char *path,
 	return ret;
 }
 
+/* May rel be quarantined now? 0: yes; 1: no, it is only counted (a
+ * probe); -EAGAIN: no, git has the working tree (errmsg). */
+static int quarantine_may(struct vmdir_quarantine *qc, const char *rel)
+{
+	if (qc->mode == VMDIR_PROBE) {
+		qc->rep->unusable++;
+		return 1;
+	}
+	if (qc->mode == VMDIR_RELOAD && qc->interrupt &&
+	    qc->interrupt(qc->interrupt_ctx)) {
+		errmsg_set(qc->errmsg, qc->errn,
+			   "git took the working tree before %s/%s could be "
+			   "quarantined: nothing moved",
+			   VMDIR_DIRNAME, rel);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
 int vmdir_quarantine_move(struct vmdir_quarantine *qc, int sdfd,
 			  const char *name, const char *rel, const char *reason)
 {
 	char qname[NAME_MAX + 1], path[4096];
 	int ret, tries;
+
+	ret = quarantine_may(qc, rel);
+	if (ret != 0)
+		return ret < 0 ? ret : 0;
 
 	ret = quarantine_open(qc, rel);
 	if (ret < 0)
@@ -467,6 +490,9 @@ int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
 	char qname[NAME_MAX + 1], path[4096];
 	int fd = -1, ret, tries;
 
+	ret = quarantine_may(qc, rel);
+	if (ret != 0)
+		return ret;
 	ret = quarantine_open(qc, rel);
 	if (ret < 0)
 		return ret;
@@ -529,6 +555,8 @@ static int remove_temp(struct load *l, int dfd, const char *name,
 	 * removes its own), not a leftover of a crash. */
 	if (l->known && temp_is_ours(name))
 		return 0;
+	if (l->qc.mode == VMDIR_PROBE)
+		return 0; /* a look changes nothing; the next reload may */
 	if (unlinkat(dfd, name, 0) < 0) {
 		if (errno == ENOENT)
 			return 0;
@@ -925,11 +953,12 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
-	return vmdir_scan(d, NULL, cb, ctx, NULL, rep, errmsg, errn);
+	return vmdir_scan(d, VMDIR_LOAD, NULL, cb, ctx, NULL, rep, errmsg,
+			  errn);
 }
 
-int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-	       void *ctx, const struct unmerged_set *unmerged,
+int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode, vmdir_known_fn known,
+	       vmdir_load_fn cb, void *ctx, const struct unmerged_set *unmerged,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	struct load l = {
@@ -951,6 +980,9 @@ int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
 		rep = l.rep = &local;
 	memset(rep, 0, sizeof(*rep));
 	vmdir_quarantine_init(&l.qc, d->state, rep, errmsg, errn);
+	l.qc.mode = mode;
+	l.qc.interrupt = d->interrupt;
+	l.qc.interrupt_ctx = d->interrupt_ctx;
 	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd < 0) {
 		ret = -errno;

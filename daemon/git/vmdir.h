@@ -41,9 +41,10 @@ struct vmdir {
 	char *root;		      /* working-tree root (owned) */
 	const struct statedir *state; /* holds quarantine/ (borrowed) */
 	int max_x;
-	/* Asked every few files by vmdir_apply (may be NULL): true stops
-	 * it there (git took the tree; see struct vmdir_op). Called on the
-	 * thread that applies. */
+	/* Asked every few files by vmdir_apply, and by a reload's scan
+	 * before it quarantines (may be NULL): true stops it there (git
+	 * took the tree; see struct vmdir_op, VMDIR_RELOAD). Called on the
+	 * thread that applies or scans. */
 	bool (*interrupt)(void *ctx);
 	void *interrupt_ctx;
 	/* Modes of the files and directories written (repo_tree_modes);
@@ -79,6 +80,9 @@ struct vmdir_conflicted {
 struct vmdir_load_report {
 	size_t loaded;
 	size_t temp_removed;
+	/* what a look-only scan (VMDIR_PROBE) found that a reload would
+	 * quarantine, left where it is */
+	size_t unusable;
 	struct vmdir_quarantined *quarantined; /* malloc'd array (owned) */
 	size_t n_quarantined;
 	struct vmdir_conflicted *conflicted; /* malloc'd array (owned) */
@@ -167,6 +171,15 @@ int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 void vmdir_load_report_done(struct vmdir_load_report *rep);
 
 /*
+ * How a scan may change the tree. A load at start-up quarantines what it
+ * cannot use; a reload too, unless git has taken the working tree (then
+ * nothing moves and the scan fails with -EAGAIN: git may be writing the
+ * very file, an empty or half-written one for a moment); a probe only
+ * looks, whatever git does, and counts what a reload would quarantine.
+ */
+enum vmdir_scan_mode { VMDIR_LOAD, VMDIR_RELOAD, VMDIR_PROBE };
+
+/*
  * Where a load moves what it cannot use: quarantine/ of the state
  * directory (opened on first use, refusing what statedir refuses), named
  * "<unix time>-<path with '/' made '_'>[-N]", each move reported in rep.
@@ -179,6 +192,11 @@ struct vmdir_quarantine {
 	struct vmdir_load_report *rep; /* borrowed */
 	char *errmsg;
 	size_t errn;
+	enum vmdir_scan_mode mode; /* VMDIR_LOAD unless set after init */
+	/* VMDIR_RELOAD: asked before anything moves; true when git has the
+	 * working tree (any thread) */
+	bool (*interrupt)(void *ctx);
+	void *interrupt_ctx;
 };
 
 void vmdir_quarantine_init(struct vmdir_quarantine *qc,
@@ -190,7 +208,9 @@ void vmdir_quarantine_done(struct vmdir_quarantine *qc);
 /*
  * Move entry name of directory dfd (a file, a symlink, a directory with
  * what it holds; rel is its path below .vector-memory) into quarantine/,
- * and report it with reason. 0 or -errno (errmsg).
+ * and report it with reason. 0 or -errno (errmsg). With VMDIR_PROBE it
+ * only counts the entry (rep->unusable) and returns 0; with VMDIR_RELOAD
+ * while git has the tree it moves nothing and returns -EAGAIN.
  */
 int vmdir_quarantine_move(struct vmdir_quarantine *qc, int dfd,
 			  const char *name, const char *rel,
@@ -199,7 +219,9 @@ int vmdir_quarantine_move(struct vmdir_quarantine *qc, int dfd,
 /*
  * Keep data (bytes that were part of rel, e.g. lines taken out of it) in
  * a new file of quarantine/ named after rel, durably, and report it with
- * reason. 0 or -errno (errmsg).
+ * reason. 0 or -errno (errmsg); the modes as for vmdir_quarantine_move,
+ * but a probe's count returns 1: only after 0 may the caller take the
+ * data out of rel.
  */
 int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
 			   const void *data, size_t len, const char *reason);
@@ -216,10 +238,12 @@ int vmdir_load_report_merge(struct vmdir_load_report *all,
  * markers are reported in rep->conflicted, neither passed to cb nor
  * quarantined. For a directory loaded before (a rescan), a decision file
  * for which known(ctx, coord, stamp) is true is only stat'ed, never read,
- * and cb is not called for it (known NULL: every file is read).
+ * and cb is not called for it (known NULL: every file is read). mode
+ * says what it may change (a reload asks d->interrupt before it does;
+ * a probe changes nothing: temporary files stay too).
  */
-int vmdir_scan(struct vmdir *d, vmdir_known_fn known, vmdir_load_fn cb,
-	       void *ctx, const struct unmerged_set *unmerged,
+int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode, vmdir_known_fn known,
+	       vmdir_load_fn cb, void *ctx, const struct unmerged_set *unmerged,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 
 /*

@@ -358,8 +358,8 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 			 INDEXSNAP_NAME, why);
 	ds->dir.progress = load_progress_cb;
 	ds->dir.progress_ctx = &l;
-	rc = vmdir_scan(&ds->dir, l.snap ? snap_known_cb : NULL, load_cb, &l,
-			ds->unmerged, rep, errmsg, n);
+	rc = vmdir_scan(&ds->dir, VMDIR_LOAD, l.snap ? snap_known_cb : NULL,
+			load_cb, &l, ds->unmerged, rep, errmsg, n);
 	ds->dir.progress = NULL;
 	ds->dir.progress_ctx = NULL;
 	ds->unmerged = NULL; /* the start-up is over */
@@ -611,6 +611,7 @@ struct reload_change {
 struct rescan_job {
 	const struct decisions *ds; /* index_slot, dir, conflicts' paths in
 				       the worker */
+	bool probe;		    /* look only (VMDIR_PROBE) */
 	size_t n_slots;
 	uint8_t *present;	    /* per slot: the index holds a decision */
 	struct vmdir_stamp *stamps; /* per slot: as last seen */
@@ -661,9 +662,9 @@ static int rescan_begin(struct store_kind *k, bool probe, void **out)
 	struct decisions *ds = of(k);
 	struct rescan_job *j = calloc(1, sizeof(*j));
 
-	(void)probe; /* both compare against the same snapshot */
 	if (j) {
 		j->ds = ds;
+		j->probe = probe;
 		j->n_slots = ds->index.n_slots;
 		j->present = calloc(j->n_slots, 1);
 		j->seen = calloc(j->n_slots, 1);
@@ -744,8 +745,8 @@ static int rescan(struct store_kind *k, void *job,
 		j->unmerged_rc = conflicts_unmerged(ds->conflicts, &j->unmerged,
 						    j->unmerged_err,
 						    sizeof(j->unmerged_err));
-	rc = vmdir_scan(&ds->dir, known_cb, changed_cb, j, &j->unmerged, rep,
-			errmsg, n);
+	rc = vmdir_scan(&ds->dir, j->probe ? VMDIR_PROBE : VMDIR_RELOAD,
+			known_cb, changed_cb, j, &j->unmerged, rep, errmsg, n);
 	for (size_t i = 0; rc == 0 && j->z1 && i < j->n_changes; i++) {
 		size_t slot = j->changes[i].slot;
 
@@ -931,11 +932,12 @@ static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
 	int changed = 0;
 
 	if (rc == 0 && probe) {
-		/* a conflict that ended is a change: a reload applies it */
+		/* a conflict that ended is a change: a reload applies it, as
+		 * it quarantines what the probe left where it is */
 		changed =
 			(ds->conflicts && scan_conflicts(ds, j, rep, false,
 							 NULL, &none, NULL)) ||
-			probe_changed(ds, j);
+			probe_changed(ds, j) || rep->unusable > 0;
 	} else if (rc == 0) {
 		reload_end(ds, j, rep);
 	}
@@ -993,21 +995,12 @@ int decisions_init(struct decisions *ds, const char *root,
 	return 0;
 }
 
-/* The file writer's check between files (any thread): has git taken the
- * working tree since the pass began? */
-static bool writer_interrupt(void *ctx)
-{
-	char why[CONFLICTS_YIELD_LEN];
-
-	return conflicts_yield_check(ctx, why, sizeof(why));
-}
-
 void decisions_use_conflicts(struct decisions *ds, struct conflicts *cf,
 			     const struct unmerged_set *u)
 {
 	ds->conflicts = cf;
 	ds->unmerged = u;
-	ds->dir.interrupt = writer_interrupt;
+	ds->dir.interrupt = conflicts_interrupt;
 	ds->dir.interrupt_ctx = cf;
 }
 

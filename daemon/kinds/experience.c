@@ -960,6 +960,9 @@ static int rescan(struct store_kind *k, void *job,
 		.line = j->probe ? NULL : rescan_line_cb,
 		.shard = rescan_shard_cb,
 		.ctx = j,
+		.mode = j->probe ? VMDIR_PROBE : VMDIR_RELOAD,
+		.interrupt = conflicts_interrupt,
+		.interrupt_ctx = of(k)->conflicts,
 	};
 
 	static const char prefix[] = VMDIR_DIRNAME "/" VMDIR_EXPERIENCES "/";
@@ -1097,7 +1100,7 @@ static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
 	int changed = 0;
 
 	if (rc == 0 && probe)
-		changed = probe_changed(j);
+		changed = probe_changed(j) || rep->unusable > 0;
 	else if (rc == 0)
 		reload_apply(xs, j);
 	for (size_t i = 0; i < j->n_moved; i++)

@@ -1244,7 +1244,9 @@ static void reload_after_cb(uv_work_t *req, int status)
 	}
 	rescan_parts_end(j, status);
 	writer_kick(s, 0); /* what a kind made pending meanwhile */
-	if (rc < 0) {
+	/* -EAGAIN: git took the tree before the reload could quarantine
+	 * (vmdir.h, VMDIR_RELOAD); no failure of ours, tried again. */
+	if (rc < 0 && rc != -EAGAIN) {
 		if (status < 0)
 			snprintf(j->errmsg, sizeof(j->errmsg),
 				 "the reload was cancelled");
@@ -1261,7 +1263,7 @@ static void probe_reload_done(struct store *s, void *arg, int rc,
 			      const struct vmdir_load_report *rep)
 {
 	(void)arg;
-	if (rc == -EAGAIN && yielded(s)) /* look again once git is done */
+	if (rc == -EAGAIN) /* git has the tree: look again once it is done */
 		s->probe_after_yield = true;
 	else if (rc < 0)
 		log_err("reloading after a change in the repository: %s",

@@ -743,6 +743,38 @@ class Yield(Coexist):
         self.assertIsNone(conn.call("server.health")["files_wait_for_git"])
 
 
+    def test_a_file_git_is_writing_is_not_quarantined(self):
+        # While git has the tree, a look at the files (each change in the
+        # git directory asks for one) moves nothing: git may be writing a
+        # decision file, empty for a moment (the scripted user saw one
+        # quarantined in the middle of a pull, and the merged z=1
+        # decision overwritten by the daemon after). Once git is done, a
+        # file that is still bad goes to quarantine as always.
+        conn = self.connect("w")
+        self.user_commit("shared.txt", "base\n", "base")
+        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
+        self.git("checkout", "-q", "-b", "other")
+        self.user_commit("shared.txt", "other\n", "other side")
+        self.git("checkout", "-q", branch)
+        self.user_commit("shared.txt", "mine\n", "my side")
+        self.assertNotEqual(self.git_run("merge", "other").returncode, 0)
+        self.assertTrue(wait_until(
+            lambda: conn.call("server.health")["files_wait_for_git"], WAIT))
+        empty = self.repo.decision_path(9, 1, 2)
+        os.makedirs(os.path.dirname(empty), exist_ok=True)
+        open(empty, "w").close()
+        for _ in range(3):  # changes in the git directory: probes
+            self.git_run("update-index", "-q", "--refresh")
+            time.sleep(0.3)
+        self.assertTrue(os.path.exists(empty))
+        self.assertEqual(conn.call("server.health")["quarantined"], [])
+        self.git("merge", "--abort")
+        h = self.wait_health(conn, lambda h: h["quarantined"],
+                             "quarantined once git is done")
+        self.assertEqual([q["path"] for q in h["quarantined"]],
+                         [rel_path(9, 1, 2)])
+        self.assertFalse(os.path.exists(empty))
+
 
 # --------------------------------------------------------------------------
 # The scripted user

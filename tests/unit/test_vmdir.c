@@ -863,8 +863,8 @@ START_TEST(test_rescan_reads_only_changed_files)
 		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(stamp_calls, 3);
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
-				    msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, NULL, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 	/* rewrite (2, 1, 1); the stamp vmdir_apply reports is what a
@@ -874,14 +874,14 @@ START_TEST(test_rescan_reads_only_changed_files)
 	op.text = t;
 	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)), 0);
 	free(t);
-	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
-				    msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, NULL, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 1);
 	ck_assert_mem_eq(&stamps[2], &op.stamp, sizeof(op.stamp));
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, NULL,
-				    msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, NULL, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 }
@@ -900,8 +900,8 @@ START_TEST(test_rescan_leaves_our_temps)
 	snprintf(rel, sizeof(rel), ".vector-memory/x-001/%s", ours);
 	spit(rel, "{", 1);
 	spit(".vector-memory/x-001/.tmp-99-1-y-1-z-3.json", "{", 1);
-	ck_assert_int_eq(vmdir_scan(&vd, known_cb, stamp_cb, NULL, NULL, &rep,
-				    msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, &rep, msg, sizeof(msg)),
 			 0);
 	ck_assert_uint_eq(rep.temp_removed, 1);
 	ck_assert(exists(path_of(rel)));
@@ -913,6 +913,61 @@ START_TEST(test_rescan_leaves_our_temps)
 	ck_assert_uint_eq(rep.temp_removed, 1);
 	ck_assert(!exists(path_of(rel)));
 	vmdir_load_report_done(&rep);
+}
+END_TEST
+
+static bool git_has_tree;
+
+static bool tree_interrupt(void *ctx)
+{
+	(void)ctx;
+	return git_has_tree;
+}
+
+/* A probe only looks: what a reload would quarantine (an empty file, as
+ * git leaves one for a moment while it writes) and others' temporary
+ * files stay where they are, counted; a reload while git has the tree
+ * moves nothing either (-EAGAIN), and once git is done it quarantines. */
+START_TEST(test_probe_and_reload_beside_git)
+{
+	struct vmdir_load_report rep;
+	const char *empty = ".vector-memory/x-001/y-1-z-2.json";
+	const char *temp = ".vector-memory/x-001/.tmp-99-1-y-1-z-3.json";
+	char msg[256] = "";
+
+	apply1(1, 1, 1, "one");
+	spit(empty, "", 0);
+	spit(temp, "{", 1);
+	vd.interrupt = tree_interrupt;
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_PROBE, known_cb, stamp_cb, NULL,
+				    NULL, &rep, msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(rep.unusable, 1);
+	ck_assert_uint_eq(rep.n_quarantined, 0);
+	ck_assert_uint_eq(rep.temp_removed, 0);
+	ck_assert(exists(path_of(empty)));
+	ck_assert(exists(path_of(temp)));
+	vmdir_load_report_done(&rep);
+
+	git_has_tree = true;
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, &rep, msg, sizeof(msg)),
+			 -EAGAIN);
+	ck_assert_msg(strstr(msg, "git took the working tree"), "%s", msg);
+	ck_assert_uint_eq(rep.n_quarantined, 0);
+	ck_assert(exists(path_of(empty)));
+	vmdir_load_report_done(&rep);
+
+	git_has_tree = false;
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, &rep, msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(rep.n_quarantined, 1);
+	ck_assert_uint_eq(rep.unusable, 0);
+	ck_assert(!exists(path_of(empty)));
+	ck_assert(!exists(path_of(temp)));
+	vmdir_load_report_done(&rep);
+	vd.interrupt = NULL;
 }
 END_TEST
 
@@ -1074,6 +1129,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_load_absent);
 	tcase_add_test(tc, test_load_removes_temps);
 	tcase_add_test(tc, test_rescan_leaves_our_temps);
+	tcase_add_test(tc, test_probe_and_reload_beside_git);
 	tcase_add_test(tc, test_load_callback_error);
 	tcase_add_test(tc, test_quarantine_empty);
 	tcase_add_test(tc, test_quarantine_truncated);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "errmsg.h"
 #include "gitproc.h"
@@ -17,6 +18,7 @@
 #define VM_DIR "/.vector-memory/" /* a path's prefix, after the root */
 /* A listing of every decision with three stages and long names. */
 #define LIST_MAX ((size_t)256 << 20)
+#define STAGE_ATTEMPTS 7 /* 25 ms apart, doubling, up to 400 ms */
 
 /*
  * Run git with args in the tree (gitproc.h), its output (at most max_out
@@ -216,13 +218,21 @@ int unmerged_stage(const char *root, const char *gitdir, const char *path,
 	size_t len = 0;
 	int rc;
 
-	rc = run_git(root, gitdir, args, false, 1 << 16, &text, &len, errmsg,
-		     errn);
-	free(text);
-	/* git says so when someone else holds the index */
-	if (rc == -EIO && errmsg && strstr(errmsg, "index.lock"))
-		rc = -EBUSY;
-	return rc;
+	/* git does not wait for index.lock: another git command (or a
+	 * resolution of ours beside this one) holding it for a moment is
+	 * waited out here, about 1.5 s at most, before -EBUSY. */
+	for (int attempt = 0;; attempt++) {
+		rc = run_git(root, gitdir, args, false, 1 << 16, &text, &len,
+			     errmsg, errn);
+		free(text);
+		text = NULL;
+		/* git says so when someone else holds the index */
+		if (rc == -EIO && errmsg && strstr(errmsg, "index.lock"))
+			rc = -EBUSY;
+		if (rc != -EBUSY || attempt == STAGE_ATTEMPTS - 1)
+			return rc;
+		usleep(25000u << (attempt < 4 ? attempt : 4));
+	}
 }
 
 bool unmerged_driver_registered(const char *root, const char *gitdir)

@@ -64,8 +64,9 @@ int unmerged_blob(const char *root, const char *gitdir, const char *oid,
 /*
  * Stage the working tree's state of path (relative to root): its file
  * when present, its absence otherwise; any unmerged entries of the path
- * go. -EBUSY when index.lock is held by another process. 0 or -errno with
- * errmsg.
+ * go. -EBUSY when index.lock stays held by another process for the
+ * second and a half it is waited for. 0 or -errno with errmsg. Blocking
+ * (it sleeps between attempts): the thread pool's.
  */
 int unmerged_stage(const char *root, const char *gitdir, const char *path,
 		   bool present, char *errmsg, size_t errn);

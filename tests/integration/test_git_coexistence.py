@@ -297,6 +297,37 @@ class Conflicts(Coexist):
         self.sync(ca)
         b.stop()
 
+    def test_resolve_waits_out_a_moment_of_another_index_lock(self):
+        # Another git command holding index.lock for a moment does not
+        # make vmem resolve fail (git itself would not wait); one that
+        # keeps holding it does, with a ConcurrencyError.
+        clone, a, b = self.pair()
+        ca, cb = self.connect("alice", daemon=a), self.connect("bob",
+                                                               daemon=b)
+        ra = ca.store(7, 2, 2, "A's interface")
+        cb.store(7, 2, 2, "B's interface")
+        self.sync(ca)
+        self.sync(cb)
+        p = self.git_run("pull", "--no-rebase", "--no-edit", clone)
+        self.assertIn(b"CONFLICT", p.stdout)
+        self.wait_conflicts(ca, 1)
+        lock = os.path.join(self.repo.gitdir, "index.lock")
+        with open(lock, "w"):
+            pass
+        p = self.vmem("resolve", "7", "2", "2", "--keep-acknowledged")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("ConcurrencyError", p.stderr)
+        timer = threading.Timer(0.3, os.unlink, (lock,))
+        timer.start()
+        try:
+            self.resolve(7, 2, 2, "--keep-acknowledged")
+        finally:
+            timer.join()
+        self.git("commit", "-q", "--no-edit")
+        self.wait_health(ca, lambda h: not h["conflicts"], "resolved")
+        self.assertEqual(ca.get(7, 2, 2), ra)
+        b.stop()
+
     def test_merge_squash_conflict_is_not_committed_as_a_deletion(self):
         a = self.daemon = self.daemon_at(self.repo.root, "vmemd")
         conn = self.connect("a")
@@ -1110,7 +1141,11 @@ class ScriptedUser(Coexist):
                         k["path"] == path for k in self.user.call(
                             "server.health")["conflicts"]), WAIT, 0.05):
                     self.violation("conflict not seen", path)
-                p = self.vmem("resolve", *map(str, c), "--ours")
+                for attempt in range(3):  # a user tries again
+                    p = self.vmem("resolve", *map(str, c), "--ours")
+                    if "ConcurrencyError" not in p.stderr:
+                        break
+                    self.figures["user commands retried"] += 1
                 if p.returncode:
                     # git's rename detection may pair decision files of
                     # two coordinates: keep what the daemon acknowledged

@@ -818,6 +818,8 @@ class Yield(Coexist):
 ROUNDS = int(os.environ.get("VMEM_ROUNDS", "0"))
 # A user runs a refused rebase again; this many times at most.
 REBASE_ATTEMPTS = 5
+# git fsck --strict after every this many rounds (and the last).
+STRICT_EVERY = 8
 SEED = int(os.environ.get("VMEM_SEED") or random.SystemRandom().randrange(
     1 << 32))
 USER_X = range(41, 46)   # coordinates only the scripted user writes
@@ -837,13 +839,15 @@ class Writers:
 
     def __init__(self, case, daemon, clone_daemon, rnd):
         self.case, self.stop = case, threading.Event()
-        self.acks = {}      # coordinate -> latest acknowledged (or None)
         self.first_z1 = {}  # z=1 coordinate -> the first ack
         self.deleted = set()  # coordinates with an acknowledged delete
         # coordinate -> the content of a store in flight, or None for a
         # delete: a read may see it before its writer records the answer
         self.in_flight = {}
-        self.n_acks = 0
+        # coordinate -> every acknowledged version in order (None: a
+        # delete), so that a read is judged against what was acknowledged
+        # from just before it on
+        self.history = {}
         self.errors = []
         self.lock = threading.Lock()
         seeds = [rnd.randrange(1 << 30) for _ in range(5)]
@@ -884,8 +888,7 @@ class Writers:
                 if i is not None:
                     with self.lock:
                         self.in_flight.pop(c, None)
-                        self.n_acks += 1
-                        self.acks[c] = rec
+                        self.history.setdefault(c, []).append(rec)
                         if rec is None:
                             self.deleted.add(c)
                         elif c[2] == 1:
@@ -899,14 +902,20 @@ class Writers:
 
     def snapshot(self):
         with self.lock:
-            return dict(self.acks), dict(self.first_z1), set(self.deleted)
+            return dict(self.first_z1), set(self.deleted)
 
-    def acknowledged(self, c, served):
-        """Is served at c what its writer acknowledged last, or what its
+    def marks(self):
+        """Where each coordinate's history stands now."""
+        with self.lock:
+            return {c: len(h) for c, h in self.history.items()}
+
+    def acknowledged(self, c, mark, served):
+        """Is served at c, read after marks() gave mark, the version
+        acknowledged last before it, one acknowledged since, or what a
         write in flight may have made (a read can see that write before
         its writer has the answer)?"""
         with self.lock:
-            if self.acks.get(c) == served:
+            if served in self.history.get(c, [])[max(mark - 1, 0):]:
                 return True
             if c not in self.in_flight:
                 return False
@@ -1006,7 +1015,9 @@ class ScriptedUser(Coexist):
                ("rebase_autostash", 2), ("cherry_pick", 1), ("reset", 2),
                ("checkout", 1), ("worktree", 1), ("hand_conflict", 1)]
         names = [n for n, w in ops for _ in range(w)]
-        for rnd_i in range(max(1, ROUNDS // 4)):
+        rounds = max(1, ROUNDS // 4)
+        for rnd_i in range(rounds):
+            self.last_round = rnd_i == rounds - 1
             op = self.current_op = self.rnd.choice(names)
             self.serial += 1
             self.round_log = []
@@ -1300,11 +1311,16 @@ class ScriptedUser(Coexist):
                  if 0 in s and len(s) > 1}
         if mixed:
             self.violation("stage 0 next to stages 1-3", mixed)
-        bad = self.fsck_problems()
+        # (git fsck reads every object each time: --strict's checks of
+        # their contents every STRICT_EVERY rounds and after the last,
+        # connectivity and the index every round)
+        strict = self.serial % STRICT_EVERY == 0 or self.last_round
+        bad = self.fsck_problems(strict)
         if bad:
-            self.violation("git fsck --strict", bad)
+            self.violation("git fsck%s" % (" --strict" if strict else ""),
+                           bad)
         # 3. user commits delete only decisions someone deleted
-        acks, first_z1, deleted = self.w.snapshot()
+        first_z1, deleted = self.w.snapshot()
         # who made each commit: the committer (a rebase re-commits the
         # daemon's commits as the user)
         for line in self.git("log", "--format=%H %cn", "HEAD").splitlines():
@@ -1322,22 +1338,28 @@ class ScriptedUser(Coexist):
                 c = m and tuple(int(v) for v in m.groups())
                 if author == vt.USER[0] and st == "D" and c and \
                         c not in deleted and c[0] not in USER_X and \
-                        self.user.get(*c) is not None:
+                        self.user.get(*c) is not None and \
+                        not self.deleted_by_the_other_side(cid, path):
                     self.violation("a user commit deletes a decision",
                                    (op, cid, path))
                 if author == "vmemd" and c and c[2] == 1 and st in "MD":
                     self.violation("z=1 rewritten by a daemon commit",
                                    (op, cid, st, path))
-        # 4. acknowledged writes are served, or findable
+        # 4. acknowledged writes are served, or findable (one read of
+        # every decision, judged against what was acknowledged by then)
+        marks = self.w.marks()
+        served_all = {(r["coordinate"]["x"], r["coordinate"]["y"],
+                       r["coordinate"]["z"]): r
+                      for r in self.user.call("decision.query_range", {},
+                                              timeout=60)}
         if synced:
             reach = kept = None
-            for c in acks:
+            for c, mark in marks.items():
                 self.figures["acknowledged writes checked"] += 1
-                before = self.w.snapshot()[0][c]
-                served = self.user.get(*c)
-                if served == before or self.w.acknowledged(c, served):
+                served = served_all.get(c)
+                if self.w.acknowledged(c, mark, served):
                     continue
-                rec = before
+                rec = self.w.history[c][mark - 1]
                 if rec is None:
                     continue  # deleted, and brought back by a merge
                 if kept is None:
@@ -1360,7 +1382,7 @@ class ScriptedUser(Coexist):
                           if "connection of" not in ln][-25:])
         # 5. z=1 stays what it was first, but for recorded conflicts
         for c, rec in first_z1.items():
-            now = self.user.get(*c)
+            now = served_all.get(c)
             if now is not None and now != rec and not any(
                     r["lost"] == rec for r in conflict_records(
                         self.repo.gitdir).values()):
@@ -1373,6 +1395,23 @@ class ScriptedUser(Coexist):
             if stray:
                 self.violation("stray lock", sorted(stray))
 
+    def deleted_by_the_other_side(self, cid, path):
+        """Is cid a merge whose other side deleted path (the clone's
+        writer deletes too), so that the merge carries that deletion?"""
+        parents = self.git("rev-list", "--parents", "-n", "1",
+                           cid).split()[1:]
+        if len(parents) < 2:
+            return False
+        base = self.git_run("merge-base", parents[0], parents[1])
+        if base.returncode:
+            return False
+        base = base.stdout.decode().strip()
+
+        def has(rev):
+            return not self.git_run("cat-file", "-e", "%s:%s" % (
+                rev, path)).returncode
+        return has(base) and not has(parents[1])
+
     # What git fsck says of a reachable object it did not find: it lists
     # the objects first and reads the refs and reflogs after, so a commit
     # made meanwhile (the daemon's, with writers storing) is "missing"
@@ -1381,11 +1420,13 @@ class ScriptedUser(Coexist):
         r"^(?:missing \w+ |error: \S+: invalid reflog entry "
         r"|error: \S+: invalid sha1 pointer )([0-9a-f]{40})$")
 
-    def fsck_problems(self):
-        """git fsck --strict's complaints but those of a commit made
-        while it ran (each named object is looked up again: one that
-        exists now was made meanwhile); "" when it is clean."""
-        p = self.git_run("fsck", "--strict", "--no-progress")
+    def fsck_problems(self, strict):
+        """git fsck's complaints (--strict, or --connectivity-only) but
+        those of a commit made while it ran (each named object is looked
+        up again: one that exists now was made meanwhile); "" when it is
+        clean."""
+        p = self.git_run("fsck", "--strict" if strict else
+                         "--connectivity-only", "--no-progress")
         if not p.returncode:
             return ""
         out = (p.stdout + p.stderr).decode(errors="replace")

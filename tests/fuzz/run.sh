@@ -7,6 +7,7 @@
 # on any crash, leak, sanitizer report or broken invariant, leaving the
 # input in $FUZZ_OUT/HARNESS/crashes/ (default build-fuzz/fuzz-out); such
 # an input belongs in tests/fuzz/corpus/HARNESS/ as a regression test.
+# Harnesses run $FUZZ_JOBS at a time (default: one per CPU).
 # Needs clang and libFuzzer (Debian 12: clang, libclang-rt-14-dev).
 set -uo pipefail
 
@@ -50,15 +51,12 @@ ninja -C "$build" "${targets[@]}" >"$out/build.log" 2>&1 ||
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
-echo "1..${#harnesses[@]}"
-status=0
-i=0
-for h in "${harnesses[@]}"; do
-	i=$((i + 1))
-	work=$out/$h
+# One harness: its TAP lines (number $2) in $work/tap.
+fuzz_one() {
+	local h=$1 i=$2 work=$out/$1 rc start end execs added cov secs
 	rm -rf "$work"
 	mkdir -p "$work/corpus" "$work/crashes"
-	args=(-seed="$seed" -max_len=8192 -timeout=10 -rss_limit_mb=2048
+	local args=(-seed="$seed" -max_len=8192 -timeout=10 -rss_limit_mb=2048
 		-print_final_stats=1 -artifact_prefix="$work/crashes/")
 	if [ -n "$runs" ]; then
 		args+=(-runs="$runs")
@@ -78,15 +76,43 @@ for h in "${harnesses[@]}"; do
 	added=$(sed -n 's/^stat::new_units_added: *//p' "$work/log" | tail -1)
 	cov=$(grep -o 'cov: [0-9]*' "$work/log" | tail -1 | cut -d' ' -f2)
 	secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.0f", b - a }')
-	echo "# fuzz $h: ${execs:-0} executions in $secs s" \
-		"(seed $seed, ${added:-0} new inputs, coverage ${cov:-?})"
-	if [ $rc -ne 0 ] || [ -n "$(ls -A "$work/crashes")" ]; then
+	{
+		echo "# fuzz $h: ${execs:-0} executions in $secs s" \
+			"(seed $seed, ${added:-0} new inputs, coverage ${cov:-?})"
+		if [ $rc -ne 0 ] || [ -n "$(ls -A "$work/crashes")" ]; then
+			echo "not ok $i - fuzz $h: failed (exit $rc); inputs in $work/crashes"
+			grep -E 'ERROR|invariant failed|SUMMARY|#[0-9]+ 0x' "$work/log" |
+				head -40 | sed 's/^/# /'
+		else
+			echo "ok $i - fuzz $h"
+		fi
+	} >"$work/tap"
+}
+
+# $FUZZ_JOBS harnesses at a time (default: one per CPU); each still runs
+# its full time on a core of its own.
+jobs=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}
+i=0
+for h in "${harnesses[@]}"; do
+	i=$((i + 1))
+	while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
+		wait -n
+	done
+	fuzz_one "$h" "$i" &
+done
+wait
+
+echo "1..${#harnesses[@]}"
+status=0
+i=0
+for h in "${harnesses[@]}"; do
+	i=$((i + 1))
+	if [ ! -f "$out/$h/tap" ]; then
+		echo "not ok $i - fuzz $h: no result (see $out/$h/log)"
 		status=1
-		echo "not ok $i - fuzz $h: failed (exit $rc); inputs in $work/crashes"
-		grep -E 'ERROR|invariant failed|SUMMARY|#[0-9]+ 0x' "$work/log" |
-			head -40 | sed 's/^/# /'
-	else
-		echo "ok $i - fuzz $h"
+		continue
 	fi
+	cat "$out/$h/tap"
+	grep -q '^not ok' "$out/$h/tap" && status=1
 done
 exit $status

@@ -1066,9 +1066,13 @@ def main(module=None):
     module = module or sys.modules["__main__"]
     tests = list(_flatten(unittest.defaultTestLoader.loadTestsFromModule(
         module)))
-    wanted = sys.argv[1:]
+    # Arguments choose cases by a part of their id; "-PART" leaves out
+    # the cases whose id has PART.
+    wanted = [w for w in sys.argv[1:] if not w.startswith("-")]
+    unwanted = [w[1:] for w in sys.argv[1:] if w.startswith("-")]
     if wanted:
         tests = [t for t in tests if any(w in t.id() for w in wanted)]
+    tests = [t for t in tests if not any(w in t.id() for w in unwanted)]
     print("1..%d" % len(tests), flush=True)
     failed = 0
     for number, test in enumerate(tests, 1):

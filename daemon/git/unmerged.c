@@ -17,7 +17,7 @@
 
 #define VM_DIR "/.vector-memory/" /* a path's prefix, after the root */
 /* A listing of every decision with three stages and long names. */
-#define LIST_MAX ((size_t)256 << 20)
+#define LIST_MAX       ((size_t)256 << 20)
 #define STAGE_ATTEMPTS 7 /* 25 ms apart, doubling, up to 400 ms */
 
 /*

@@ -422,23 +422,6 @@ class Deferral(GitCase):
         self.assertTrue(self.git("symbolic-ref", "-q", "HEAD").strip())
         self.assertCommitResumes(conn, [base], [rec0] + recs)
 
-    def make_conflict(self, merge=True):
-        """Two branches changing shared.txt differently; with merge, a
-        repository in the middle of their conflicting merge."""
-        self.user_commit("shared.txt", "base\n", "base")
-        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
-        self.git("checkout", "-q", "-b", "other")
-        self.user_commit("shared.txt", "other\n", "other side")
-        self.git("checkout", "-q", branch)
-        self.user_commit("shared.txt", "mine\n", "my side")
-        if not merge:
-            return branch
-        p = self.git_run("merge", "other")
-        self.assertNotEqual(p.returncode, 0, p.stdout)
-        self.assertTrue(os.path.exists(os.path.join(self.repo.gitdir,
-                                                    "MERGE_HEAD")))
-        return branch
-
     def test_cherry_pick_in_progress(self):
         conn = self.connect(agent_id="picker")
         self.make_conflict(merge=False)

@@ -159,6 +159,21 @@ class Conflicts(Coexist):
         self.daemon = a
         return clone, a, b
 
+    def pull_conflict(self):
+        """A pull from the clone leaves (7, 2, 2) in conflict: both
+        daemons, a connection to ours and the version it acknowledged."""
+        clone, a, b = self.pair()
+        ca, cb = self.connect("alice", daemon=a), self.connect("bob",
+                                                               daemon=b)
+        ra = ca.store(7, 2, 2, "A's interface")
+        cb.store(7, 2, 2, "B's interface")
+        self.sync(ca)
+        self.sync(cb)
+        p = self.git_run("pull", "--no-rebase", "--no-edit", clone)
+        self.assertIn(b"CONFLICT", p.stdout)
+        self.wait_conflicts(ca, 1)
+        return a, b, ca, ra
+
     def test_pull_conflict_keeps_acknowledged_and_refuses_writes(self):
         clone, a, b = self.pair()
         ca, cb = self.connect("alice", daemon=a), self.connect("bob",
@@ -258,16 +273,7 @@ class Conflicts(Coexist):
         # the look at the files that sees the conflict resolved must not
         # wait for the writer to catch up (it waited for good, and the
         # conflict stayed listed with commits deferred).
-        clone, a, b = self.pair()
-        ca, cb = self.connect("alice", daemon=a), self.connect("bob",
-                                                               daemon=b)
-        ra = ca.store(7, 2, 2, "A's interface")
-        cb.store(7, 2, 2, "B's interface")
-        self.sync(ca)
-        self.sync(cb)
-        p = self.git_run("pull", "--no-rebase", "--no-edit", clone)
-        self.assertIn(b"CONFLICT", p.stdout)
-        self.wait_conflicts(ca, 1)
+        a, b, ca, ra = self.pull_conflict()
         stop, errors = threading.Event(), []
 
         def agent():
@@ -303,16 +309,7 @@ class Conflicts(Coexist):
         # Another git command holding index.lock for a moment does not
         # make vmem resolve fail (git itself would not wait); one that
         # keeps holding it does, with a ConcurrencyError.
-        clone, a, b = self.pair()
-        ca, cb = self.connect("alice", daemon=a), self.connect("bob",
-                                                               daemon=b)
-        ra = ca.store(7, 2, 2, "A's interface")
-        cb.store(7, 2, 2, "B's interface")
-        self.sync(ca)
-        self.sync(cb)
-        p = self.git_run("pull", "--no-rebase", "--no-edit", clone)
-        self.assertIn(b"CONFLICT", p.stdout)
-        self.wait_conflicts(ca, 1)
+        a, b, ca, ra = self.pull_conflict()
         lock = os.path.join(self.repo.gitdir, "index.lock")
         with open(lock, "w"):
             pass
@@ -747,14 +744,7 @@ class Yield(Coexist):
 
     def test_files_wait_while_a_merge_is_in_progress(self):
         conn = self.connect("w")
-        self.user_commit("shared.txt", "base\n", "base")
-        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
-        self.git("checkout", "-q", "-b", "other")
-        self.user_commit("shared.txt", "other\n", "other side")
-        self.git("checkout", "-q", branch)
-        self.user_commit("shared.txt", "mine\n", "my side")
-        p = self.git_run("merge", "other")
-        self.assertNotEqual(p.returncode, 0)
+        self.make_conflict()
         self.assertTrue(wait_until(
             lambda: conn.call("server.health")["files_wait_for_git"], WAIT))
         rec = conn.store(21, 1, 3, "while git merges")
@@ -784,13 +774,7 @@ class Yield(Coexist):
         # decision overwritten by the daemon after). Once git is done, a
         # file that is still bad goes to quarantine as always.
         conn = self.connect("w")
-        self.user_commit("shared.txt", "base\n", "base")
-        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
-        self.git("checkout", "-q", "-b", "other")
-        self.user_commit("shared.txt", "other\n", "other side")
-        self.git("checkout", "-q", branch)
-        self.user_commit("shared.txt", "mine\n", "my side")
-        self.assertNotEqual(self.git_run("merge", "other").returncode, 0)
+        self.make_conflict()
         self.assertTrue(wait_until(
             lambda: conn.call("server.health")["files_wait_for_git"], WAIT))
         empty = self.repo.decision_path(9, 1, 2)

@@ -969,6 +969,24 @@ class GitCase(VmemTestCase):
         self.git("commit", "-q", "-m", message, "--", path)
         return self.head()
 
+    def make_conflict(self, merge=True):
+        """Two branches changing shared.txt differently; with merge, a
+        repository in the middle of their conflicting merge. Returns the
+        branch we are on."""
+        self.user_commit("shared.txt", "base\n", "base")
+        branch = self.git("symbolic-ref", "--short", "HEAD").strip()
+        self.git("checkout", "-q", "-b", "other")
+        self.user_commit("shared.txt", "other\n", "other side")
+        self.git("checkout", "-q", branch)
+        self.user_commit("shared.txt", "mine\n", "my side")
+        if not merge:
+            return branch
+        p = self.git_run("merge", "other")
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertTrue(os.path.exists(os.path.join(self.repo.gitdir,
+                                                    "MERGE_HEAD")))
+        return branch
+
     # -- the daemon
     def health(self, conn):
         return conn.call("server.health")

@@ -273,7 +273,7 @@ class Conflicts(Coexist):
         # the look at the files that sees the conflict resolved must not
         # wait for the writer to catch up (it waited for good, and the
         # conflict stayed listed with commits deferred).
-        a, b, ca, ra = self.pull_conflict()
+        _, b, ca, ra = self.pull_conflict()
         stop, errors = threading.Event(), []
 
         def agent():
@@ -309,7 +309,7 @@ class Conflicts(Coexist):
         # Another git command holding index.lock for a moment does not
         # make vmem resolve fail (git itself would not wait); one that
         # keeps holding it does, with a ConcurrencyError.
-        a, b, ca, ra = self.pull_conflict()
+        _, b, ca, ra = self.pull_conflict()
         lock = os.path.join(self.repo.gitdir, "index.lock")
         with open(lock, "w"):
             pass

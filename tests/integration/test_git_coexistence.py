@@ -273,7 +273,7 @@ class Conflicts(Coexist):
         # the look at the files that sees the conflict resolved must not
         # wait for the writer to catch up (it waited for good, and the
         # conflict stayed listed with commits deferred).
-        _, b, ca, ra = self.pull_conflict()
+        a, b, ca, ra = self.pull_conflict()
         stop, errors = threading.Event(), []
 
         def agent():

@@ -82,7 +82,10 @@ bool buf_json_str(struct buf *b, const char *s, size_t len)
 	size_t i = 0, run;
 	char *o;
 
-	if (!buf_reserve(b, json_str_len(s, len)))
+	/* The exact size costs a pass over s: skipped when the room for
+	 * the worst case (every byte a \u00XX) is there already. */
+	if (b->cap - b->len <= 6 * len + 2 &&
+	    !buf_reserve(b, json_str_len(s, len)))
 		return false;
 	o = b->data + b->len;
 	*o++ = '"';

@@ -154,6 +154,15 @@ void call_reply_raw(struct call *call, const char *json, size_t len)
 		rpc_dump_raw_result(call->id, json, len, &call->response_len);
 }
 
+void call_reply_buf(struct call *call, struct buf *b, bool ok)
+{
+	if (ok)
+		call_reply_raw(call, b->data, b->len);
+	else
+		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
+	buf_done(b);
+}
+
 void call_error(struct call *call, int code, json_t *data, const char *fmt, ...)
 {
 	char msg[512];

@@ -96,6 +96,12 @@ void call_reply(struct call *call, json_t *result);
 /* Answer with a pre-serialised JSON result text (copied). */
 void call_reply_raw(struct call *call, const char *json, size_t len);
 
+struct buf;
+
+/* Answer with the JSON result text built in b when ok (false: building
+ * it ran out of memory, answered -32603); b is released either way. */
+void call_reply_buf(struct call *call, struct buf *b, bool ok);
+
 /*
  * A big answer, produced in slices so that no request holds the loop (a
  * query_range of everything, a search with thousands of hits): produce

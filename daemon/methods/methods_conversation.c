@@ -28,15 +28,6 @@ static struct convindex *ix_of(struct call *call)
 }
 
 /* Answer with the JSON text in b, or out of memory. */
-static void reply_buf(struct call *call, struct buf *b, bool ok)
-{
-	if (ok)
-		call_reply_raw(call, b->data, b->len);
-	else
-		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
-	buf_done(b);
-}
-
 /* ---- writes ---- */
 
 struct conv_call {
@@ -66,10 +57,10 @@ static void write_done(struct store_write *w, int code, const char *msg)
 	} else if (cw->op == CONV_DELETE_SESSION) {
 		call_reply(call, json_boolean(cw->existed));
 	} else if (cw->op == CONV_CREATE_SESSION && cw->s) {
-		reply_buf(call, &b, conv_session_json(&b, cw->s));
+		call_reply_buf(call, &b, conv_session_json(&b, cw->s));
 	} else if (cw->op == CONV_STORE_MESSAGE && cw->m) {
 		call_attr_bool(call, "session_created", cw->created);
-		reply_buf(call, &b, conv_message_json(&b, cw->m));
+		call_reply_buf(call, &b, conv_message_json(&b, cw->m));
 	} else {
 		call_error(call, RPC_INTERNAL_ERROR, NULL,
 			   "the write was logged but could not be applied "
@@ -239,7 +230,7 @@ int session_get(struct call *call)
 		call_reply(call, json_null());
 		return CALL_DONE;
 	}
-	reply_buf(call, &b, conv_session_json(&b, s));
+	call_reply_buf(call, &b, conv_session_json(&b, s));
 	return CALL_DONE;
 }
 
@@ -324,7 +315,7 @@ int session_list(struct call *call)
 	ok = buf_reserve(&b, l.bytes) && buf_append(&b, "[", 1);
 	convindex_list(ix_of(call), u, ulen, has_after, after_at, after_id,
 		       list_cb, &l);
-	reply_buf(call, &b, ok && l.ok && buf_append(&b, "]", 1));
+	call_reply_buf(call, &b, ok && l.ok && buf_append(&b, "]", 1));
 	return CALL_DONE;
 }
 
@@ -382,6 +373,6 @@ int message_history(struct call *call)
 		ok = (i == from || buf_append(&b, ",", 1)) &&
 		     conv_message_json(&b, s->msgs[i]);
 	call_attr_int(call, "result_count", (int64_t)(s->n_msgs - from));
-	reply_buf(call, &b, ok && buf_append(&b, "]", 1));
+	call_reply_buf(call, &b, ok && buf_append(&b, "]", 1));
 	return CALL_DONE;
 }

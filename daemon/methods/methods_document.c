@@ -26,15 +26,6 @@ static struct documents *docs_of(struct call *call)
 	return &call->d->documents;
 }
 
-static void reply_buf(struct call *call, struct buf *b, bool ok)
-{
-	if (ok)
-		call_reply_raw(call, b->data, b->len);
-	else
-		call_error(call, RPC_INTERNAL_ERROR, NULL, "out of memory");
-	buf_done(b);
-}
-
 /*
  * An embedding member: absent (*v NULL), null (*v NULL, *is_null), or
  * exactly embedding_dim finite numbers into *v (malloc'd, the caller
@@ -99,9 +90,9 @@ static void write_done(struct store_write *w, int code, const char *msg)
 	else if (dw->op == DOC_UPDATE && !dw->existed)
 		call_reply(call, json_null());
 	else if (dw->d)
-		reply_buf(call, &b,
-			  doc_json(&b, &docs_of(call)->ix, dw->d, false, 0,
-				   false));
+		call_reply_buf(call, &b,
+			       doc_json(&b, &docs_of(call)->ix, dw->d, false, 0,
+					false));
 	else
 		call_error(call, RPC_INTERNAL_ERROR, NULL,
 			   "the write was logged but could not be applied "
@@ -275,8 +266,8 @@ int document_get(struct call *call)
 		call_reply(call, json_null());
 		return CALL_DONE;
 	}
-	reply_buf(call, &b,
-		  doc_json(&b, &docs_of(call)->ix, d, false, 0, with));
+	call_reply_buf(call, &b,
+		       doc_json(&b, &docs_of(call)->ix, d, false, 0, with));
 	return CALL_DONE;
 }
 

@@ -10,6 +10,7 @@
 #include "protocol/jsonrpc.h"
 
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -763,10 +764,12 @@ static void assert_same_tree(const char *text, size_t len)
 
 /*
  * The quick loader gives jansson's tree for the plain JSON it accepts
- * (escapes, UTF-8, whitespace, every kind of value, a 4 KB content) and
- * leaves everything else to jansson, valid or not: \u escapes, escaped
- * keys, duplicates, reals, long integers, leading zeros, control
- * characters, bad UTF-8, trailing bytes, unfinished input, deep nesting.
+ * (escapes, UTF-8, whitespace, every kind of value, a 4 KB content, reals
+ * down to the last bit, an embedding of 1536 of them) and leaves
+ * everything else to jansson, valid or not: \u escapes, escaped keys,
+ * duplicates, long integers and reals, overflowing reals, leading zeros,
+ * control characters, bad UTF-8, trailing bytes, unfinished input, deep
+ * nesting.
  */
 START_TEST(test_fastjson)
 {
@@ -782,13 +785,27 @@ START_TEST(test_fastjson)
 		"{\"\":\"\",\"k\xc3\xa9y\":0,\"z\":\"\"}",
 		"123456789012345678",
 		"true",
+		"[1.5,1e3,1E+2,-2.5e-3,-0.0,0.0e0,0.038645542594663886,"
+		"-0.0019900742681478573,4.9e-324,2.2250738585072014e-308,"
+		"1.7976931348623157e308,1e-400,9007199254740993.0,"
+		"0.1000000000000000055511151231257827]",
+		"-12.75",
 	};
 	static const char *const left[] = {
 		"{\"a\":\"\\u0041\"}",
 		"{\"a\\n\":1}",
 		"{\"a\":1,\"a\":2}",
-		"{\"a\":1.5}",
-		"{\"a\":1e3}",
+		"{\"a\":1e400}",
+		"-1.8e308",
+		"{\"a\":1.}",
+		"{\"a\":.5}",
+		"{\"a\":1.e3}",
+		"{\"a\":1e}",
+		"{\"a\":1e+}",
+		"{\"a\":01.5}",
+		"{\"a\":0."
+		"00000000000000000000000000000000000000000000000000000000000000"
+		"01}",
 		"{\"a\":0123}",
 		"1234567890123456789",
 		"{\"a\":\"\x01\"}",
@@ -821,6 +838,18 @@ START_TEST(test_fastjson)
 		n += (size_t)sprintf(big + n, "word\\n \\\"q\\\" \xc3\xa9 ");
 	n += (size_t)sprintf(big + n, "\"}}");
 	assert_same_tree(big, n);
+	/* An embedding as Python writes one: 17 significant digits. */
+	big = realloc(big, 1536 * 32 + 64);
+	ck_assert_ptr_nonnull(big);
+	n = (size_t)sprintf(big, "{\"query_embedding\":[");
+	for (unsigned i = 0, r = 12345; i < 1536; i++) {
+		r = r * 1103515245u + 12345u;
+		n += (size_t)sprintf(big + n, "%s%.17g", i ? "," : "",
+				     ((double)(r >> 8) / (1u << 24) - 0.5) /
+					     (1 + (r & 7)));
+	}
+	n += (size_t)sprintf(big + n, "],\"top_k\":10}");
+	assert_same_tree(big, n);
 	free(big);
 	for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++)
 		ck_assert_msg(fastjson_load(left[i], strlen(left[i])) == NULL,
@@ -830,6 +859,64 @@ START_TEST(test_fastjson)
 	memset(deep + FASTJSON_MAX_DEPTH + 1, ']', FASTJSON_MAX_DEPTH + 1);
 	ck_assert_ptr_null(fastjson_load(deep, sizeof(deep) - 1));
 	assert_same_tree(deep + 1, sizeof(deep) - 3);
+}
+END_TEST
+
+/*
+ * Every real the quick loader reads is the double strtod reads, to the
+ * last bit: random doubles over sixty decades written the ways clients
+ * write them (17, 16 and 15 significant digits, exponents, trailing
+ * zeros), and the values next to halfway points between two doubles.
+ */
+START_TEST(test_fastjson_reals)
+{
+	uint64_t r = 0x9e3779b97f4a7c15u;
+	char text[96];
+
+	for (int i = 0; i < 40000; i++) {
+		double v, want;
+		uint64_t bits;
+		json_t *got;
+
+		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+		/* A random double in 1e-30..1e30, either sign. */
+		v = ldexp((double)(r >> 11) / 9007199254740992.0 + 0.5,
+			  (int)(r % 200) - 100);
+		if (r & 1)
+			v = -v;
+		if (i % 7 == 0) { /* a double's halfway point, as a decimal */
+			memcpy(&bits, &v, sizeof(bits));
+			bits |= 1;
+			memcpy(&v, &bits, sizeof(v));
+			snprintf(text, sizeof(text), "%.25e",
+				 (double)(v + nextafter(v, 0)) / 2);
+		} else if (i % 6 == 0)
+			snprintf(text, sizeof(text), "%.17g", v);
+		else if (i % 6 == 1)
+			snprintf(text, sizeof(text), "%.16g", v);
+		else if (i % 6 == 2)
+			snprintf(text, sizeof(text), "%.15g", v);
+		else if (i % 6 == 3)
+			snprintf(text, sizeof(text), "%.6e", v);
+		else if (i % 6 == 4)
+			snprintf(text, sizeof(text), "%.19f", v);
+		else
+			snprintf(text, sizeof(text), "%.3f", v);
+		if (!strpbrk(text, ".e"))
+			continue; /* an integer: not a real */
+		want = strtod(text, NULL);
+		got = fastjson_load(text, strlen(text));
+		if (strlen(text) > 63) {
+			json_decref(got);
+			continue;
+		}
+		ck_assert_msg(json_is_real(got), "not read: %s", text);
+		ck_assert_msg(memcmp(&(double){json_real_value(got)}, &want,
+				     sizeof(want)) == 0,
+			      "%s: %.17g, strtod %.17g", text,
+			      json_real_value(got), want);
+		json_decref(got);
+	}
 }
 END_TEST
 
@@ -857,6 +944,7 @@ static Suite *jsonrpc_suite(void)
 	tcase_add_test(tc2, test_big_integers);
 	tcase_add_test(tc2, test_error_data);
 	tcase_add_test(tc2, test_raw_result);
+	tcase_add_test(tc2, test_fastjson_reals);
 	tcase_add_test(tc2, test_error_table);
 	tcase_add_test(tc2, test_fastjson);
 	suite_add_tcase(s, tc2);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "grow.h"
+#include "protocol/decision.h" /* timestamp_format */
 
 #define NOT_FOUND UINT32_MAX
 
@@ -457,7 +458,6 @@ void expindex_done(struct expindex *ix)
 {
 	for (size_t d = 0; d < ix->n_docs; d++) {
 		free(ix->docs[d].buf);
-		free(ix->docs[d].tags);
 	}
 	free(ix->docs);
 	free(ix->by_id);
@@ -484,42 +484,165 @@ void expindex_done(struct expindex *ix)
 	memset(ix, 0, sizeof(*ix));
 }
 
-int expindex_set_record(struct expindex *ix, uint32_t doc, char *buf,
-			size_t off, size_t len, const struct experience *e)
+/* ---- a record's JSON, less what its fields say again ---- */
+
+#define HEAD_MAX (sizeof("{\"id\":\"\",\"agent_id\":\"\",") + EXPID_LEN + \
+		  VMEM_AGENT_ID_MAX)
+#define MID_MAX                                                                \
+	(sizeof("\"timestamp\":\"\",\"importance\":10,") + VMEM_TIMESTAMP_LEN)
+
+/* The head as a doc's fields render it, into out (HEAD_MAX); its
+ * length, or 0 when the agent id would need escapes in JSON (its bytes
+ * then differ from the raw ones: nothing is cut). */
+static size_t head_render(const struct expindex *ix, const struct exp_doc *d,
+			  char *out)
+{
+	const struct exp_agent *a = &ix->agents[d->agent];
+	size_t n = 0;
+
+	if (a->len > VMEM_AGENT_ID_MAX)
+		return 0;
+	for (size_t i = 0; i < a->len; i++)
+		if ((unsigned char)a->id[i] < 0x20 || a->id[i] == '"' ||
+		    a->id[i] == '\\' || a->id[i] == 0x7f)
+			return 0;
+	memcpy(out, "{\"id\":\"", 7);
+	n = 7;
+	expid_format(&d->id, out + n);
+	n += EXPID_LEN;
+	memcpy(out + n, "\",\"agent_id\":\"", 14);
+	n += 14;
+	memcpy(out + n, a->id, a->len);
+	n += a->len;
+	memcpy(out + n, "\",", 2);
+	return n + 2;
+}
+
+/* The middle as a doc's fields render it, into out (MID_MAX); its
+ * length. */
+static size_t mid_render(const struct exp_doc *d, char *out)
+{
+	size_t n = 13;
+
+	memcpy(out, "\"timestamp\":\"", 13);
+	timestamp_format(d->ts, out + n);
+	n += VMEM_TIMESTAMP_LEN;
+	memcpy(out + n, "\",\"importance\":", 15);
+	n += 15;
+	if (d->importance >= 10)
+		out[n++] = (char)('0' + d->importance / 10);
+	out[n++] = (char)('0' + d->importance % 10);
+	out[n++] = ',';
+	return n;
+}
+
+size_t expindex_json_len(const struct expindex *ix, uint32_t doc)
+{
+	const struct exp_doc *d = &ix->docs[doc];
+	char tmp[HEAD_MAX > MID_MAX ? HEAD_MAX : MID_MAX];
+	size_t n = d->len;
+
+	if (d->head_cut)
+		n += head_render(ix, d, tmp) - 1; /* the kept '{' */
+	if (d->mid_at)
+		n += mid_render(d, tmp);
+	return n;
+}
+
+void expindex_json(const struct expindex *ix, uint32_t doc, char *out)
+{
+	const struct exp_doc *d = &ix->docs[doc];
+	size_t from = 0;
+
+	if (d->head_cut) {
+		out += head_render(ix, d, out);
+		from = 1;
+	}
+	if (d->mid_at) {
+		memcpy(out, d->buf + from, d->mid_at - from);
+		out += d->mid_at - from;
+		out += mid_render(d, out);
+		from = d->mid_at;
+	}
+	memcpy(out, d->buf + from, d->len - from);
+}
+
+bool expindex_json_append(const struct expindex *ix, uint32_t doc,
+			  struct buf *b)
+{
+	size_t n = expindex_json_len(ix, doc);
+
+	if (!buf_reserve(b, n))
+		return false;
+	expindex_json(ix, doc, b->data + b->len);
+	b->len += n;
+	return true;
+}
+
+int expindex_set_record(struct expindex *ix, uint32_t doc, const char *json,
+			size_t len, const struct experience *e)
 {
 	struct exp_doc *d = &ix->docs[doc];
-	uint32_t *tags = NULL;
+	char head[HEAD_MAX], mid[MID_MAX];
+	const char *m;
+	uint32_t tags[EXP_TAGS_MAX];
+	size_t hn, mn, keep, at, skip = 0, mid_at = 0;
 	long agent;
+	char *buf;
 
-	if (e->n_tags) {
-		tags = malloc(e->n_tags * sizeof(*tags));
-		if (!tags)
-			goto oom;
-	}
+	if (e->n_tags > EXP_TAGS_MAX)
+		return -ENOMEM; /* parsed records never have more */
 	for (size_t i = 0; i < e->n_tags; i++) {
 		long t = tag_intern(ix, e->tags[i]);
 
 		if (t < 0)
-			goto oom;
+			return -ENOMEM;
 		tags[i] = (uint32_t)t;
 	}
 	agent = agent_intern(ix, e->agent_id, strlen(e->agent_id));
 	if (agent < 0)
-		goto oom;
-	d->buf = buf;
-	d->off = (uint8_t)off;
-	d->len = (uint32_t)len;
-	d->importance = (uint8_t)e->importance;
-	d->n_tags = (uint8_t)e->n_tags;
-	d->tags = tags;
-	d->ts = e->timestamp;
+		return -ENOMEM;
 	d->agent = (uint32_t)agent;
+	d->ts = e->timestamp;
+	d->importance = (uint8_t)e->importance;
+	/* What is cut reads exactly as rendered, so it comes back byte for
+	 * byte whatever the line's member order or spacing. */
+	hn = head_render(ix, d, head);
+	d->head_cut = hn && len > hn && memcmp(json, head, hn) == 0;
+	if (d->head_cut)
+		skip = hn - 1; /* keep the '{' */
+	mn = mid_render(d, mid);
+	m = memmem(json + skip, len - skip, mid, mn);
+	if (m)
+		mid_at = (size_t)(m - json) - skip;
+	keep = len - skip - (m ? mn : 0);
+	/* The tag numbers go after the JSON, in its allocation: a second
+	 * one per record cost a malloc chunk for a few tags. */
+	at = (keep + sizeof(uint32_t) - 1) & ~(sizeof(uint32_t) - 1);
+	buf = malloc(at + e->n_tags * sizeof(*tags) + (at == 0));
+	if (!buf)
+		return -ENOMEM;
+	if (d->head_cut)
+		buf[0] = '{';
+	if (m) {
+		memcpy(buf + !!d->head_cut, json + skip + !!d->head_cut,
+		       mid_at - !!d->head_cut);
+		memcpy(buf + mid_at, m + mn, len - (size_t)(m - json) - mn);
+	} else {
+		memcpy(buf + !!d->head_cut, json + skip + !!d->head_cut,
+		       keep - !!d->head_cut);
+	}
+	d->buf = buf;
+	d->len = (uint32_t)keep;
+	d->mid_at = (uint32_t)mid_at;
+	d->n_tags = (uint8_t)e->n_tags;
+	d->tags = NULL;
+	if (e->n_tags) {
+		d->tags = (uint32_t *)(void *)(buf + at);
+		memcpy(d->tags, tags, e->n_tags * sizeof(*tags));
+	}
 	ix->n_with_record++;
 	return 0;
-oom:
-	free(tags);
-	free(buf);
-	return -ENOMEM;
 }
 
 const char *expindex_agent(const struct expindex *ix, uint32_t doc, size_t *len)
@@ -542,11 +665,19 @@ static void fields_of(const struct experience *e, struct bm25_field *f)
 }
 
 /* A doc's record parsed from its JSON (for the search index). */
-static int parse_doc(const struct exp_doc *d, struct exp_line *l)
+static int parse_doc(const struct expindex *ix, uint32_t doc,
+		     struct exp_line *l)
 {
 	char msg[VMEM_ERRMSG_LEN];
-	int rc = exp_parse_line(d->buf + d->off, d->len, l, msg);
+	size_t len = expindex_json_len(ix, doc);
+	char *json = malloc(len);
+	int rc;
 
+	if (!json)
+		return -ENOMEM;
+	expindex_json(ix, doc, json);
+	rc = exp_parse_line(json, len, l, msg);
+	free(json);
 	if (rc != 0 || l->is_tombstone) {
 		exp_line_done(l);
 		return -ENOMEM; /* our own JSON: only memory can fail */
@@ -595,7 +726,7 @@ int expindex_activate(struct expindex *ix, uint32_t doc,
 		}
 	}
 	if (!e) {
-		rc = parse_doc(d, &parsed);
+		rc = parse_doc(ix, doc, &parsed);
 		if (rc < 0) {
 			unlist(ix, doc, d->n_tags);
 			return rc;
@@ -646,7 +777,7 @@ void expindex_deactivate(struct expindex *ix, uint32_t doc)
 	ix->bm_doc[d->bm] = NOT_FOUND;
 	/* Without memory to parse it, its terms keep their document counts
 	 * (idf slightly low) until the next start; it is not returned. */
-	if (parse_doc(d, &parsed) == 0) {
+	if (parse_doc(ix, doc, &parsed) == 0) {
 		fields_of(&parsed.rec, f);
 		bm25_remove(ix->bm, d->bm, f, EXP_NFIELDS);
 		exp_line_done(&parsed);
@@ -910,10 +1041,9 @@ size_t expindex_memory(const struct expindex *ix)
 		   ix->cap_bm * sizeof(*ix->bm_doc) + bm25_memory(ix->bm);
 
 	for (size_t d = 0; d < ix->n_docs; d++)
-		n += ix->docs[d].buf
-			     ? (size_t)ix->docs[d].off + ix->docs[d].len + 1 +
-				       ix->docs[d].n_tags * sizeof(uint32_t)
-			     : 0;
+		n += ix->docs[d].buf ? ix->docs[d].len + ix->docs[d].n_tags *
+								 sizeof(uint32_t)
+				     : 0;
 	for (size_t a = 0; a < ix->n_agents; a++)
 		n += ix->agents[a].len + 1 +
 		     ix->agents[a].list.cap * sizeof(uint32_t) +

@@ -15,8 +15,10 @@
  *
  * A document number (doc) names an id for the daemon's life; a doc may
  * have no record (known only from a deletion) or a record that is not
- * live (deleted). Records are immutable: their compact JSON is kept as
- * given (the wire answer and the shard line). Loop thread only.
+ * live (deleted). Records are immutable: their compact JSON (the wire
+ * answer and the shard line) comes back byte for byte as given
+ * (expindex_json), kept less what the doc's fields say again. Loop
+ * thread only.
  */
 #ifndef VMEM_DAEMON_EXPINDEX_H
 #define VMEM_DAEMON_EXPINDEX_H
@@ -26,6 +28,7 @@
 #include <stdint.h>
 
 #include "bm25.h"
+#include "buf.h"
 #include "protocol/experience.h"
 
 /* The field weights of find_similar (bm25.h). */
@@ -37,21 +40,30 @@
  * agents (the most frequent first; the totals say how many exist). */
 #define EXP_STATS_LIST_MAX 1000
 
+/*
+ * A record's JSON is kept without what its fields say again, when it
+ * reads exactly as they render it: the head {"id":"…","agent_id":"…",
+ * (then buf starts with the '{' alone) and the members
+ * "timestamp":"…","importance":N, (cut at mid_at). expindex_json gives
+ * the bytes back as they were. Why: they were a seventh of the record,
+ * and the kept records most of the daemon's memory.
+ */
 struct exp_doc {
-	char *buf;    /* owned; the JSON starts at buf + off */
-	uint32_t len; /* of the JSON */
-	uint8_t off;  /* a log tag byte before the JSON, or 0 */
+	char *buf;    /* owned: the kept JSON, then the tag numbers */
+	uint32_t len; /* of the kept JSON */
 	uint8_t importance;
 	uint8_t n_tags;
 	bool live;
+	bool head_cut;
 	struct expid id;
 	int64_t ts;	/* microseconds */
 	uint32_t agent; /* agent number */
 	uint32_t bm;	/* its BM25 document while live */
-	uint32_t *tags; /* tag numbers, as the record lists them */
+	uint32_t *tags; /* tag numbers, as the record lists them (in buf) */
 	/* For the owner (the kind): how many shard lines hold the record,
 	 * and how many its deletion. */
 	uint16_t rec_refs, tomb_refs;
+	uint32_t mid_at; /* where the middle was cut from buf; 0: not */
 };
 
 struct docvec {
@@ -149,13 +161,20 @@ long expindex_lookup(const struct expindex *ix, const struct expid *id);
 long expindex_intern(struct expindex *ix, const struct expid *id);
 
 /*
- * Give a doc without a record its record: buf (taken, also on failure)
- * holds its compact JSON from off on (len bytes); e is that record
+ * Give a doc without a record its record: json[0..len), its compact
+ * JSON (copied, less what its fields say again); e is that record
  * parsed (borrowed: the agent, timestamp, importance and tags are
  * copied). Not live yet. 0 or -ENOMEM.
  */
-int expindex_set_record(struct expindex *ix, uint32_t doc, char *buf,
-			size_t off, size_t len, const struct experience *e);
+int expindex_set_record(struct expindex *ix, uint32_t doc, const char *json,
+			size_t len, const struct experience *e);
+
+/* The JSON of a doc with a record, as it was given: its length, and
+ * those bytes into out (no NUL), or appended to b (false: no memory). */
+size_t expindex_json_len(const struct expindex *ix, uint32_t doc);
+void expindex_json(const struct expindex *ix, uint32_t doc, char *out);
+bool expindex_json_append(const struct expindex *ix, uint32_t doc,
+			  struct buf *b);
 
 /*
  * Make a doc with a record live (in every list, aggregate and the

@@ -164,6 +164,7 @@ static void report(struct experiences *xs, enum kind_change_type type,
 		   uint32_t doc, const char *path)
 {
 	struct experience_change ch = {doc, NULL, 0, NULL, NULL, 0, path};
+	char *json = NULL;
 
 	if (doc != UINT32_MAX) {
 		const struct exp_doc *d = &xs->ix.docs[doc];
@@ -172,11 +173,23 @@ static void report(struct experiences *xs, enum kind_change_type type,
 		if (d->buf)
 			ch.agent = expindex_agent(&xs->ix, doc, &ch.agent_len);
 		if (d->live) {
-			ch.json = d->buf + d->off;
-			ch.json_len = d->len;
+			ch.json_len = expindex_json_len(&xs->ix, doc);
+			json = malloc(ch.json_len);
+			if (json) {
+				expindex_json(&xs->ix, doc, json);
+				ch.json = json;
+			} else {
+				/* Its shard is still marked for the
+				 * commit; only watchers miss it. */
+				log_err("out of memory: subscribers are not "
+					"told of a change of an experience");
+				ch.id = NULL;
+				ch.json_len = 0;
+			}
 		}
 	}
 	store_changed(&xs->sk, type, &ch);
+	free(json);
 }
 
 /* ---- pending lines ---- */
@@ -317,6 +330,13 @@ static void unprepare(struct store_kind *k, struct store_write *w)
 	ew->buf = NULL;
 }
 
+void experience_write_done(struct experience_write *ew)
+{
+	experience_done(&ew->e);
+	free(ew->buf);
+	ew->buf = NULL;
+}
+
 /* The shard of a doc with a record, into path. */
 static int doc_shard(struct experiences *xs, uint32_t doc, char *path)
 {
@@ -331,27 +351,22 @@ static void apply_store(struct experiences *xs, struct experience_write *ew)
 	char path[EXP_SHARD_PATH_MAX];
 	struct exp_shard *sh;
 	long doc = expindex_intern(&xs->ix, &ew->e.id);
-	char *buf = ew->buf;
 	int rc;
 
-	ew->buf = NULL;
+	/* The payload stays the write's: its line is the answer. */
 	rc = doc < 0 ? (int)doc : 0;
 	if (rc == 0)
-		rc = expindex_set_record(&xs->ix, (uint32_t)doc, buf, 1,
+		rc = expindex_set_record(&xs->ix, (uint32_t)doc, ew->buf + 1,
 					 ew->len, &ew->e);
-	else
-		free(buf);
 	if (rc == 0)
 		rc = doc_shard(xs, (uint32_t)doc, path);
 	if (rc == 0) {
-		const struct exp_doc *d = &xs->ix.docs[doc];
-
 		sh = shard_get(xs, path, true);
 		rc = !sh ? -ENOMEM
 			 : push(&sh->recs, &sh->n_recs, &sh->cap_recs,
 				(uint32_t)doc);
 		if (rc == 0)
-			rc = pending_add(xs, path, d->buf + d->off, d->len);
+			rc = pending_add(xs, path, ew->buf + 1, ew->len);
 	}
 	if (rc == 0) {
 		xs->ix.docs[doc].rec_refs++;
@@ -363,7 +378,7 @@ static void apply_store(struct experiences *xs, struct experience_write *ew)
 			"and written to its shard only after a restart");
 		return;
 	}
-	ew->json = xs->ix.docs[doc].buf + 1;
+	ew->json = ew->buf + 1;
 	ew->json_len = ew->len;
 	report(xs, KIND_STORED, (uint32_t)doc, path);
 }
@@ -464,15 +479,9 @@ static long take_line(struct experiences *xs, struct exp_line *l,
 		return doc;
 	}
 	if (!d->buf) {
-		char *buf = malloc(len + 1);
-		int rc;
+		int rc = expindex_set_record(&xs->ix, (uint32_t)doc, raw, len,
+					     &l->rec);
 
-		if (!buf)
-			return -ENOMEM;
-		memcpy(buf, raw, len);
-		buf[len] = '\0';
-		rc = expindex_set_record(&xs->ix, (uint32_t)doc, buf, 0, len,
-					 &l->rec);
 		if (rc < 0)
 			return rc;
 	}

@@ -95,6 +95,10 @@ struct experience_write {
 	char key[EXPID_LEN + 1];
 };
 
+/* Release a write's request and what its kind kept of it (after its
+ * done(), or when it was never submitted). */
+void experience_write_done(struct experience_write *ew);
+
 /*
  * The detail of an experience's kind_change: the doc (UINT32_MAX when a
  * shard changed without a record: bad lines taken out of it), the record

@@ -127,12 +127,9 @@ static void reply_docs(struct call *call, const struct expindex *ix,
 	struct buf b = {0};
 	bool ok = buf_append(&b, "[", 1);
 
-	for (size_t i = 0; ok && i < n; i++) {
-		const struct exp_doc *d = &ix->docs[docs[i]];
-
+	for (size_t i = 0; ok && i < n; i++)
 		ok = (i == 0 || buf_append(&b, ",", 1)) &&
-		     buf_append(&b, d->buf + d->off, d->len);
-	}
+		     expindex_json_append(ix, docs[i], &b);
 	if (ok && buf_append(&b, "]", 1))
 		call_reply_raw(call, b.data, b.len);
 	else
@@ -145,14 +142,18 @@ static void reply_docs(struct call *call, const struct expindex *ix,
 int experience_get(struct call *call)
 {
 	static const char *const allowed[] = {"id", NULL};
+	const struct expindex *ix = &call->d->experiences.ix;
 	const struct exp_doc *d;
 	struct expid id;
+	struct buf b = {0};
 
 	if (!param_only(call, allowed) || !param_id(call, &id))
 		return CALL_DONE;
 	d = experiences_get(&call->d->experiences, &id);
 	if (d)
-		call_reply_raw(call, d->buf + d->off, d->len);
+		call_reply_buf(call, &b,
+			       expindex_json_append(
+				       ix, (uint32_t)(d - ix->docs), &b));
 	else
 		call_reply(call, json_null());
 	return CALL_DONE;
@@ -246,7 +247,7 @@ int experience_retrieve(struct call *call)
 }
 
 /* One hit: the record with "score" and "matched_terms" spliced in. */
-static bool append_hit(struct buf *b, const struct exp_doc *d,
+static bool append_hit(struct buf *b, const struct expindex *ix,
 		       const struct exp_similar *h, const char *const *terms,
 		       size_t n_terms)
 {
@@ -266,9 +267,10 @@ static bool append_hit(struct buf *b, const struct exp_doc *d,
 	json_decref(matched);
 	snprintf(score, sizeof(score),
 		 ",\"score\":%.6g,\"matched_terms\":", h->score);
-	/* The record's JSON ends with its '}'. */
-	ok = m && buf_append(b, d->buf + d->off, d->len - 1) &&
-	     buf_puts(b, score) && buf_puts(b, m) && buf_append(b, "}", 1);
+	ok = m && expindex_json_append(ix, h->doc, b);
+	if (ok)
+		b->len--; /* the record's closing '}' */
+	ok = ok && buf_puts(b, score) && buf_puts(b, m) && buf_append(b, "}", 1);
 	free(m);
 	return ok;
 }
@@ -345,7 +347,7 @@ int experience_find_similar(struct call *call)
 	ok = rc == 0 && buf_append(&b, "[", 1);
 	for (size_t i = first; ok && i < n; i++)
 		ok = (i == first || buf_append(&b, ",", 1)) &&
-		     append_hit(&b, &ix->docs[hits[i].doc], &hits[i], terms,
+		     append_hit(&b, ix, &hits[i], terms,
 				n_terms);
 	if (ok && buf_append(&b, "]", 1))
 		call_reply_raw(call, b.data, b.len);
@@ -432,7 +434,7 @@ struct exp_call {
 
 static void exp_call_free(struct exp_call *xc)
 {
-	experience_done(&xc->ew.e);
+	experience_write_done(&xc->ew);
 	free(xc->by);
 	free(xc);
 }

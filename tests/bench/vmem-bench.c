@@ -1607,6 +1607,49 @@ static int sum_cb(const char *path, const struct stat *sb, int flag,
 	return 0;
 }
 
+/* A whole number member of the server.stats answer, after the member
+ * `within` (-1 if absent). */
+static long long stats_number(const char *resp, const char *within,
+			      const char *name)
+{
+	char key[64];
+	const char *p = strstr(resp, within);
+	long long v;
+
+	snprintf(key, sizeof(key), "\"%s\":", name);
+	p = p ? strstr(p, key) : NULL;
+	return p && sscanf(p + strlen(key), "%lld", &v) == 1 ? v : -1;
+}
+
+/* Where the memory goes, as the daemon counts it (its indexes, not the
+ * allocator's overhead nor the libraries' pages). */
+static int print_memory_parts(long long rss)
+{
+	char *resp = NULL;
+	size_t len;
+	int rc = rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+			  "\"server.stats\"}\n",
+			  &resp, &len, 60);
+
+	if (rc < 0)
+		return rc;
+	printf("of it, as vmemd counts: decisions %.1f MB (records) + %.1f MB "
+	       "(search index), experiences %.1f MB (records and indexes); "
+	       "the rest (%.1f MB) is libraries, allocator and buffers\n",
+	       (double)stats_number(resp, "\"memory\"", "record_bytes") / 1e6,
+	       (double)stats_number(resp, "\"memory\"", "search_bytes") / 1e6,
+	       (double)stats_number(resp, "\"experiences\"", "index_bytes") /
+		       1e6,
+	       (double)(rss - stats_number(resp, "\"memory\"",
+					   "record_bytes") -
+			stats_number(resp, "\"memory\"", "search_bytes") -
+			stats_number(resp, "\"experiences\"",
+				     "index_bytes")) /
+		       1e6);
+	free(resp);
+	return 0;
+}
+
 /*
  * Stop the daemon (which writes and commits everything), start it again
  * and time its start until it listens (every shard and decision file
@@ -1651,7 +1694,7 @@ static int measure_restart(const struct opts *o)
 	       (double)before / 1e6, (double)after / 1e6,
 	       (double)after / (double)(g.exp_text_bytes + (uint64_t)dec),
 	       (double)after / (double)(exps + dec));
-	return 0;
+	return print_memory_parts(after);
 }
 
 /* ---- options ---- */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "expindex.h"
+#include "protocol/decision.h"
 #include "run_suite.h"
 
 static struct expindex ix;
@@ -61,7 +62,8 @@ static uint32_t put(const char *agent, int64_t ts, int importance,
 	doc = expindex_intern(&ix, &e.id);
 	ck_assert_int_ge(doc, 0);
 	ck_assert_int_eq(
-		expindex_set_record(&ix, (uint32_t)doc, buf, 0, len, &e), 0);
+		expindex_set_record(&ix, (uint32_t)doc, buf, len, &e), 0);
+	free(buf);
 	ck_assert_int_eq(expindex_activate(&ix, (uint32_t)doc, &e), 0);
 	experience_done(&e);
 	return (uint32_t)doc;
@@ -245,6 +247,121 @@ START_TEST(test_similar)
 }
 END_TEST
 
+/* A line kept and given back: the same bytes, and a record that
+ * activates and deactivates from them; both_cut: its head and middle
+ * are not kept. */
+static void kept(const char *line, bool both_cut)
+{
+	struct exp_line l;
+	char msg[VMEM_ERRMSG_LEN], back[4096];
+	size_t len = strlen(line);
+	const struct exp_doc *d;
+	long doc;
+
+	ck_assert_msg(exp_parse_line(line, len, &l, msg) == 0, "%s: %s", msg,
+		      line);
+	doc = expindex_intern(&ix, &l.rec.id);
+	ck_assert_int_ge(doc, 0);
+	ck_assert_int_eq(expindex_set_record(&ix, (uint32_t)doc, line, len,
+					     &l.rec),
+			 0);
+	exp_line_done(&l);
+	d = &ix.docs[doc];
+	ck_assert_uint_eq(expindex_json_len(&ix, (uint32_t)doc), len);
+	memset(back, 0, sizeof(back));
+	expindex_json(&ix, (uint32_t)doc, back);
+	ck_assert_str_eq(back, line);
+	if (both_cut)
+		ck_assert(d->head_cut && d->mid_at > 0 && d->len + 100 < len);
+	/* Activated from its kept bytes (parsed back), searched, dropped. */
+	ck_assert_int_eq(expindex_activate(&ix, (uint32_t)doc, NULL), 0);
+	ck_assert(d->live);
+	expindex_deactivate(&ix, (uint32_t)doc);
+	ck_assert(!d->live);
+}
+
+/*
+ * A record's JSON is kept less its id, agent, timestamp and importance
+ * when they read as its fields render them, and comes back byte for
+ * byte however the line was written: canonical (both cut), members in
+ * another order, spaces, the middle's very bytes inside the metadata,
+ * an agent id beyond ASCII, importance 10.
+ */
+START_TEST(test_json_kept)
+{
+	char line[2048], id[EXPID_LEN + 1], ts[VMEM_TIMESTAMP_LEN + 1];
+	uint8_t rnd[EXPID_RANDOM_BYTES] = {7};
+
+	for (int i = 0; i < 6; i++) {
+		struct expid x;
+
+		rnd[1] = (uint8_t)i;
+		x = expid_make(T0 + i, rnd);
+		expid_format(&x, id);
+		timestamp_format(T0 + i, ts);
+		switch (i) {
+		case 0:
+			snprintf(line, sizeof(line),
+				 "{\"id\":\"%s\",\"agent_id\":\"agent-07\","
+				 "\"context\":\"deploy \\\"it\\\"\","
+				 "\"action\":\"a\",\"outcome\":\"o\","
+				 "\"timestamp\":\"%s\",\"importance\":10,"
+				 "\"tags\":[\"x\",\"y\"],\"metadata\":{}}",
+				 id, ts);
+			break;
+		case 1:
+			snprintf(line, sizeof(line),
+				 "{\"timestamp\":\"%s\",\"importance\":3,"
+				 "\"id\":\"%s\",\"agent_id\":\"agent-07\","
+				 "\"context\":\"c\",\"action\":\"a\","
+				 "\"outcome\":\"o\",\"tags\":[],"
+				 "\"metadata\":{}}",
+				 ts, id);
+			break;
+		case 2:
+			snprintf(line, sizeof(line),
+				 "{ \"id\": \"%s\", \"agent_id\": \"agent-07\","
+				 " \"context\": \"c\", \"action\": \"a\","
+				 " \"outcome\": \"o\", \"timestamp\": \"%s\","
+				 " \"importance\": 5, \"tags\": [],"
+				 " \"metadata\": {} }",
+				 id, ts);
+			break;
+		case 3:
+			snprintf(line, sizeof(line),
+				 "{\"id\":\"%s\",\"agent_id\":\"agent-07\","
+				 "\"context\":\"c\",\"action\":\"a\","
+				 "\"outcome\":\"o\",\"metadata\":{\"timestamp\""
+				 ":\"%s\",\"importance\":4,\"k\":1},"
+				 "\"timestamp\":\"%s\",\"importance\":4,"
+				 "\"tags\":[]}",
+				 id, ts, ts);
+			break;
+		case 4:
+			snprintf(line, sizeof(line),
+				 "{\"id\":\"%s\",\"agent_id\":\"ag\xc3\xa9nt\","
+				 "\"context\":\"c\",\"action\":\"a\","
+				 "\"outcome\":\"o\",\"timestamp\":\"%s\","
+				 "\"importance\":1,\"tags\":[\"t\"],"
+				 "\"metadata\":{\"why\":\"no reason at all, "
+				 "just a longer line than the others\"}}",
+				 id, ts);
+			break;
+		default: /* the middle at the very end */
+			snprintf(line, sizeof(line),
+				 "{\"id\":\"%s\",\"agent_id\":\"agent-07\","
+				 "\"context\":\"c\",\"action\":\"a\","
+				 "\"outcome\":\"o\",\"tags\":[],"
+				 "\"metadata\":{},\"timestamp\":\"%s\","
+				 "\"importance\":2}",
+				 id, ts);
+			break;
+		}
+		kept(line, i == 0 || i == 4);
+	}
+}
+END_TEST
+
 static Suite *expindex_suite(void)
 {
 	Suite *s = suite_create("expindex");
@@ -255,6 +372,7 @@ static Suite *expindex_suite(void)
 	tcase_add_test(tc, test_out_of_order);
 	tcase_add_test(tc, test_stats);
 	tcase_add_test(tc, test_similar);
+	tcase_add_test(tc, test_json_kept);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -146,7 +146,7 @@ static void xdone(struct store_write *w, int code, const char *msg)
 	x->code = code;
 	if (code == 0 && !x->ew.is_delete)
 		expid_format(&x->ew.e.id, x->id);
-	experience_done(&x->ew.e);
+	experience_write_done(&x->ew);
 	if (x->left)
 		(*x->left)--;
 }

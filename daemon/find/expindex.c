@@ -486,8 +486,9 @@ void expindex_done(struct expindex *ix)
 
 /* ---- a record's JSON, less what its fields say again ---- */
 
-#define HEAD_MAX (sizeof("{\"id\":\"\",\"agent_id\":\"\",") + EXPID_LEN + \
-		  VMEM_AGENT_ID_MAX)
+#define HEAD_MAX                                                               \
+	(sizeof("{\"id\":\"\",\"agent_id\":\"\",") + EXPID_LEN +               \
+	 VMEM_AGENT_ID_MAX)
 #define MID_MAX                                                                \
 	(sizeof("\"timestamp\":\"\",\"importance\":10,") + VMEM_TIMESTAMP_LEN)
 
@@ -1041,9 +1042,10 @@ size_t expindex_memory(const struct expindex *ix)
 		   ix->cap_bm * sizeof(*ix->bm_doc) + bm25_memory(ix->bm);
 
 	for (size_t d = 0; d < ix->n_docs; d++)
-		n += ix->docs[d].buf ? ix->docs[d].len + ix->docs[d].n_tags *
-								 sizeof(uint32_t)
-				     : 0;
+		n += ix->docs[d].buf
+			     ? ix->docs[d].len +
+				       ix->docs[d].n_tags * sizeof(uint32_t)
+			     : 0;
 	for (size_t a = 0; a < ix->n_agents; a++)
 		n += ix->agents[a].len + 1 +
 		     ix->agents[a].list.cap * sizeof(uint32_t) +

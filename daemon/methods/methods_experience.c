@@ -151,9 +151,9 @@ int experience_get(struct call *call)
 		return CALL_DONE;
 	d = experiences_get(&call->d->experiences, &id);
 	if (d)
-		call_reply_buf(call, &b,
-			       expindex_json_append(
-				       ix, (uint32_t)(d - ix->docs), &b));
+		call_reply_buf(
+			call, &b,
+			expindex_json_append(ix, (uint32_t)(d - ix->docs), &b));
 	else
 		call_reply(call, json_null());
 	return CALL_DONE;
@@ -270,7 +270,8 @@ static bool append_hit(struct buf *b, const struct expindex *ix,
 	ok = m && expindex_json_append(ix, h->doc, b);
 	if (ok)
 		b->len--; /* the record's closing '}' */
-	ok = ok && buf_puts(b, score) && buf_puts(b, m) && buf_append(b, "}", 1);
+	ok = ok && buf_puts(b, score) && buf_puts(b, m) &&
+	     buf_append(b, "}", 1);
 	free(m);
 	return ok;
 }
@@ -347,8 +348,7 @@ int experience_find_similar(struct call *call)
 	ok = rc == 0 && buf_append(&b, "[", 1);
 	for (size_t i = first; ok && i < n; i++)
 		ok = (i == first || buf_append(&b, ",", 1)) &&
-		     append_hit(&b, ix, &hits[i], terms,
-				n_terms);
+		     append_hit(&b, ix, &hits[i], terms, n_terms);
 	if (ok && buf_append(&b, "]", 1))
 		call_reply_raw(call, b.data, b.len);
 	else

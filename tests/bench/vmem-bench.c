@@ -1640,11 +1640,9 @@ static int print_memory_parts(long long rss)
 	       (double)stats_number(resp, "\"memory\"", "search_bytes") / 1e6,
 	       (double)stats_number(resp, "\"experiences\"", "index_bytes") /
 		       1e6,
-	       (double)(rss - stats_number(resp, "\"memory\"",
-					   "record_bytes") -
+	       (double)(rss - stats_number(resp, "\"memory\"", "record_bytes") -
 			stats_number(resp, "\"memory\"", "search_bytes") -
-			stats_number(resp, "\"experiences\"",
-				     "index_bytes")) /
+			stats_number(resp, "\"experiences\"", "index_bytes")) /
 		       1e6);
 	free(resp);
 	return 0;

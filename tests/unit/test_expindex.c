@@ -61,8 +61,8 @@ static uint32_t put(const char *agent, int64_t ts, int importance,
 	ck_assert_ptr_nonnull(buf);
 	doc = expindex_intern(&ix, &e.id);
 	ck_assert_int_ge(doc, 0);
-	ck_assert_int_eq(
-		expindex_set_record(&ix, (uint32_t)doc, buf, len, &e), 0);
+	ck_assert_int_eq(expindex_set_record(&ix, (uint32_t)doc, buf, len, &e),
+			 0);
 	free(buf);
 	ck_assert_int_eq(expindex_activate(&ix, (uint32_t)doc, &e), 0);
 	experience_done(&e);
@@ -262,9 +262,8 @@ static void kept(const char *line, bool both_cut)
 		      line);
 	doc = expindex_intern(&ix, &l.rec.id);
 	ck_assert_int_ge(doc, 0);
-	ck_assert_int_eq(expindex_set_record(&ix, (uint32_t)doc, line, len,
-					     &l.rec),
-			 0);
+	ck_assert_int_eq(
+		expindex_set_record(&ix, (uint32_t)doc, line, len, &l.rec), 0);
 	exp_line_done(&l);
 	d = &ix.docs[doc];
 	ck_assert_uint_eq(expindex_json_len(&ix, (uint32_t)doc), len);

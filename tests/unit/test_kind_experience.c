@@ -514,7 +514,8 @@ START_TEST(test_reload)
 		uint32_t doc = (uint32_t)(d - xs.ix.docs);
 		char got[1024];
 
-		ck_assert_uint_eq(expindex_json_len(&xs.ix, doc), strlen(other));
+		ck_assert_uint_eq(expindex_json_len(&xs.ix, doc),
+				  strlen(other));
 		expindex_json(&xs.ix, doc, got);
 		ck_assert_int_eq(memcmp(got, other, strlen(other)), 0);
 	}

@@ -7,12 +7,11 @@
  * \n \r \t; keys without escapes), valid UTF-8 without control
  * characters, integers of at most 18 digits, reals of at most 63
  * characters (read by strtod, as jansson does), no duplicate keys,
- * nesting at most FASTJSON_MAX_DEPTH. Anything else, valid or not, gives NULL and
- * is left to jansson, which also gives every error; so using it changes
- * the cost of a parse, never its result. Why: jansson reads strings a
- * character at a time, so a request carrying 4 KB of content cost tens of
- * microseconds of the loop's time to parse, and a 1536-number embedding
- * a millisecond.
+ * nesting at most FASTJSON_MAX_DEPTH. Anything else, valid or not, gives NULL
+ * and is left to jansson, which also gives every error; so using it changes the
+ * cost of a parse, never its result. Why: jansson reads strings a character at
+ * a time, so a request carrying 4 KB of content cost tens of microseconds of
+ * the loop's time to parse, and a 1536-number embedding a millisecond.
  */
 #ifndef VMEM_PROTOCOL_FASTJSON_H
 #define VMEM_PROTOCOL_FASTJSON_H

@@ -1540,6 +1540,16 @@ static void print_ratios(const struct opts *o, bool redis)
 
 /* The latencies server.stats measured inside the daemon for the methods
  * the experience rows used (and decision.store's, for reference). */
+/* The daemon's server.stats answer (malloc'd) into *resp; 0 or -errno. */
+static int server_stats(char **resp)
+{
+	size_t len;
+
+	return rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
+			"\"server.stats\"}\n",
+			resp, &len, 60);
+}
+
 static int print_daemon_latencies(void)
 {
 	static const char *const methods[] = {
@@ -1549,10 +1559,7 @@ static int print_daemon_latencies(void)
 	static const char *const targets[] = {
 		"", "p99 <= 100", "p99 <= 2000", "p99 <= 1000", "", ""};
 	char *resp = NULL, key[64];
-	size_t len;
-	int rc = rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
-			  "\"server.stats\"}\n",
-			  &resp, &len, 60);
+	int rc = server_stats(&resp);
 
 	if (rc < 0)
 		return rc;
@@ -1626,24 +1633,19 @@ static long long stats_number(const char *resp, const char *within,
 static int print_memory_parts(long long rss)
 {
 	char *resp = NULL;
-	size_t len;
-	int rc = rpc_once("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":"
-			  "\"server.stats\"}\n",
-			  &resp, &len, 60);
+	int rc = server_stats(&resp);
+	long long rec, search, exps;
 
 	if (rc < 0)
 		return rc;
+	rec = stats_number(resp, "\"memory\"", "record_bytes");
+	search = stats_number(resp, "\"memory\"", "search_bytes");
+	exps = stats_number(resp, "\"experiences\"", "index_bytes");
 	printf("of it, as vmemd counts: decisions %.1f MB (records) + %.1f MB "
 	       "(search index), experiences %.1f MB (records and indexes); "
 	       "the rest (%.1f MB) is libraries, allocator and buffers\n",
-	       (double)stats_number(resp, "\"memory\"", "record_bytes") / 1e6,
-	       (double)stats_number(resp, "\"memory\"", "search_bytes") / 1e6,
-	       (double)stats_number(resp, "\"experiences\"", "index_bytes") /
-		       1e6,
-	       (double)(rss - stats_number(resp, "\"memory\"", "record_bytes") -
-			stats_number(resp, "\"memory\"", "search_bytes") -
-			stats_number(resp, "\"experiences\"", "index_bytes")) /
-		       1e6);
+	       (double)rec / 1e6, (double)search / 1e6, (double)exps / 1e6,
+	       (double)(rss - rec - search - exps) / 1e6);
 	free(resp);
 	return 0;
 }

@@ -456,9 +456,8 @@ int expindex_init(struct expindex *ix)
 
 void expindex_done(struct expindex *ix)
 {
-	for (size_t d = 0; d < ix->n_docs; d++) {
-		free(ix->docs[d].buf);
-	}
+	for (size_t d = 0; d < ix->n_docs; d++)
+		free(ix->docs[d].buf); /* the tag numbers with it */
 	free(ix->docs);
 	free(ix->by_id);
 	for (size_t a = 0; a < ix->n_agents; a++) {

@@ -1061,6 +1061,10 @@ class TestConnections(ClientCase):
     def test_close_with_commits_deferred_does_not_raise(self):
         m = self.manager()
         m.store(VC(7, 1, 2), "while detached")
+        # The daemon's commit of that store done (and nothing more of
+        # its until the next write), so the user's commit below does not
+        # meet its index.lock.
+        self.connect().call("server.flush", {})
         subprocess.run(["git", "-C", self.repo.root, "commit", "-q",
                         "--allow-empty", "-m", "base"], check=True,
                        env=dict(os.environ, GIT_AUTHOR_NAME="a",

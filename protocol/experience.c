@@ -792,21 +792,24 @@ int exp_segment_decode(const char *seg, char *out, size_t n, size_t *len)
 	return 0;
 }
 
-int exp_shard_path(const char *agent, size_t len, int64_t usec, char *out,
-		   size_t n)
+int exp_shard_path(const char *agent, size_t len, int64_t usec, unsigned seq,
+		   char *out, size_t n)
 {
-	char seg[EXP_SEGMENT_MAX + 1];
+	char seg[EXP_SEGMENT_MAX + 1], nth[16] = "";
 	time_t t = (time_t)(usec / 1000000);
 	struct tm tm;
 	int r;
 
-	/* A shard is named by a day of years 1970..9999 (exp_shard_name_valid):
+	/* A shard is named by a day of years 1970..9999 (exp_shard_name_seq):
 	 * a time outside them (an id's from far ahead) has none. */
-	if (usec < 0 || exp_segment(agent, len, seg, sizeof(seg)) < 0 ||
+	if (usec < 0 || seq < 1 || seq > EXP_SHARD_SEQ_MAX ||
+	    exp_segment(agent, len, seg, sizeof(seg)) < 0 ||
 	    !gmtime_r(&t, &tm) || tm.tm_year + 1900 > 9999)
 		return -1;
-	r = snprintf(out, n, "%s/%04d-%02d-%02d" EXP_SHARD_SUFFIX, seg,
-		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+	if (seq > 1)
+		snprintf(nth, sizeof(nth), ".%u", seq);
+	r = snprintf(out, n, "%s/%04d-%02d-%02d%s" EXP_SHARD_SUFFIX, seg,
+		     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, nth);
 	return r < 0 || (size_t)r >= n ? -1 : r;
 }
 
@@ -822,20 +825,49 @@ static int num(const char *s, int n)
 	return v;
 }
 
-bool exp_shard_name_valid(const char *name)
+/* The N of ".N" + EXP_SHARD_SUFFIX at s (len bytes in all), or 0. */
+static unsigned nth_seq(const char *s, size_t len)
+{
+	size_t digits = len - 1 - strlen(EXP_SHARD_SUFFIX);
+	unsigned seq = 0;
+
+	if (len <= 1 + strlen(EXP_SHARD_SUFFIX) || s[0] != '.' || digits > 8 ||
+	    s[1] == '0' || strcmp(s + 1 + digits, EXP_SHARD_SUFFIX) != 0)
+		return 0;
+	for (size_t i = 1; i <= digits; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return 0;
+		seq = seq * 10 + (unsigned)(s[i] - '0');
+	}
+	return seq >= 2 ? seq : 0;
+}
+
+unsigned exp_shard_name_seq(const char *name)
 {
 	static const int days[] = {31, 29, 31, 30, 31, 30,
 				   31, 31, 30, 31, 30, 31};
+	size_t len = strlen(name);
+	unsigned seq;
 	int y, m, d;
 
-	if (strlen(name) != 10 + strlen(EXP_SHARD_SUFFIX) || name[4] != '-' ||
-	    name[7] != '-' || strcmp(name + 10, EXP_SHARD_SUFFIX) != 0)
-		return false;
+	if (len < 10 + strlen(EXP_SHARD_SUFFIX) || name[4] != '-' ||
+	    name[7] != '-')
+		return 0;
+	seq = strcmp(name + 10, EXP_SHARD_SUFFIX) == 0
+		      ? 1
+		      : nth_seq(name + 10, len - 10);
 	y = num(name, 4);
 	m = num(name + 5, 2);
 	d = num(name + 8, 2);
-	if (y < 1970 || m < 1 || m > 12 || d < 1 || d > days[m - 1])
-		return false;
-	return !(m == 2 && d == 29 &&
-		 !((y % 4 == 0 && y % 100 != 0) || y % 400 == 0));
+	if (!seq || y < 1970 || m < 1 || m > 12 || d < 1 || d > days[m - 1])
+		return 0;
+	return m == 2 && d == 29 &&
+			       !((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)
+		       ? 0
+		       : seq;
+}
+
+bool exp_shard_name_valid(const char *name)
+{
+	return exp_shard_name_seq(name) != 0;
 }

@@ -4,8 +4,10 @@
  * one serialisation (a compact JSON object on one line: the wire form,
  * the log payload after its tag byte, and a line of a shard file), the
  * tombstone line of a deletion, the parser of shard lines, and the
- * names of the shard files: experiences/<agent segment>/<YYYY-MM-DD>.jsonl
- * below .vector-memory. No I/O.
+ * names of the shard files below .vector-memory:
+ * experiences/<agent segment>/<YYYY-MM-DD>.jsonl for the first shard of
+ * an agent's day, <YYYY-MM-DD>.<N>.jsonl (N = 2, 3, ...) for the next
+ * ones, begun when one is full. No I/O.
  *
  * A record line has exactly these members, in this order:
  *   {"id","agent_id","context","action","outcome","timestamp",
@@ -44,10 +46,11 @@
  * is shorter (three texts escaped at worst six bytes per byte, and the
  * rest). */
 #define EXP_LINE_MAX (4u << 20)
-/* "<segment>/<YYYY-MM-DD>.jsonl": a segment is at most 1 + 4 * 128 / 3
- * rounded up (171) bytes. */
+/* "<segment>/<YYYY-MM-DD>[.<N>].jsonl": a segment is at most
+ * 1 + 4 * 128 / 3 rounded up (171) bytes, N at most 8 digits. */
 #define EXP_SEGMENT_MAX	   172
-#define EXP_SHARD_PATH_MAX 192
+#define EXP_SHARD_SEQ_MAX  99999999
+#define EXP_SHARD_PATH_MAX 208
 #define EXP_SHARD_SUFFIX   ".jsonl"
 
 /* The three texts, in the order of the record and of their weights. */
@@ -158,15 +161,22 @@ int exp_segment(const char *agent, size_t len, char *out, size_t n);
 int exp_segment_decode(const char *seg, char *out, size_t n, size_t *len);
 
 /*
- * The path of the shard of agent's records made at usec, relative to
- * the experiences directory: "<segment>/<YYYY-MM-DD>.jsonl", the UTC
- * date. Returns its length, or -1 (a refused agent id, a time outside
- * the years 1970..9999, or n too small).
+ * The path of shard seq (1..EXP_SHARD_SEQ_MAX) of agent's records made
+ * at usec, relative to the experiences directory, the day being the UTC
+ * date: "<segment>/<YYYY-MM-DD>.jsonl" for seq 1,
+ * "<segment>/<YYYY-MM-DD>.<seq>.jsonl" after. Returns its length, or -1
+ * (a refused agent id, a time outside the years 1970..9999, a seq out
+ * of range, or n too small).
  */
-int exp_shard_path(const char *agent, size_t len, int64_t usec, char *out,
-		   size_t n);
+int exp_shard_path(const char *agent, size_t len, int64_t usec, unsigned seq,
+		   char *out, size_t n);
 
-/* Whether name is a shard file's name: "YYYY-MM-DD.jsonl", a real date. */
+/* The seq of a shard file's name: 1 for "YYYY-MM-DD.jsonl" (a real date),
+ * N for "YYYY-MM-DD.N.jsonl" (N from 2 to EXP_SHARD_SEQ_MAX, no leading
+ * zero); 0 for any other name. */
+unsigned exp_shard_name_seq(const char *name);
+
+/* Whether name is a shard file's name (exp_shard_name_seq is not 0). */
 bool exp_shard_name_valid(const char *name);
 
 #endif

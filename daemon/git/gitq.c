@@ -253,7 +253,7 @@ int gitq_init(struct gitq *q, uv_loop_t *loop, struct store *store,
 	return 0;
 }
 
-/* An experience shard's path: experiences/<agent segment>/<date>.jsonl
+/* An experience shard's path: experiences/<agent segment>/<date>[.N].jsonl
  * (protocol/experience.h). */
 static bool shard_path(const char *path)
 {

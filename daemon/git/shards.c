@@ -672,12 +672,12 @@ static int scan_entry(struct scan *sc, int segfd, const char *seg,
 		return type;
 	}
 	if (type != S_IFREG || !exp_shard_name_valid(name))
-		return vmdir_quarantine_move(&sc->qc, segfd, name, rel,
-					     type == S_IFLNK ? "symbolic link"
-					     : type != S_IFREG
-						     ? "not a regular file"
-						     : "not a shard name "
-						       "(YYYY-MM-DD.jsonl)");
+		return vmdir_quarantine_move(
+			&sc->qc, segfd, name, rel,
+			type == S_IFLNK	  ? "symbolic link"
+			: type != S_IFREG ? "not a regular file"
+					  : "not a shard name "
+					    "(YYYY-MM-DD[.N].jsonl)");
 	if (fstatat(segfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -errno;
 	{

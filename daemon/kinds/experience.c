@@ -158,6 +158,131 @@ static int push(uint32_t **v, size_t *n, size_t *cap, uint32_t doc)
 	return 0;
 }
 
+/* ---- the open shard of each agent's day ---- */
+
+struct exp_open {
+	unsigned seq;	/* of the shard taking new lines */
+	uint64_t bytes; /* it holds, as read or appended, and prepared for it */
+	char day[];	/* "<segment>/<YYYY-MM-DD>": a shard path's start */
+};
+
+/* The length of the day of a shard path ("<segment>/<YYYY-MM-DD>..."). */
+static size_t day_len(const char *path)
+{
+	return (size_t)(strrchr(path, '/') - path) + 1 + 10;
+}
+
+static uint64_t hash_day(const char *path, size_t len)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= (unsigned char)path[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+static size_t open_slot(struct exp_open **tab, size_t cap, const char *day,
+			size_t len)
+{
+	size_t i = hash_day(day, len) & (cap - 1);
+
+	while (tab[i] && (strncmp(tab[i]->day, day, len) || tab[i]->day[len]))
+		i = (i + 1) & (cap - 1);
+	return i;
+}
+
+/* The open shard of the day of path (any of its shards): NULL when there
+ * is no memory for a new one, which begins at the first shard. */
+static struct exp_open *open_of(struct experiences *xs, const char *path)
+{
+	size_t len = day_len(path), i;
+	struct exp_open *o;
+
+	if (xs->opens_cap) {
+		i = open_slot(xs->opens, xs->opens_cap, path, len);
+		if (xs->opens[i])
+			return xs->opens[i];
+	}
+	if ((xs->n_opens + 1) * 2 > xs->opens_cap) {
+		size_t cap = xs->opens_cap ? xs->opens_cap * 2 : 64;
+		struct exp_open **t = calloc(cap, sizeof(*t));
+
+		if (!t)
+			return NULL;
+		for (size_t j = 0; j < xs->opens_cap; j++)
+			if (xs->opens[j])
+				t[open_slot(t, cap, xs->opens[j]->day,
+					    strlen(xs->opens[j]->day))] =
+					xs->opens[j];
+		free(xs->opens);
+		xs->opens = t;
+		xs->opens_cap = cap;
+	}
+	o = malloc(sizeof(*o) + len + 1);
+	if (!o)
+		return NULL;
+	o->seq = 1;
+	o->bytes = 0;
+	memcpy(o->day, path, len);
+	o->day[len] = '\0';
+	xs->opens[open_slot(xs->opens, xs->opens_cap, path, len)] = o;
+	xs->n_opens++;
+	return o;
+}
+
+static void opens_clear(struct experiences *xs)
+{
+	for (size_t i = 0; i < xs->opens_cap; i++)
+		free(xs->opens[i]);
+	free(xs->opens);
+	xs->opens = NULL;
+	xs->n_opens = xs->opens_cap = 0;
+}
+
+/* A shard read with size bytes: the latest of its day is the open one.
+ * (Without memory the day's next line may go to an earlier shard: still
+ * a shard of its day.) */
+static void open_saw(struct experiences *xs, const char *path, uint64_t size)
+{
+	unsigned seq = exp_shard_name_seq(strrchr(path, '/') + 1);
+	struct exp_open *o = open_of(xs, path);
+
+	if (!o)
+		return;
+	if (seq > o->seq) {
+		o->seq = seq;
+		o->bytes = size;
+	} else if (seq == o->seq && size > o->bytes) {
+		o->bytes = size;
+	}
+}
+
+/* The shard number for a line of len bytes (its newline included) of
+ * agent's day of usec: the open shard's, or the next when it is full. 0,
+ * or -ENOMEM; -EINVAL when the day has no shard name. */
+static int open_take(struct experiences *xs, const char *agent, size_t alen,
+		     int64_t usec, size_t len, unsigned *seq)
+{
+	char path[EXP_SHARD_PATH_MAX];
+	struct exp_open *o;
+
+	if (exp_shard_path(agent, alen, usec, 1, path, sizeof(path)) < 0)
+		return -EINVAL;
+	o = open_of(xs, path);
+	if (!o)
+		return -ENOMEM;
+	if (o->bytes > 0 && o->bytes + len > xs->shard_max &&
+	    o->seq < EXP_SHARD_SEQ_MAX) {
+		o->seq++;
+		o->bytes = 0;
+	}
+	o->bytes += len;
+	*seq = o->seq;
+	return 0;
+}
+
 /* ---- reporting ---- */
 
 static void report(struct experiences *xs, enum kind_change_type type,
@@ -227,10 +352,12 @@ static void pending_free(struct exp_pending *p)
 	}
 }
 
-/* The shard of a record of agent made at usec. */
-static int shard_path(const char *agent, size_t len, int64_t usec, char *out)
+/* Shard seq of agent's day of usec. */
+static int shard_path(const char *agent, size_t len, int64_t usec, unsigned seq,
+		      char *out)
 {
-	return exp_shard_path(agent, len, usec, out, EXP_SHARD_PATH_MAX) < 0
+	return exp_shard_path(agent, len, usec, seq, out, EXP_SHARD_PATH_MAX) <
+			       0
 		       ? -EINVAL
 		       : 0;
 }
@@ -274,10 +401,29 @@ static int random_bits(struct experiences *xs, uint8_t out[EXPID_RANDOM_BYTES])
 	return 0;
 }
 
+/* The log payload of ew's line: its tag before, its shard after. 0 or
+ * -ENOMEM (ew->buf left to unprepare). */
+static int payload(struct store_write *w, struct experience_write *ew)
+{
+	char nth[16];
+	int n = snprintf(nth, sizeof(nth), "\n%u", ew->seq);
+	char *buf = realloc(ew->buf, 1 + ew->len + (size_t)n);
+
+	if (!buf)
+		return -ENOMEM;
+	buf[0] = EXPERIENCE_LOG_TAG;
+	memcpy(buf + 1 + ew->len, nth, (size_t)n);
+	ew->buf = buf;
+	w->payload = buf;
+	w->payload_len = 1 + ew->len + (size_t)n;
+	return 0;
+}
+
 /*
  * A store gets its id and timestamp and is serialised once (after the
  * log tag: the payload, and what the index keeps); a delete of a live
- * record becomes its tombstone line, of nothing a no-op.
+ * record becomes its tombstone line, of nothing a no-op. Either takes
+ * its place in the open shard of its record's agent and day.
  */
 static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 		   size_t n)
@@ -285,19 +431,24 @@ static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 	struct experiences *xs = of(k);
 	struct experience_write *ew = write_of(w);
 	uint8_t rnd[EXPID_RANDOM_BYTES];
+	const char *agent;
+	size_t alen;
+	int64_t day;
+	int rc;
 
 	ew->json = NULL;
 	ew->existed = false;
 	if (ew->is_delete) {
 		const struct exp_doc *d = experiences_get(xs, &ew->id);
 		struct exp_tombstone t = {0};
-		size_t alen;
 
 		if (!d)
 			return KIND_NOOP;
+		agent = expindex_agent(&xs->ix, (uint32_t)(d - xs->ix.docs),
+				       &alen);
+		day = expid_usec(&ew->id);
 		t.id = ew->id;
-		t.agent_id = (char *)expindex_agent(
-			&xs->ix, (uint32_t)(d - xs->ix.docs), &alen);
+		t.agent_id = (char *)agent;
 		t.timestamp = store_timestamp(k);
 		t.deleted_by = (char *)ew->by;
 		ew->buf = exp_dump_tombstone(&t, 1, &ew->len);
@@ -309,15 +460,23 @@ static int prepare(struct store_kind *k, struct store_write *w, char *msg,
 		}
 		ew->e.timestamp = store_timestamp(k);
 		ew->e.id = expid_make(ew->e.timestamp, rnd);
+		agent = ew->e.agent_id;
+		alen = strlen(agent);
+		day = ew->e.timestamp;
 		ew->buf = exp_dump(&ew->e, 1, &ew->len);
 	}
-	if (!ew->buf) {
+	rc = ew->buf ? open_take(xs, agent, alen, day, ew->len + 1, &ew->seq)
+		     : -ENOMEM;
+	if (rc == 0)
+		rc = payload(w, ew);
+	if (rc == -EINVAL) {
+		snprintf(msg, n, "no shard for an experience of that time");
+		return RPC_INVALID_PARAMS;
+	}
+	if (rc < 0) {
 		snprintf(msg, n, "out of memory");
 		return RPC_INTERNAL_ERROR;
 	}
-	ew->buf[0] = EXPERIENCE_LOG_TAG;
-	w->payload = ew->buf;
-	w->payload_len = ew->len + 1;
 	return KIND_LOG;
 }
 
@@ -337,13 +496,17 @@ void experience_write_done(struct experience_write *ew)
 	ew->buf = NULL;
 }
 
-/* The shard of a doc with a record, into path. */
-static int doc_shard(struct experiences *xs, uint32_t doc, char *path)
+/* The shard a write's line goes to, into path: its agent's day's shard
+ * that prepare chose. */
+static int write_shard(struct experiences *xs, uint32_t doc,
+		       const struct experience_write *ew, char *path)
 {
 	size_t alen;
 	const char *agent = expindex_agent(&xs->ix, doc, &alen);
 
-	return shard_path(agent, alen, xs->ix.docs[doc].ts, path);
+	return shard_path(agent, alen,
+			  ew->is_delete ? expid_usec(&ew->id) : ew->e.timestamp,
+			  ew->seq, path);
 }
 
 static void apply_store(struct experiences *xs, struct experience_write *ew)
@@ -359,7 +522,7 @@ static void apply_store(struct experiences *xs, struct experience_write *ew)
 		rc = expindex_set_record(&xs->ix, (uint32_t)doc, ew->buf + 1,
 					 ew->len, &ew->e);
 	if (rc == 0)
-		rc = doc_shard(xs, (uint32_t)doc, path);
+		rc = write_shard(xs, (uint32_t)doc, ew, path);
 	if (rc == 0) {
 		sh = shard_get(xs, path, true);
 		rc = !sh ? -ENOMEM
@@ -391,7 +554,7 @@ static void apply_delete(struct experiences *xs, struct experience_write *ew)
 	int rc;
 
 	/* The lock held since prepare: still live. */
-	rc = doc < 0 ? -ENOENT : doc_shard(xs, (uint32_t)doc, path);
+	rc = doc < 0 ? -ENOENT : write_shard(xs, (uint32_t)doc, ew, path);
 	if (rc == 0) {
 		sh = shard_get(xs, path, true);
 		rc = !sh ? -ENOMEM
@@ -425,6 +588,29 @@ static void apply(struct store_kind *k, struct store_write *w)
 
 /* ---- start-up ---- */
 
+/* The line of a log payload (after its tag) and its shard number: 0, or
+ * -EBADMSG for a number that is none. */
+static int payload_split(const char *payload, size_t len, size_t *line,
+			 unsigned *seq)
+{
+	const char *nl = memchr(payload + 1, '\n', len - 1);
+	unsigned v = 0;
+
+	*line = nl ? (size_t)(nl - payload) - 1 : len - 1;
+	*seq = 1;
+	if (!nl)
+		return 0;
+	for (const char *p = nl + 1; p < payload + len; p++) {
+		if (*p < '0' || *p > '9' || v > EXP_SHARD_SEQ_MAX / 10)
+			return -EBADMSG;
+		v = v * 10 + (unsigned)(*p - '0');
+	}
+	if (v < 1 || v > EXP_SHARD_SEQ_MAX)
+		return -EBADMSG;
+	*seq = v;
+	return 0;
+}
+
 /* A log payload: its line goes to its shard (the load then reads it). */
 static int replay(struct store_kind *k, const char *payload, size_t len,
 		  char *msg, size_t n)
@@ -432,9 +618,17 @@ static int replay(struct store_kind *k, const char *payload, size_t len,
 	struct experiences *xs = of(k);
 	char why[VMEM_ERRMSG_LEN], path[EXP_SHARD_PATH_MAX];
 	struct exp_line l;
+	unsigned seq;
+	size_t line;
 	int rc;
 
-	rc = exp_parse_line(payload + 1, len - 1, &l, why);
+	if (payload_split(payload, len, &line, &seq) < 0) {
+		errmsg_set(msg, n,
+			   "an experience: no shard number after "
+			   "its line");
+		return -EBADMSG;
+	}
+	rc = exp_parse_line(payload + 1, line, &l, why);
 	if (rc != 0) {
 		exp_line_done(&l);
 		errmsg_set(msg, n, "an experience: %s", why);
@@ -442,12 +636,12 @@ static int replay(struct store_kind *k, const char *payload, size_t len,
 	}
 	rc = l.is_tombstone
 		     ? shard_path(l.tomb.agent_id, strlen(l.tomb.agent_id),
-				  expid_usec(&l.tomb.id), path)
+				  expid_usec(&l.tomb.id), seq, path)
 		     : shard_path(l.rec.agent_id, strlen(l.rec.agent_id),
-				  l.rec.timestamp, path);
+				  l.rec.timestamp, seq, path);
 	exp_line_done(&l);
 	if (rc == 0)
-		rc = pending_add(xs, path, payload + 1, len - 1);
+		rc = pending_add(xs, path, payload + 1, line);
 	if (rc < 0)
 		errmsg_set(msg, n, "an experience: %s",
 			   rc == -ENOMEM ? "out of memory" : "no shard path");
@@ -557,6 +751,7 @@ static int load_shard_cb(void *ctx, const char *path,
 
 	if (!sh)
 		return -ENOMEM;
+	open_saw(r->xs, path, (uint64_t)st->size);
 	free(sh->recs);
 	free(sh->tombs);
 	sh->stamp = *st;
@@ -590,6 +785,7 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 	free(xs->shard_table);
 	xs->shard_table = NULL;
 	xs->shard_table_cap = 0;
+	opens_clear(xs);
 	rc = shards_scan(&xs->files, &v, rep, errmsg, n);
 	free(r.recs);
 	free(r.tombs);
@@ -1033,6 +1229,7 @@ static int count_in(struct experiences *xs, struct found *f, struct touched *t)
 	if (!sh)
 		return -ENOMEM;
 	sh->stamp = f->stamp;
+	open_saw(xs, f->path, (uint64_t)f->stamp.size);
 	for (size_t i = 0; i < f->n; i++) {
 		struct found_line *fl = &f->lines[i];
 		const struct experience *rec = brought(xs, &fl->l);
@@ -1147,6 +1344,7 @@ int experiences_init(struct experiences *xs, const char *root,
 
 	memset(xs, 0, sizeof(*xs));
 	xs->sk.kind = &experience_kind;
+	xs->shard_max = EXPERIENCE_SHARD_MAX_DEFAULT;
 	rc = expindex_init(&xs->ix);
 	if (rc < 0)
 		return rc;
@@ -1161,6 +1359,7 @@ void experiences_done(struct experiences *xs)
 		shard_free(xs->shards[i]);
 	free(xs->shards);
 	free(xs->shard_table);
+	opens_clear(xs);
 	pending_free(xs->pending);
 	memset(xs, 0, sizeof(*xs));
 }

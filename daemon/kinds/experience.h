@@ -34,12 +34,21 @@
 #include "shards.h"
 #include "store.h"
 
+/* The log payload: the tag, the record or tombstone line, then '\n'
+ * and the number of its shard in the agent's day (exp_shard_path; a
+ * payload without it, of a log written before shards were numbered, is
+ * of the first). */
 #define EXPERIENCE_LOG_TAG 'E'
+
+/* Bytes after which an agent's day begins its next shard (config key
+ * experience_shard_bytes). */
+#define EXPERIENCE_SHARD_MAX_DEFAULT (256u << 10)
 
 extern const struct kind experience_kind;
 
 struct exp_shard;
 struct exp_pending;
+struct exp_open;
 
 /* The kind's state; owned by the daemon, registered with the store. */
 struct experiences {
@@ -52,6 +61,14 @@ struct experiences {
 	size_t n_shards, cap_shards;
 	uint32_t *shard_table; /* shard + 1, by path; 0: empty */
 	size_t shard_table_cap;
+
+	/* Per agent's day, the shard that takes its new lines: a shard
+	 * holding shard_max bytes or more takes none (the next one is
+	 * begun), so a commit hashes small files however many records a
+	 * day brings. Open addressing by the day's path. */
+	struct exp_open **opens;
+	size_t n_opens, opens_cap;
+	uint64_t shard_max; /* EXPERIENCE_SHARD_MAX_DEFAULT unless set */
 
 	/* Lines applied (or replayed) not yet handed to a writer pass,
 	 * oldest first. */
@@ -90,8 +107,9 @@ struct experience_write {
 	bool existed; /* a delete found a live record */
 
 	/* Private to the kind. */
-	char *buf; /* the log payload: the tag, then the line */
-	size_t len;
+	char *buf;    /* the log payload (EXPERIENCE_LOG_TAG) */
+	size_t len;   /* of its line */
+	unsigned seq; /* of its shard */
 	char key[EXPID_LEN + 1];
 };
 

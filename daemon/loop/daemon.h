@@ -42,8 +42,9 @@ struct limits {
 	int max_x;
 	unsigned commit_delay_ms;
 	unsigned commit_max_batch;
-	unsigned idle_exit_s;	/* in force: 0 never */
-	uint32_t embedding_dim; /* numbers per document embedding */
+	unsigned idle_exit_s;		 /* in force: 0 never */
+	uint32_t embedding_dim;		 /* numbers per document embedding */
+	uint64_t experience_shard_bytes; /* an agent's day's shard, at most */
 };
 
 struct daemon {

@@ -90,6 +90,7 @@ static void usage(FILE *f)
 		"             [--line-deadline-ms MS] [--idle-exit-s S]\n"
 		"             [--register-merge-driver true|false]\n"
 		"             [--embedding-dim N] [--trace-file PATH]\n"
+		"             [--experience-shard-bytes BYTES]\n"
 		"Serves the vmem decisions of the git working tree at PATH.\n"
 		"Settings come from the built-in defaults, then the file\n"
 		"(--config FILE, else $XDG_CONFIG_HOME/vmem/config or\n"
@@ -127,6 +128,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		 O_KEY + CONFIG_LOG_LEVEL},
 		{"register-merge-driver", required_argument, NULL,
 		 O_KEY + CONFIG_REGISTER_MERGE_DRIVER},
+		{"experience-shard-bytes", required_argument, NULL,
+		 O_KEY + CONFIG_EXPERIENCE_SHARD_BYTES},
 		{"embedding-dim", required_argument, NULL,
 		 O_KEY + CONFIG_EMBEDDING_DIM},
 		{"trace-file", required_argument, NULL,
@@ -380,12 +383,14 @@ static void apply_config(struct daemon *d, const struct config *c,
 	l->commit_delay_ms = (unsigned)c->num[CONFIG_COMMIT_DELAY_MS];
 	l->commit_max_batch = (unsigned)c->num[CONFIG_COMMIT_MAX_BATCH];
 	l->idle_exit_s = (unsigned)c->num[CONFIG_IDLE_EXIT_S];
+	l->experience_shard_bytes = c->num[CONFIG_EXPERIENCE_SHARD_BYTES];
 	if (at_start) {
 		l->max_depth = 64;
 		l->max_x = (int)c->num[CONFIG_MAX_X];
 		l->embedding_dim = (uint32_t)c->num[CONFIG_EMBEDDING_DIM];
 		return;
 	}
+	d->experiences.shard_max = l->experience_shard_bytes;
 	gitq_set_timing(&d->gitq, l->commit_delay_ms, l->commit_max_batch);
 	gitq_set_ident(&d->gitq, c->commit_name, c->commit_email);
 	life_set_idle_exit(&d->life, l->idle_exit_s);
@@ -1083,6 +1088,7 @@ int main(int argc, char **argv)
 		fail_startup(1, "out of memory");
 	d->experiences.files.file_mode = d->repo.file_mode;
 	d->experiences.files.dir_mode = d->repo.dir_mode;
+	d->experiences.shard_max = d->limits.experience_shard_bytes;
 	rc = unmerged_list(d->repo.root, d->repo.gitdir, d->limits.max_x,
 			   &unmerged, errmsg, sizeof(errmsg));
 	if (rc < 0)

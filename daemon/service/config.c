@@ -46,6 +46,8 @@ static const struct keydef keys[CONFIG_NKEYS] = {
 					  1},
 	[CONFIG_EMBEDDING_DIM] = {"embedding_dim", K_NUM, 1, 16384, 1536},
 	[CONFIG_TRACE_FILE] = {"trace_file", K_PATH, 1, CONFIG_PATH_MAX, 0},
+	[CONFIG_EXPERIENCE_SHARD_BYTES] = {"experience_shard_bytes", K_NUM,
+					   4096, 1ull << 30, 256 << 10},
 };
 
 static const char *const level_names[] = {

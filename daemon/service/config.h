@@ -29,6 +29,9 @@
  *                     dimension they were stored with)
  *   trace_file        a path: one OTLP/JSON span per request appended
  *                     there (start-up only; unset: no tracing)
+ *   experience_shard_bytes  4096..1073741824, default 262144: an agent's
+ *                     day of experiences begins its next shard file
+ *                     once one holds this many bytes
  *
  * commit_name and commit_email go together: both or neither. Without them
  * commits use the repository's user.name/user.email.
@@ -61,6 +64,7 @@ enum config_key {
 	/* Conversations and documents (issue 15). */
 	CONFIG_EMBEDDING_DIM,
 	CONFIG_TRACE_FILE, /* a path */
+	CONFIG_EXPERIENCE_SHARD_BYTES,
 	CONFIG_NKEYS,
 };
 

@@ -36,18 +36,25 @@ static void same_record(const struct experience *a, const struct experience *b)
 	FUZZ_CHECK(json_equal(a->metadata, b->metadata));
 }
 
-static void check_shard(const char *agent, int64_t usec)
+/* A shard number of the whole range, from bits of the input. */
+static unsigned any_seq(int64_t usec)
+{
+	return 1 + (unsigned)((uint64_t)usec % EXP_SHARD_SEQ_MAX);
+}
+
+static void check_shard(const char *agent, int64_t usec, unsigned seq)
 {
 	char path[EXP_SHARD_PATH_MAX], seg[EXP_SEGMENT_MAX + 1];
 	char back[VMEM_AGENT_ID_MAX + 1];
 	const char *slash;
 	size_t len;
 
-	if (exp_shard_path(agent, strlen(agent), usec, path, sizeof(path)) < 0)
+	if (exp_shard_path(agent, strlen(agent), usec, seq, path,
+			   sizeof(path)) < 0)
 		return; /* a time before 1970: no shard */
 	slash = strchr(path, '/');
 	FUZZ_CHECK(slash != NULL);
-	FUZZ_CHECK(exp_shard_name_valid(slash + 1));
+	FUZZ_CHECK(exp_shard_name_seq(slash + 1) == seq);
 	memcpy(seg, path, (size_t)(slash - path));
 	seg[slash - path] = '\0';
 	FUZZ_CHECK(exp_segment_decode(seg, back, sizeof(back), &len) == 0);
@@ -70,7 +77,8 @@ static void round_trip(const struct exp_line *l)
 		FUZZ_CHECK(!strcmp(back.tomb.agent_id, l->tomb.agent_id));
 		FUZZ_CHECK(!strcmp(back.tomb.deleted_by, l->tomb.deleted_by));
 		FUZZ_CHECK(back.tomb.timestamp == l->tomb.timestamp);
-		check_shard(l->tomb.agent_id, expid_usec(&l->tomb.id));
+		check_shard(l->tomb.agent_id, expid_usec(&l->tomb.id),
+			    any_seq(expid_usec(&l->tomb.id)));
 	} else {
 		for (int f = 0; f < EXP_NFIELDS; f++)
 			FUZZ_CHECK(exp_text_check((enum exp_field)f,
@@ -83,7 +91,8 @@ static void round_trip(const struct exp_line *l)
 		FUZZ_CHECK(exp_parse_line(text, len, &back, msg) == 0);
 		FUZZ_CHECK(!back.is_tombstone);
 		same_record(&l->rec, &back.rec);
-		check_shard(l->rec.agent_id, l->rec.timestamp);
+		check_shard(l->rec.agent_id, l->rec.timestamp,
+			    any_seq(l->rec.timestamp));
 	}
 	exp_line_done(&back);
 	free(text);

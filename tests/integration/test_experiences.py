@@ -534,6 +534,76 @@ class Shards(vt.GitCase):
         self.assertStatus([])
 
 
+class SmallShards(Shards):
+    """Every shard case again with shards of 4 KiB, so that an agent's day
+    spans several; and what a full shard changes."""
+
+    daemon_args = Shards.daemon_args + ("--experience-shard-bytes", "4096")
+
+    def agent_shards(self, agent, rev=None):
+        """{file name: its lines} of an agent's shards, in the tree or at
+        a commit."""
+        rel = os.path.join(".vector-memory", "experiences", segment(agent))
+        if rev is None:
+            d = os.path.join(self.repo.root, rel)
+            out = {}
+            for name in os.listdir(d):
+                with open(os.path.join(d, name)) as f:
+                    out[name] = f.read().splitlines()
+            return out
+        names = self.git("ls-tree", "--name-only", rev, rel + "/").split()
+        return {os.path.basename(n): self.git(
+            "show", "%s:%s" % (rev, n)).splitlines() for n in names}
+
+    def test_shards_roll(self):
+        conn = self.connect(agent_id="r")
+        recs = [exp(conn, context="roll %d %s" % (i, "x" * 300))
+                for i in range(40)]
+        self.sync(conn)
+        day = recs[0]["timestamp"][:10]
+        for where in (None, "HEAD"):
+            files = self.agent_shards("r", where)
+            self.assertGreaterEqual(len(files), 4, files.keys())
+            lines = [ln for f in files.values() for ln in f]
+            self.assertEqual(sorted(json.loads(ln)["id"] for ln in lines),
+                             sorted(r["id"] for r in recs))
+            for name, f in files.items():
+                self.assertLessEqual(sum(len(ln) + 1 for ln in f), 4096,
+                                     name)
+        if all(r["timestamp"][:10] == day for r in recs):
+            names = sorted(self.agent_shards("r"),
+                           key=lambda n: int(n.split(".")[1])
+                           if n.count(".") == 2 else 1)
+            self.assertEqual(names, [day + ".jsonl"] + [
+                "%s.%d.jsonl" % (day, n) for n in range(2, len(names) + 1)])
+        # A later batch changes only the newest shard of the day: a
+        # commit hashes what it added, not the day.
+        newest = max(self.agent_shards("r").items(),
+                     key=lambda kv: int(kv[0].split(".")[1])
+                     if kv[0].count(".") == 2 else 1)[0]
+        conn.call("experience.delete", {"id": recs[0]["id"]})
+        late = exp(conn, context="late")
+        res = self.sync(conn)
+        changed = self.git("diff-tree", "--no-commit-id", "--name-only",
+                           "-r", res["commit"]).split()
+        today = late["timestamp"][:10]
+        self.assertEqual(len(changed), 1 if today == day else 2, changed)
+        if today == day:
+            self.assertEqual(os.path.basename(changed[0]), newest)
+        # A restart goes on with what the shards say.
+        self.daemon.stop()
+        self.daemon.start()
+        conn = self.connect(agent_id="r")
+        self.assertIsNone(conn.call("experience.get", {"id": recs[0]["id"]}))
+        self.assertEqual(conn.call("experience.stats")["total_count"], 40)
+        more = exp(conn, context="after the restart")
+        self.sync(conn)
+        self.assertStatus([])
+        files = self.agent_shards("r", "HEAD")
+        self.assertEqual(sum(1 for f in files.values() for ln in f
+                             if more["id"] in ln), 1)
+
+
 class Cli(test_cli.CliTestCase):
     def test_commands(self):
         out = self.ok("--agent", "goal_seeker_1", "exp", "add", "--context",

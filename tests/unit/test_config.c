@@ -93,7 +93,8 @@ START_TEST(every_key)
 				   "commit_email = ada@example.com\n"
 				   "register_merge_driver = false\n"
 				   "embedding_dim = 768\n"
-				   "trace_file = /tmp/a b/spans.jsonl\n";
+				   "trace_file = /tmp/a b/spans.jsonl\n"
+				   "experience_shard_bytes = 4096\n";
 	struct config c;
 	struct config_error e;
 
@@ -101,6 +102,7 @@ START_TEST(every_key)
 	ck_assert_uint_eq(c.num[CONFIG_REGISTER_MERGE_DRIVER], 0);
 	ck_assert_uint_eq(c.set, (1u << CONFIG_NKEYS) - 1);
 	ck_assert_uint_eq(c.num[CONFIG_EMBEDDING_DIM], 768);
+	ck_assert_uint_eq(c.num[CONFIG_EXPERIENCE_SHARD_BYTES], 4096);
 	ck_assert_str_eq(c.trace_file, "/tmp/a b/spans.jsonl");
 	ck_assert_uint_eq(c.num[CONFIG_MAX_X], 42);
 	ck_assert_uint_eq(c.num[CONFIG_MAX_LINE], 2048);

@@ -368,15 +368,38 @@ START_TEST(test_shard_names)
 	char path[EXP_SHARD_PATH_MAX];
 
 	ck_assert_int_gt(exp_shard_path("goal_seeker_1", 13, 1736177400123456,
-					path, sizeof(path)),
+					1, path, sizeof(path)),
 			 0);
 	ck_assert_str_eq(path, "goal_seeker_1/2025-01-06.jsonl");
 	/* The UTC day: a microsecond before midnight, and at it. */
-	exp_shard_path("a b", 3, 1735689599999999, path, sizeof(path));
+	exp_shard_path("a b", 3, 1735689599999999, 1, path, sizeof(path));
 	ck_assert_str_eq(path, "~YSBi/2024-12-31.jsonl");
-	exp_shard_path("a b", 3, 1735689600000000, path, sizeof(path));
+	exp_shard_path("a b", 3, 1735689600000000, 1, path, sizeof(path));
 	ck_assert_str_eq(path, "~YSBi/2025-01-01.jsonl");
-	ck_assert_int_eq(exp_shard_path("a", 1, 0, path, 8), -1);
+	ck_assert_int_eq(exp_shard_path("a", 1, 0, 1, path, 8), -1);
+	/* The next shards of a day. */
+	exp_shard_path("a", 1, 1735689600000000, 2, path, sizeof(path));
+	ck_assert_str_eq(path, "a/2025-01-01.2.jsonl");
+	exp_shard_path("a", 1, 1735689600000000, EXP_SHARD_SEQ_MAX, path,
+		       sizeof(path));
+	ck_assert_str_eq(path, "a/2025-01-01.99999999.jsonl");
+	ck_assert_int_eq(exp_shard_path("a", 1, 0, 0, path, sizeof(path)), -1);
+	ck_assert_int_eq(exp_shard_path("a", 1, 0, EXP_SHARD_SEQ_MAX + 1u, path,
+					sizeof(path)),
+			 -1);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.jsonl"), 1);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.2.jsonl"), 2);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.99999999.jsonl"),
+			  EXP_SHARD_SEQ_MAX);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.1.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.02.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.0.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06..jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.123456789.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.2x.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.-2.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-02-29.2.jsonl"), 0);
+	ck_assert_uint_eq(exp_shard_name_seq("2025-01-06.2.json"), 0);
 
 	ck_assert(exp_shard_name_valid("2025-01-06.jsonl"));
 	ck_assert(exp_shard_name_valid("2024-02-29.jsonl"));

@@ -8,6 +8,7 @@
  * records, shards gone).
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -224,14 +225,14 @@ static int lines_with(const char *shard, const char *s)
 	return n;
 }
 
-/* The shard (below experiences/) of agent a's record id. */
+/* The first shard (below experiences/) of agent a's record id's day. */
 static void shard_of(const char *agent, const char *id, char *out, size_t n)
 {
 	struct expid e;
 
 	ck_assert_int_eq(expid_parse(id, strlen(id), &e), 0);
 	ck_assert_int_gt(
-		exp_shard_path(agent, strlen(agent), expid_usec(&e), out, n),
+		exp_shard_path(agent, strlen(agent), expid_usec(&e), 1, out, n),
 		0);
 }
 
@@ -315,6 +316,16 @@ static int collect_cb(void *ctx, const char *payload, size_t len, char *errmsg,
  * append interrupted by the kill would have left) cut and completed from
  * the log, and a line already there never appended twice.
  */
+/* The length of payload i's line: from after its tag to the '\n' before
+ * its shard number. */
+static size_t payload_line(const struct payloads *pl, size_t i)
+{
+	const char *nl = memchr(pl->p[i] + 1, '\n', pl->len[i] - 1);
+
+	ck_assert_ptr_nonnull(nl);
+	return (size_t)(nl - pl->p[i]) - 1;
+}
+
 START_TEST(test_crash_replay_torn_tail)
 {
 	int pipefd[2], status;
@@ -370,15 +381,22 @@ START_TEST(test_crash_replay_torn_tail)
 		wal_open(&wl, &sd, STORE_WAL_NAME, &replay, NULL, NULL, 0), 0);
 	wal_close(&wl);
 	ck_assert_uint_eq(pl.n, 4);
+	/* Each payload names its shard: the first of the agent's day. */
+	for (size_t i = 0; i < pl.n; i++) {
+		size_t at = 1 + payload_line(&pl, i);
+
+		ck_assert_uint_eq(pl.len[i] - at, 2);
+		ck_assert_int_eq(memcmp(pl.p[i] + at, "\n1", 2), 0);
+	}
 	/* The shard as an interrupted append leaves it: the first line
 	 * whole, the second torn. */
 	snprintf(line, sizeof(line), "mkdir -p %s/crasher", shard_dir);
 	ck_assert_int_eq(system(line), 0);
 	f = fopen(path, "w");
 	ck_assert_ptr_nonnull(f);
-	fwrite(pl.p[0] + 1, 1, pl.len[0] - 1, f);
+	fwrite(pl.p[0] + 1, 1, payload_line(&pl, 0), f);
 	fputc('\n', f);
-	fwrite(pl.p[1] + 1, 1, (pl.len[1] - 1) / 2, f);
+	fwrite(pl.p[1] + 1, 1, payload_line(&pl, 1) / 2, f);
 	fclose(f);
 	for (size_t i = 0; i < pl.n; i++)
 		free(pl.p[i]);
@@ -548,6 +566,154 @@ END_TEST
 
 /* A tombstone seen before its record (another shard, earlier in the
  * walk) still deletes it; the record's line alone is not enough. */
+/* An agent's shards, all days: how many, the largest, the highest
+ * number, and how many lines of all of them hold s. */
+struct agent_shards {
+	int files, lines_with;
+	off_t largest;
+	unsigned top;
+	char top_name[300];
+};
+
+static struct agent_shards agent_shards(const char *agent, const char *s)
+{
+	struct agent_shards a = {0};
+	char dir[600], path[900];
+	struct dirent *de;
+	struct stat sb;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/%s", shard_dir, agent);
+	d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
+	while ((de = readdir(d))) {
+		unsigned seq = exp_shard_name_seq(de->d_name);
+
+		if (de->d_name[0] == '.')
+			continue;
+		ck_assert_msg(seq > 0, "not a shard: %s", de->d_name);
+		ck_assert_int_lt(strlen(dir) + strlen(de->d_name) + 2,
+				 sizeof(path));
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		ck_assert_int_eq(stat(path, &sb), 0);
+		a.files++;
+		if (sb.st_size > a.largest)
+			a.largest = sb.st_size;
+		if (seq > a.top) {
+			a.top = seq;
+			snprintf(a.top_name, sizeof(a.top_name), "%s/%s", agent,
+				 de->d_name);
+		}
+		snprintf(path, sizeof(path), "%s/%s", agent, de->d_name);
+		a.lines_with += lines_with(path, s);
+	}
+	closedir(d);
+	return a;
+}
+
+/* An agent's day fills a shard of experience_shard_bytes, then begins the
+ * next; a deletion goes to the open shard; a restart goes on from the
+ * last one. */
+START_TEST(test_shards_roll)
+{
+	static struct xwrite w[41];
+	char ctx[400], shard[EXP_SHARD_PATH_MAX];
+	struct agent_shards a;
+
+	open_ok();
+	xs.shard_max = 4096;
+	for (int i = 0; i < 40; i++) {
+		snprintf(ctx, sizeof(ctx), "%d %0300d", i, i);
+		xstore(&w[i], "roller", ctx, NULL, 5);
+	}
+	run_all(w, 40);
+	xdelete(&w[40], w[0].id);
+	run_all(&w[40], 1);
+	flush();
+	a = agent_shards("roller", "\"roller\"");
+	ck_assert_int_ge(a.files, 4);
+	ck_assert_int_le(a.largest, 4096);
+	ck_assert_int_eq(a.lines_with, 41);
+	for (int i = 0; i < 40; i++)
+		ck_assert_int_eq(agent_shards("roller", w[i].id).lines_with,
+				 i == 0 ? 2 : 1);
+	/* The record in its day's first shard, its tombstone in the last. */
+	shard_of("roller", w[0].id, shard, sizeof(shard));
+	ck_assert_int_eq(lines_with(shard, w[0].id), 1);
+	ck_assert_int_eq(lines_with(a.top_name, "\"deleted\""), 1);
+	close_store();
+
+	open_ok();
+	xs.shard_max = 4096;
+	ck_assert(!live(w[0].id));
+	for (int i = 1; i < 40; i++)
+		ck_assert(live(w[i].id));
+	xstore(&w[0], "roller", "after the restart", NULL, 5);
+	run_all(w, 1);
+	flush();
+	a = agent_shards("roller", w[0].id);
+	ck_assert_int_eq(a.lines_with, 1);
+	ck_assert_int_eq(lines_with(a.top_name, w[0].id), 1);
+	ck_assert_int_le(a.largest, 4096);
+	close_store();
+}
+END_TEST
+
+/* Acknowledged lines of several shards, then a crash before the writer:
+ * the start-up's replay puts each in the shard its log record names,
+ * once. */
+START_TEST(test_crash_replay_rolled)
+{
+	char ids[12][EXPID_LEN + 1], ctx[400];
+	int pipefd[2], status;
+	struct agent_shards a;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(pipefd), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		static struct xwrite w[12];
+		int left = 12;
+
+		close(pipefd[0]);
+		open_ok();
+		xs.shard_max = 4096;
+		for (int i = 0; i < 12; i++) {
+			snprintf(ctx, sizeof(ctx), "%d %0300d", i, i);
+			xstore(&w[i], "crasher", ctx, NULL, 5);
+			w[i].left = &left;
+			store_submit(&st, &w[i].ew.w);
+		}
+		while (left > 0)
+			uv_run(&loop, UV_RUN_ONCE);
+		for (int i = 0; i < 12; i++)
+			if (write(pipefd[1], w[i].id, EXPID_LEN) != EXPID_LEN)
+				_exit(2);
+		raise(SIGKILL);
+		_exit(3);
+	}
+	close(pipefd[1]);
+	for (int i = 0; i < 12; i++) {
+		ck_assert_int_eq(read(pipefd[0], ids[i], EXPID_LEN), EXPID_LEN);
+		ids[i][EXPID_LEN] = '\0';
+	}
+	close(pipefd[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	for (int round = 0; round < 2; round++) {
+		open_ok();
+		a = agent_shards("crasher", "\"crasher\"");
+		ck_assert_int_ge(a.files, 2);
+		ck_assert_int_le(a.largest, 4096);
+		ck_assert_int_eq(a.lines_with, 12);
+		for (int i = 0; i < 12; i++)
+			ck_assert(live(ids[i]));
+		close_store();
+	}
+}
+END_TEST
+
 START_TEST(test_tombstone_first)
 {
 	static const char *rec =
@@ -585,6 +751,8 @@ static Suite *kind_suite(void)
 	tcase_add_test(tc, test_load_bad_line);
 	tcase_add_test(tc, test_reload);
 	tcase_add_test(tc, test_tombstone_first);
+	tcase_add_test(tc, test_shards_roll);
+	tcase_add_test(tc, test_crash_replay_rolled);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,8 +4,10 @@ meson counts every case (pytest's own terminal output is off).
 Each test gets a temporary git repository that is deleted right after the
 test, as the seed's users do; the managers start their daemon themselves
 (auto-start, $VMEMD), with sockets in a temporary XDG_RUNTIME_DIR. A
-daemon left running by a test is killed after it; its repository is gone
-by then.
+daemon left running by a test is killed before its repository is
+deleted: it may still be writing its local state there (a compaction of
+the conversations a test deleted begins in the background), which would
+make the deletion race it.
 """
 
 import os
@@ -69,8 +71,8 @@ def _stop_daemons(path):
 
 @pytest.fixture
 def temp_repo():
-    """A fresh git repository, deleted at teardown (which must work: the
-    manager's finalizer has run by then)."""
+    """A fresh git repository, deleted at teardown once its daemons are
+    stopped (which must work: the manager's finalizer has run by then)."""
     tmp = tempfile.mkdtemp(prefix="vmem-seed-", dir="/tmp")
     repo = Path(tmp) / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -86,7 +88,8 @@ def temp_repo():
         if log.exists():
             found = SANITIZER_RE.search(log.read_text(errors="replace"))
             assert not found, "%s: %s" % (log, found.group(0))
-        shutil.rmtree(tmp)  # must not fail: nothing is written after
+        _stop_daemons(tmp)
+        shutil.rmtree(tmp)  # must not fail: nothing writes there now
     finally:
         _stop_daemons(tmp)
         shutil.rmtree(tmp, ignore_errors=True)

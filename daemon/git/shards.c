@@ -316,6 +316,7 @@ static int append_one(const struct shards *s, int efd, struct shard_append *op,
 		rc = -EINVAL;
 		goto fail;
 	}
+	op->before = made_file ? (struct vmdir_stamp){0} : vmdir_stamp_of(&st);
 	size = st.st_size;
 	rc = fix_tail(fd, &size, data, len, &newline);
 	if (rc == 0 && dedup) {
@@ -341,8 +342,12 @@ static int append_one(const struct shards *s, int efd, struct shard_append *op,
 		}
 		goto fail;
 	}
-	if (fstat(fd, &st) == 0)
+	/* Another writer's bytes beside ours would pass for ours. */
+	if (fstat(fd, &st) == 0 &&
+	    st.st_size == size + (off_t)(newline && len > 0) + (off_t)len)
 		op->stamp = vmdir_stamp_of(&st);
+	else
+		op->stamp = (struct vmdir_stamp){0};
 	close(fd);
 	close(segfd);
 	free(kept);

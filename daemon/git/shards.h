@@ -54,8 +54,11 @@ struct shard_append {
 	const char *path; /* below experiences/: "<segment>/<date>.jsonl" */
 	const char *data; /* whole lines, each ending in '\n' */
 	size_t len;
-	int rc;			  /* out: 0 or -errno */
-	struct vmdir_stamp stamp; /* out: the shard after, when rc is 0 */
+	int rc; /* out: 0 or -errno */
+	/* Out, when rc is 0: the shard before the append (all zero when the
+	 * append made it) and after it. A stamp after that is all zero
+	 * says someone else wrote to the shard while it was appended to. */
+	struct vmdir_stamp before, stamp;
 };
 
 /* Copies root; state must outlive s. 0 or -ENOMEM. */

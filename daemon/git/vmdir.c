@@ -1227,6 +1227,25 @@ static void backdate(int fd, int dfd, const char *name, int64_t changed_ns,
 	(void)futimens(fd, ts);
 }
 
+/*
+ * The stamp of what write_durable put at a path: the file after the
+ * rename (which changes its ctime), when it is still ours, the same size
+ * and mtime as written; else someone wrote it in place since the rename,
+ * and the stamp is ours as it was before the rename, which matches no
+ * later stat: the next look reads the file and judges it. (A stamp taken
+ * by the path alone would take their change for ours.)
+ */
+static struct vmdir_stamp written_stamp(int fd, const struct stat *before)
+{
+	struct stat after;
+
+	if (fstat(fd, &after) == 0 && after.st_size == before->st_size &&
+	    after.st_mtim.tv_sec == before->st_mtim.tv_sec &&
+	    after.st_mtim.tv_nsec == before->st_mtim.tv_nsec)
+		return vmdir_stamp_of(&after);
+	return vmdir_stamp_of(before);
+}
+
 /* Write text to name in dfd through a unique temp file (of mode, unless
  * 0), back-dated (see backdate); with sync, the data is on disk before
  * the rename makes it visible. */
@@ -1252,17 +1271,18 @@ static int write_durable(int dfd, const char *name, const char *tag,
 		backdate(fd, dfd, name, changed_ns, started_ns);
 	if (ret == 0 && sync && fdatasync(fd) < 0)
 		ret = -errno;
-	if (close(fd) < 0 && ret == 0)
+	if (ret == 0 && fstat(fd, &st) < 0)
 		ret = -errno;
 	if (ret == 0 && renameat(dfd, tmp, dfd, name) < 0)
+		ret = -errno;
+	if (ret == 0 && stamp)
+		*stamp = written_stamp(fd, &st);
+	if (close(fd) < 0 && ret == 0)
 		ret = -errno;
 	if (ret < 0) {
 		unlinkat(dfd, tmp, 0);
 		return ret;
 	}
-	/* After the rename, which changes the inode's ctime. */
-	if (stamp && fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-		*stamp = vmdir_stamp_of(&st);
 	return 0;
 }
 

@@ -912,8 +912,8 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 			o += p->len;
 		}
 		sn->bufs[sn->n_ops] = buf;
-		sn->ops[sn->n_ops++] =
-			(struct shard_append){keys[i].path, buf, len, 0, {0}};
+		sn->ops[sn->n_ops++] = (struct shard_append){
+			.path = keys[i].path, .data = buf, .len = len};
 		i = j;
 	}
 	rc = shards_append(&xs->files, sn->ops, sn->n_ops, sync, sync, errmsg,
@@ -933,9 +933,16 @@ out:
 	return rc;
 }
 
-/* The pass is over: shards appended to have a new stamp; the lines of
- * those that failed or were left to git are pending again, before any
- * newer ones. */
+static bool stamp_eq(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
+{
+	return a->ino == b->ino && a->size == b->size &&
+	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+/* The pass is over: shards appended to have a new stamp, unless someone
+ * else changed them since we last knew them (then the old stamp stays,
+ * and the next rescan reads what they wrote); the lines of those that
+ * failed or were left to git are pending again, before any newer ones. */
 static void written(struct store_kind *k, void *snap, int rc)
 {
 	struct experiences *xs = of(k);
@@ -949,7 +956,7 @@ static void written(struct store_kind *k, void *snap, int rc)
 		if (sn->ops[i].rc != 0)
 			continue;
 		sh = shard_get(xs, sn->ops[i].path, false);
-		if (sh)
+		if (sh && stamp_eq(&sh->stamp, &sn->ops[i].before))
 			sh->stamp = sn->ops[i].stamp;
 	}
 	for (size_t i = 0; i < sn->n; i++) {
@@ -1077,12 +1084,6 @@ static int rescan_begin(struct store_kind *k, bool probe, void **out)
 	qsort(j->known, j->n_known, sizeof(*j->known), known_cmp);
 	*out = j;
 	return 0;
-}
-
-static bool stamp_eq(const struct vmdir_stamp *a, const struct vmdir_stamp *b)
-{
-	return a->ino == b->ino && a->size == b->size &&
-	       a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
 static struct known *known_find(struct rescan_job *j, const char *path)

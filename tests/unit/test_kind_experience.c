@@ -566,6 +566,37 @@ END_TEST
 
 /* A tombstone seen before its record (another shard, earlier in the
  * walk) still deletes it; the record's line alone is not enough. */
+/* A line someone else appended to a shard before our next append to it
+ * is read by the next rescan: our append does not make the shard look
+ * as if we knew all of it. */
+START_TEST(test_foreign_append_before_ours)
+{
+	static const char *other =
+		"{\"id\":\"01943c3c-b93b-774b-8102-030405060709\",\"agent_id\":"
+		"\"alpha\",\"context\":\"appended beside us\",\"action\":"
+		"\"x\",\"outcome\":\"y\",\"timestamp\":\"2025-01-06T15:30:00."
+		"123456Z\",\"importance\":5,\"tags\":[],\"metadata\":{}}";
+	const char *other_id = "01943c3c-b93b-774b-8102-030405060709";
+	struct xwrite w[2];
+	char shard[EXP_SHARD_PATH_MAX];
+
+	open_ok();
+	xstore(&w[0], "alpha", "mine", NULL, 5);
+	run_all(w, 1);
+	flush();
+	shard_of("alpha", w[0].id, shard, sizeof(shard));
+	append_line(shard, other);
+	xstore(&w[1], "alpha", "mine too", NULL, 5);
+	run_all(&w[1], 1);
+	flush();
+	ck_assert_int_eq(lines_with(shard, other_id), 1);
+	ck_assert(!live(other_id));
+	reload();
+	ck_assert(live(other_id) && live(w[0].id) && live(w[1].id));
+	close_store();
+}
+END_TEST
+
 /* An agent's shards, all days: how many, the largest, the highest
  * number, and how many lines of all of them hold s. */
 struct agent_shards {
@@ -752,6 +783,7 @@ static Suite *kind_suite(void)
 	tcase_add_test(tc, test_reload);
 	tcase_add_test(tc, test_tombstone_first);
 	tcase_add_test(tc, test_shards_roll);
+	tcase_add_test(tc, test_foreign_append_before_ours);
 	tcase_add_test(tc, test_crash_replay_rolled);
 	suite_add_tcase(s, tc);
 	return s;

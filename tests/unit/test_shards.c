@@ -85,7 +85,8 @@ static void spit(const char *rel, const char *text)
 
 static int append(const char *path, const char *data, bool dedupe)
 {
-	struct shard_append op = {path, data, strlen(data), 0, {0}};
+	struct shard_append op = {
+		.path = path, .data = data, .len = strlen(data)};
 	char msg[512] = "";
 	int rc = shards_append(&sh, &op, 1, dedupe, true, msg, sizeof(msg));
 

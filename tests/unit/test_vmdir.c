@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -887,6 +888,61 @@ START_TEST(test_rescan_reads_only_changed_files)
 }
 END_TEST
 
+/* When set, the next rename into place is followed at once by this text
+ * written over the file in place (a user's editor between the writer's
+ * rename and its look at what it wrote). */
+static const char *meddle_text;
+
+int renameat(int olddirfd, const char *oldpath, int newdirfd,
+	     const char *newpath)
+{
+	int rc = (int)syscall(SYS_renameat, olddirfd, oldpath, newdirfd,
+			      newpath);
+	const char *text = meddle_text;
+
+	if (rc == 0 && text) {
+		int fd = openat(newdirfd, newpath, O_WRONLY | O_TRUNC);
+
+		meddle_text = NULL;
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, text, strlen(text)),
+				 (ssize_t)strlen(text));
+		close(fd);
+	}
+	return rc;
+}
+
+/* Someone's write over a file right after the writer renamed it into
+ * place is not taken for ours: the next rescan reads the file. */
+START_TEST(test_write_after_rename_is_theirs)
+{
+	static const char markers[] = "<<<<<<< HEAD\n{}\n=======\n{}\n"
+				      ">>>>>>> other\n";
+	struct vmdir_op op = {.coord = {2, 1, 1}};
+	struct vmdir_load_report rep;
+	char msg[256] = "";
+	char *t;
+
+	apply1(2, 1, 1, "two");
+	ck_assert_int_eq(
+		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
+	t = text_of(2, 1, 1, "two, again", &op.len);
+	op.text = t;
+	meddle_text = markers;
+	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)), 0);
+	free(t);
+	ck_assert_ptr_null(meddle_text);
+	stamps[2] = op.stamp;
+	stamp_calls = 0;
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
+				    NULL, &rep, msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(rep.n_conflicted, 1);
+	ck_assert_int_eq(stamp_calls, 0);
+	vmdir_load_report_done(&rep);
+}
+END_TEST
+
 /* A rescan runs beside the file writer: it leaves the temporary files
  * of this process (writes in progress) and removes others' leftovers;
  * the start-up load removes both. */
@@ -1140,6 +1196,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_quarantine_wrong_dir_name);
 	tcase_add_test(tc, test_x_beyond_max_refused);
 	tcase_add_test(tc, test_rescan_reads_only_changed_files);
+	tcase_add_test(tc, test_write_after_rename_is_theirs);
 	tcase_add_test(tc, test_quarantine_symlink_inside);
 	tcase_add_test(tc, test_quarantine_symlinked_x_dir);
 	tcase_add_test(tc, test_quarantine_cross_device);

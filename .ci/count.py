@@ -17,9 +17,28 @@ def tail(text, n=12):
     return [l for l in (text or "").splitlines() if l.strip()][-n:]
 
 
-def not_ok_lines(out):
-    return [l for l in out.splitlines()
-            if l.startswith("not ok") and "# TODO" not in l]
+def not_ok_lines(out, context=16):
+    """Each failed case's line, then the diagnostics after it (its
+    traceback), the last lines of them when long."""
+    lines, found = out.splitlines(), []
+    for i, l in enumerate(lines):
+        if not l.startswith("not ok") or "# TODO" in l:
+            continue
+        notes = []
+        for d in lines[i + 1:]:
+            if d.startswith(("ok", "not ok")):
+                break
+            notes.append(d)
+        found.append(l)
+        if len(notes) <= context:
+            found += notes
+            continue
+        # The lines that say where and what, then the end.
+        key = [d for d in notes[:-8]
+               if re.search(r"Error|Exception|[Aa]ssert|File \".*/tests/",
+                            d)]
+        found += key[-8:] + ["    ..."] + notes[-8:]
+    return found
 if args[:1] == ["--extra-failed"]:
     failed = int(args[1])
     args = args[2:]
@@ -33,8 +52,9 @@ while args[:1] == ["--tap"]:
         not_oks = len(re.findall(r"^not ok\b", out, re.M)) - todo
         passed += oks
         failed += not_oks + (0 if oks + not_oks else 1)
-        for l in not_ok_lines(out):
-            failures.append((args[1], l, []))
+        if not_oks:
+            failures.append((args[1], "%d cases" % not_oks,
+                             not_ok_lines(out)))
         if not oks + not_oks:
             failures.append((args[1], "no TAP lines", tail(out)))
     except OSError:
@@ -62,7 +82,7 @@ for path in args:
                 # A crashed or timed-out suite counts as a failure too.
                 failed += not_oks + (0 if good or not_oks else 1)
                 if not_oks or not good:
-                    failures.append((path, name, not_ok_lines(out) + lines))
+                    failures.append((path, name, not_ok_lines(out) or lines))
 for where, what, lines in failures:
     print(f"FAILED in {where}: {what}")
     for l in lines:

@@ -225,13 +225,20 @@ def main():
                     help="100,000 documents, 1,000,000 messages in 10,000 "
                          "sessions")
     ap.add_argument("--json", help="also write every figure here")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="load into DIR (a new directory) and keep it: its "
+                         "repo/ for profiling a start-up afterwards")
     a = ap.parse_args()
     if a.full:
         a.docs, a.messages, a.sessions = 100000, 1000000, 10000
     vmemd = os.path.join(a.build, "daemon", "vmemd")
     vbench = os.path.join(a.build, "tests", "bench", "vmem-bench")
-    tmp = tempfile.mkdtemp(prefix="vmem-mb-", dir="/tmp")
-    os.chmod(tmp, 0o700)
+    if a.keep:
+        os.mkdir(a.keep, 0o700)
+        tmp = a.keep
+    else:
+        tmp = tempfile.mkdtemp(prefix="vmem-mb-", dir="/tmp")
+        os.chmod(tmp, 0o700)
     root = os.path.join(tmp, "repo")
     subprocess.run(["git", "init", "-q", root], check=True)
     sock = os.path.join(tmp, "s.sock")
@@ -243,8 +250,13 @@ def main():
         run(a, d, fig, tmp, vbench)
     finally:
         if d.proc and d.proc.poll() is None:
-            d.proc.kill()
-        shutil.rmtree(tmp, ignore_errors=True)
+            if a.keep:
+                d.proc.terminate()
+                d.proc.wait()
+            else:
+                d.proc.kill()
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(fig, f, indent=2)

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "protocol/jsonstr.h"
+
 struct buf {
 	char *data;
 	size_t len, cap;
@@ -23,14 +25,11 @@ bool buf_puts(struct buf *b, const char *s);
 bool buf_reserve(struct buf *b, size_t n);
 
 /*
- * Append s (len bytes of valid UTF-8) as a JSON string, quotes included:
- * '"', '\\' and the control characters escaped, every other byte as it
- * is. false (buffer unchanged) on allocation failure.
+ * Append s (len bytes of valid UTF-8) as a JSON string, quotes included,
+ * as protocol/jsonstr.h writes it (json_str_len bytes). false (buffer
+ * unchanged) on allocation failure.
  */
 bool buf_json_str(struct buf *b, const char *s, size_t len);
-
-/* The bytes buf_json_str appends for s, quotes included. */
-size_t json_str_len(const char *s, size_t len);
 
 /* Hand the bytes to the caller (who frees them) and empty the buffer. */
 char *buf_take(struct buf *b, size_t *len);

@@ -420,7 +420,7 @@ START_TEST(json_strings)
 
 	ck_assert(buf_json_str(&b, in, sizeof(in) - 1));
 	ck_assert_str_eq(b.data,
-			 "\"a\\\"b\\\\c\\n\\t\\u0001\\u001f\xc3\xa9\x7f\"");
+			 "\"a\\\"b\\\\c\\n\\t\\u0001\\u001F\xc3\xa9\x7f\"");
 	ck_assert_uint_eq(b.len, json_str_len(in, sizeof(in) - 1));
 	ck_assert_uint_eq(json_str_len("", 0), 2);
 	buf_done(&b);

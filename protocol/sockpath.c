@@ -5,26 +5,11 @@
  * truncated.
  */
 #include "protocol/sockpath.h"
+#include "protocol/fnv.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-
-#define FNV64_OFFSET 0xcbf29ce484222325ULL
-#define FNV64_PRIME  0x100000001b3ULL
-
-uint64_t fnv1a64(const char *s, size_t len)
-{
-	const unsigned char *p = (const unsigned char *)s;
-	uint64_t h = FNV64_OFFSET;
-	size_t i;
-
-	for (i = 0; i < len; i++) {
-		h ^= p[i];
-		h *= FNV64_PRIME;
-	}
-	return h;
-}
 
 void sockpath_key(const char *root, char key[17])
 {

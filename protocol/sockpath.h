@@ -27,8 +27,6 @@
 /* Its largest size: a path and a newline. */
 #define SOCKPATH_RECORD_MAX (SOCKPATH_MAX + 1)
 
-uint64_t fnv1a64(const char *s, size_t len);
-
 /* The 16-hex-digit key of a canonical root into key[17]. */
 void sockpath_key(const char *root, char key[17]);
 

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "grow.h"
+#include "protocol/fnv.h"
 #include "tokenize.h"
 
 #define K1	       1.2
@@ -160,17 +161,6 @@ bool bm25_stopword(const char *tok, size_t len)
 
 /* ---- vocabulary ---- */
 
-static uint64_t hash(const char *s, size_t len)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
 static const char *tok_of(const struct bm25 *ix, const struct term *t)
 {
 	return ix->arena + t->tok;
@@ -183,7 +173,7 @@ static long lookup(const struct bm25 *ix, const char *tok, size_t len)
 
 	if (!ix->table_cap)
 		return -1;
-	uint64_t h = hash(tok, len);
+	uint64_t h = fnv1a64(tok, len);
 
 	for (i = h & mask; ix->table[i]; i = (i + 1) & mask) {
 		const struct term *t = &ix->terms[ix->table[i] - 1];
@@ -204,7 +194,7 @@ static int grow_table(struct bm25 *ix)
 		return -ENOMEM;
 	for (size_t n = 0; n < ix->n_terms; n++) {
 		const struct term *t = &ix->terms[n];
-		size_t i = hash(tok_of(ix, t), t->tok_len) & (cap - 1);
+		size_t i = fnv1a64(tok_of(ix, t), t->tok_len) & (cap - 1);
 
 		while (table[i])
 			i = (i + 1) & (cap - 1);
@@ -238,12 +228,12 @@ static long intern(struct bm25 *ix, const char *tok, size_t len)
 	memset(t, 0, sizeof(*t));
 	t->tok = (uint32_t)ix->arena_len;
 	t->tok_len = (uint8_t)len;
-	t->hash = (uint32_t)hash(tok, len);
+	t->hash = (uint32_t)fnv1a64(tok, len);
 	t->stop = bm25_stopword(tok, len);
 	memcpy(ix->arena + ix->arena_len, tok, len);
 	ix->arena_len += len;
 	ix->tf[ix->n_terms] = 0;
-	for (i = hash(tok, len) & (ix->table_cap - 1); ix->table[i];
+	for (i = fnv1a64(tok, len) & (ix->table_cap - 1); ix->table[i];
 	     i = (i + 1) & (ix->table_cap - 1))
 		;
 	ix->table[i] = (uint32_t)ix->n_terms + 1;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "protocol/decision.h"
-#include "protocol/sockpath.h"
+#include "protocol/fnv.h"
 #include "uuid.h"
 
 void convindex_init(struct convindex *ix)

@@ -14,22 +14,11 @@
 
 #include "grow.h"
 #include "protocol/decision.h" /* timestamp_format */
+#include "protocol/fnv.h"
 
 #define NOT_FOUND UINT32_MAX
 
 /* ---- hashing ---- */
-
-static uint64_t hash_bytes(const void *p, size_t len)
-{
-	const unsigned char *s = p;
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= s[i];
-		h *= 1099511628211ull;
-	}
-	return h;
-}
 
 static uint64_t mix64(uint64_t x)
 {
@@ -117,7 +106,7 @@ static int agent_table_grow(struct expindex *ix)
 	if (!t)
 		return -ENOMEM;
 	for (size_t a = 0; a < ix->n_agents; a++) {
-		size_t i = hash_bytes(ix->agents[a].id, ix->agents[a].len) &
+		size_t i = fnv1a64(ix->agents[a].id, ix->agents[a].len) &
 			   (cap - 1);
 
 		while (t[i])
@@ -136,7 +125,7 @@ static long agent_find(const struct expindex *ix, const char *s, size_t len)
 
 	if (!ix->agent_table_cap)
 		return -1;
-	for (size_t i = hash_bytes(s, len) & mask; ix->agent_table[i];
+	for (size_t i = fnv1a64(s, len) & mask; ix->agent_table[i];
 	     i = (i + 1) & mask) {
 		const struct exp_agent *a = &ix->agents[ix->agent_table[i] - 1];
 
@@ -169,8 +158,7 @@ static long agent_intern(struct expindex *ix, const char *s, size_t len)
 	a->id[len] = '\0';
 	a->len = len;
 	mask = ix->agent_table_cap - 1;
-	for (i = hash_bytes(s, len) & mask; ix->agent_table[i];
-	     i = (i + 1) & mask)
+	for (i = fnv1a64(s, len) & mask; ix->agent_table[i]; i = (i + 1) & mask)
 		;
 	ix->agent_table[i] = (uint32_t)ix->n_agents + 1;
 	return (long)ix->n_agents++;
@@ -185,7 +173,7 @@ static int tag_table_grow(struct expindex *ix)
 		return -ENOMEM;
 	for (size_t g = 0; g < ix->n_tags; g++) {
 		const char *name = ix->tag_names[g];
-		size_t i = hash_bytes(name, strlen(name)) & (cap - 1);
+		size_t i = fnv1a64(name, strlen(name)) & (cap - 1);
 
 		while (t[i])
 			i = (i + 1) & (cap - 1);
@@ -203,7 +191,7 @@ static long tag_find(const struct expindex *ix, const char *s)
 
 	if (!ix->tag_table_cap)
 		return -1;
-	for (size_t i = hash_bytes(s, len) & mask; ix->tag_table[i];
+	for (size_t i = fnv1a64(s, len) & mask; ix->tag_table[i];
 	     i = (i + 1) & mask)
 		if (strcmp(ix->tag_names[ix->tag_table[i] - 1], s) == 0)
 			return (long)ix->tag_table[i] - 1;
@@ -231,7 +219,7 @@ static long tag_intern(struct expindex *ix, const char *s)
 		return -ENOMEM;
 	ix->tag_count[ix->n_tags] = 0;
 	mask = ix->tag_table_cap - 1;
-	for (i = hash_bytes(s, strlen(s)) & mask; ix->tag_table[i];
+	for (i = fnv1a64(s, strlen(s)) & mask; ix->tag_table[i];
 	     i = (i + 1) & mask)
 		;
 	ix->tag_table[i] = (uint32_t)ix->n_tags + 1;

@@ -23,6 +23,7 @@
 #include "log.h"
 #include "protocol/errors.h"
 #include "protocol/experience.h"
+#include "protocol/fnv.h"
 #include "vmdir.h"
 
 #define RETRY_FIRST_MS	  250
@@ -80,15 +81,6 @@ struct gitq_scan {
 static void kick(struct gitq *q, unsigned delay_ms);
 static void timer_cb(uv_timer_t *t);
 
-static uint64_t hash_of(const char *p)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	return h;
-}
-
 /* The table slot of path: its entry, or the empty slot that ends its
  * probe (*free_slot: the first tombstone or empty slot seen). */
 static size_t probe(const struct gitq *q, const char *path, uint64_t h,
@@ -123,7 +115,7 @@ static struct gitq_path *find(const struct gitq *q, const char *path)
 
 	if (!q->table_cap)
 		return NULL;
-	i = probe(q, path, hash_of(path), NULL);
+	i = probe(q, path, fnv1a64(path, strlen(path)), NULL);
 	return q->table[i];
 }
 
@@ -156,7 +148,7 @@ static int grow(struct gitq *q)
 /* The entry of path, made if need be; NULL when out of memory. */
 static struct gitq_path *get(struct gitq *q, const char *path)
 {
-	uint64_t h = hash_of(path);
+	uint64_t h = fnv1a64(path, strlen(path));
 	size_t i, slot = 0;
 	struct gitq_path *e;
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "protocol/fnv.h"
 
 static atomic_ulong tmp_counter;
 
@@ -172,17 +173,6 @@ struct line_ref {
 	size_t off, len;
 };
 
-static uint64_t hash_line(const char *p, size_t n)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)p[i];
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
 static int ref_cmp(const void *a, const void *b)
 {
 	const struct line_ref *x = a, *y = b;
@@ -224,7 +214,7 @@ static int dedupe(int fd, off_t size, const char *data, size_t len, char **out,
 			size_t end = nl ? (size_t)(nl - file) : (size_t)size;
 
 			refs[n_refs++] = (struct line_ref){
-				hash_line(file + i, end - i), i, end - i};
+				fnv1a64(file + i, end - i), i, end - i};
 			i = end + 1;
 		}
 		qsort(refs, n_refs, sizeof(*refs), ref_cmp);
@@ -232,7 +222,7 @@ static int dedupe(int fd, off_t size, const char *data, size_t len, char **out,
 	for (size_t i = 0; i < len;) {
 		const char *nl = memchr(data + i, '\n', len - i);
 		size_t end = nl ? (size_t)(nl - data) + 1 : len, l = end - i;
-		struct line_ref key = {hash_line(data + i, l - (nl != NULL)), 0,
+		struct line_ref key = {fnv1a64(data + i, l - (nl != NULL)), 0,
 				       0};
 		struct line_ref *r = n_refs ? bsearch(&key, refs, n_refs,
 						      sizeof(*refs), ref_cmp)

@@ -25,6 +25,7 @@
 #include "log.h"
 #include "progress.h"
 #include "protocol/errors.h"
+#include "protocol/fnv.h"
 
 struct exp_shard {
 	char *path; /* below experiences/ */
@@ -56,17 +57,6 @@ static struct experience_write *write_of(struct store_write *w)
 
 /* ---- shards ---- */
 
-static uint64_t hash_path(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *s; s++) {
-		h ^= (unsigned char)*s;
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
 static int shard_table_grow(struct experiences *xs)
 {
 	size_t cap = xs->shard_table_cap ? xs->shard_table_cap * 2 : 256;
@@ -75,7 +65,9 @@ static int shard_table_grow(struct experiences *xs)
 	if (!t)
 		return -ENOMEM;
 	for (size_t n = 0; n < xs->n_shards; n++) {
-		size_t i = hash_path(xs->shards[n]->path) & (cap - 1);
+		size_t i = fnv1a64(xs->shards[n]->path,
+				   strlen(xs->shards[n]->path)) &
+			   (cap - 1);
 
 		while (t[i])
 			i = (i + 1) & (cap - 1);
@@ -96,7 +88,7 @@ static struct exp_shard *shard_get(struct experiences *xs, const char *path,
 	size_t i, mask = xs->shard_table_cap - 1;
 
 	if (xs->shard_table_cap)
-		for (i = hash_path(path) & mask; xs->shard_table[i];
+		for (i = fnv1a64(path, strlen(path)) & mask; xs->shard_table[i];
 		     i = (i + 1) & mask)
 			if (!strcmp(xs->shards[xs->shard_table[i] - 1]->path,
 				    path))
@@ -117,7 +109,8 @@ static struct exp_shard *shard_get(struct experiences *xs, const char *path,
 		return NULL;
 	}
 	mask = xs->shard_table_cap - 1;
-	for (i = hash_path(path) & mask; xs->shard_table[i]; i = (i + 1) & mask)
+	for (i = fnv1a64(path, strlen(path)) & mask; xs->shard_table[i];
+	     i = (i + 1) & mask)
 		;
 	xs->shard_table[i] = (uint32_t)xs->n_shards + 1;
 	xs->shards[xs->n_shards++] = sh;
@@ -172,21 +165,10 @@ static size_t day_len(const char *path)
 	return (size_t)(strrchr(path, '/') - path) + 1 + 10;
 }
 
-static uint64_t hash_day(const char *path, size_t len)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)path[i];
-		h *= 1099511628211ull;
-	}
-	return h;
-}
-
 static size_t open_slot(struct exp_open **tab, size_t cap, const char *day,
 			size_t len)
 {
-	size_t i = hash_day(day, len) & (cap - 1);
+	size_t i = fnv1a64(day, len) & (cap - 1);
 
 	while (tab[i] && (strncmp(tab[i]->day, day, len) || tab[i]->day[len]))
 		i = (i + 1) & (cap - 1);

@@ -34,7 +34,7 @@
 #include "log.h"
 #include "progress.h"
 #include "protocol/errors.h"
-#include "protocol/sockpath.h"
+#include "protocol/fnv.h"
 
 /* Delay that lets bursts of writes coalesce before files are written. */
 #define WRITER_DELAY_MS	    20

@@ -2,6 +2,7 @@
  * Unit tests of protocol/sockpath.c: FNV-1a vectors, the key format, the
  * VMEM_SOCKET / XDG_RUNTIME_DIR / /tmp precedence and the length limit.
  */
+#include "protocol/fnv.h"
 #include "protocol/sockpath.h"
 
 #include <check.h>

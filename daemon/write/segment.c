@@ -146,6 +146,30 @@ static uint64_t record_at(const uint8_t *b, uint64_t size, uint64_t off)
 	return SEG_REC_HDR + (uint64_t)len;
 }
 
+/* The length of a record record_at accepted before (no checks). */
+static uint64_t record_len(const uint8_t *b, uint64_t off)
+{
+	return SEG_REC_HDR + (uint64_t)get32(b + off + 32);
+}
+
+/* How many records b[0..size) seems to hold, walking their lengths
+ * without checking them: enough to size the key table before reading. */
+static size_t count_records(const uint8_t *b, uint64_t size)
+{
+	uint64_t off = SEG_HDR;
+	size_t n = 0;
+
+	while (off < size && size - off >= SEG_REC_HDR) {
+		uint64_t len = get32(b + off + 32);
+
+		if (len > SEG_PAYLOAD_MAX || size - off - SEG_REC_HDR < len)
+			break;
+		off += SEG_REC_HDR + len;
+		n++;
+	}
+	return n;
+}
+
 static void make_record(uint8_t *p, uint64_t seq, const uint8_t *key,
 			uint32_t flags, const void *payload, uint32_t len)
 {
@@ -199,6 +223,31 @@ static struct entry *find(const struct segstore *s, const uint8_t *key)
 	for (;; i = (i + 1) & (s->cap - 1))
 		if (!s->tab[i].used || memcmp(s->tab[i].key, key, SEG_KEY) == 0)
 			return &s->tab[i];
+}
+
+/* Reading a segment looks up every key in a table far larger than the
+ * caches: the slot of the key a few records ahead is fetched while this
+ * one is handled. off is a record's offset in b[0..size), or past it. */
+#define PREFETCH_AHEAD 8
+
+static void prefetch_key(const struct segstore *s, const uint8_t *b,
+			 uint64_t size, uint64_t off)
+{
+	if (off < size && size - off >= SEG_REC_HDR)
+		__builtin_prefetch(
+			&s->tab[key_hash(b + off + 16) & (s->cap - 1)]);
+}
+
+/* The offset of the record after the one at off, or size when there is
+ * none that fits (for prefetching only: not checked). */
+static uint64_t next_record(const uint8_t *b, uint64_t size, uint64_t off)
+{
+	uint64_t len;
+
+	if (off >= size || size - off < SEG_REC_HDR)
+		return size;
+	len = get32(b + off + 32);
+	return size - off - SEG_REC_HDR < len ? size : off + SEG_REC_HDR + len;
 }
 
 static int grow_table(struct segstore *s)
@@ -516,13 +565,17 @@ static int read_segment(struct segstore *s, struct seg *g, const uint8_t *b,
 			bool may_tear, struct seg_report *rep, char *msg,
 			size_t msglen)
 {
-	uint64_t off = SEG_HDR, rl, at, seq;
+	uint64_t off = SEG_HDR, ahead = SEG_HDR, rl, at, seq;
 	char name[32];
 	struct entry *e;
 	int ret;
 
 	seg_name(name, sizeof(name), g->id, false);
+	for (int k = 0; k < PREFETCH_AHEAD; k++)
+		ahead = next_record(b, g->size, ahead);
 	while (off < g->size) {
+		prefetch_key(s, b, g->size, ahead);
+		ahead = next_record(b, g->size, ahead);
 		rl = record_at(b, g->size, off);
 		if (!rl) {
 			if (!may_tear ||
@@ -646,7 +699,7 @@ int segstore_open(const struct statedir *sd, const struct seg_opts *o,
 	struct segstore *s;
 	struct seg_report dummy;
 	uint64_t last_append = 0, off, rl;
-	size_t n = 0, i, j;
+	size_t n = 0, i, j, total;
 	struct entry *e;
 	char name[32];
 	int ret;
@@ -723,6 +776,17 @@ int segstore_open(const struct statedir *sd, const struct seg_opts *o,
 		if (ret < 0)
 			goto fail;
 	}
+	/* The key table sized once for every record (each doubling while
+	 * reading would move every entry again). */
+	for (i = 0, total = 0; i < n; i++)
+		if (!l[i].superseded && l[i].map)
+			total += count_records(l[i].map, l[i].g.size);
+	while (total * 4 > s->cap * 3)
+		if (grow_table(s) < 0) {
+			ret = -ENOMEM;
+			errmsg_set(msg, msglen, "out of memory");
+			goto fail;
+		}
 	/* s->segs is complete: pointers into it stay valid while reading. */
 	for (i = 0; i < n; i++) {
 		struct seg *g = seg_by_id(s, l[i].g.id);
@@ -741,12 +805,19 @@ int segstore_open(const struct statedir *sd, const struct seg_opts *o,
 		if (e->used && e->tomb && e->shadows == 0)
 			add_dead(s, e->seg, e->len);
 	}
-	/* Hand over each key's current payload. */
+	/* Hand over each key's current payload (every record was checked
+	 * by read_segment, which cut the file after the last good one). */
 	for (i = 0; i < n; i++) {
+		uint64_t ahead = SEG_HDR;
+
 		if (l[i].superseded)
 			continue;
+		for (int k = 0; k < PREFETCH_AHEAD; k++)
+			ahead = next_record(l[i].map, l[i].g.size, ahead);
 		for (off = SEG_HDR; off < l[i].g.size; off += rl) {
-			rl = record_at(l[i].map, l[i].g.size, off);
+			prefetch_key(s, l[i].map, l[i].g.size, ahead);
+			ahead = next_record(l[i].map, l[i].g.size, ahead);
+			rl = record_len(l[i].map, off);
 			e = find(s, l[i].map + off + 16);
 			if (e->seq != get64(l[i].map + off + 8) || e->tomb)
 				continue;

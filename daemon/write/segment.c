@@ -152,24 +152,6 @@ static uint64_t record_len(const uint8_t *b, uint64_t off)
 	return SEG_REC_HDR + (uint64_t)get32(b + off + 32);
 }
 
-/* How many records b[0..size) seems to hold, walking their lengths
- * without checking them: enough to size the key table before reading. */
-static size_t count_records(const uint8_t *b, uint64_t size)
-{
-	uint64_t off = SEG_HDR;
-	size_t n = 0;
-
-	while (off < size && size - off >= SEG_REC_HDR) {
-		uint64_t len = get32(b + off + 32);
-
-		if (len > SEG_PAYLOAD_MAX || size - off - SEG_REC_HDR < len)
-			break;
-		off += SEG_REC_HDR + len;
-		n++;
-	}
-	return n;
-}
-
 static void make_record(uint8_t *p, uint64_t seq, const uint8_t *key,
 			uint32_t flags, const void *payload, uint32_t len)
 {
@@ -248,6 +230,19 @@ static uint64_t next_record(const uint8_t *b, uint64_t size, uint64_t off)
 		return size;
 	len = get32(b + off + 32);
 	return size - off - SEG_REC_HDR < len ? size : off + SEG_REC_HDR + len;
+}
+
+/* How many records b[0..size) seems to hold, walking their lengths
+ * without checking them (a torn tail counts as one): enough to size the
+ * key table before reading. */
+static size_t count_records(const uint8_t *b, uint64_t size)
+{
+	size_t n = 0;
+
+	for (uint64_t off = SEG_HDR; off < size;
+	     off = next_record(b, size, off))
+		n++;
+	return n;
 }
 
 static int grow_table(struct segstore *s)

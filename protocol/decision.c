@@ -196,6 +196,25 @@ int coord_from_path(const char *dir, const char *file, int max_x,
 	return 0;
 }
 
+/* How many bytes from s on are ASCII and not NUL, counted in whole
+ * 8-byte words (text is mostly ASCII: one test per word, not per byte). */
+static size_t ascii_run(const unsigned char *s, size_t len)
+{
+	const uint64_t high = 0x8080808080808080ull,
+		       low = 0x0101010101010101ull;
+	size_t i = 0;
+	uint64_t w;
+
+	for (; len - i >= 8; i += 8) {
+		memcpy(&w, s + i, 8);
+		/* A set high bit, or a zero byte: with no high bit set,
+		 * (w - low) & ~w & high is non-zero exactly then. */
+		if ((w & high) || ((w - low) & ~w & high))
+			break;
+	}
+	return i;
+}
+
 bool utf8_valid(const char *str, size_t len)
 {
 	const unsigned char *s = (const unsigned char *)str;
@@ -208,6 +227,7 @@ bool utf8_valid(const char *str, size_t len)
 			return false;
 		if (c < 0x80) {
 			i++;
+			i += ascii_run(s + i, len - i);
 			continue;
 		}
 		lo = 0x80;

@@ -277,6 +277,32 @@ START_TEST(test_utf8)
 		ck_assert_int_eq(content_check(cases[i].s, cases[i].len, msg),
 				 cases[i].ok ? 0 : RPC_INVALID_PARAMS);
 	}
+	/* ASCII is checked a word at a time: each case again at every
+	 * place within and after runs of ASCII of every length to 20. */
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		for (size_t pre = 0; pre <= 20; pre++)
+			for (size_t post = 0; post <= 20; post += 5) {
+				char s[64];
+				size_t n = pre + cases[i].len + post;
+
+				memset(s, 'x', sizeof(s));
+				memcpy(s + pre, cases[i].s, cases[i].len);
+				ck_assert_msg(utf8_valid(s, n) == cases[i].ok,
+					      "case %zu after %zu, before %zu",
+					      i, pre, post);
+			}
+	for (size_t at = 0; at < 40; at++) {
+		char s[40];
+
+		memset(s, 'y', sizeof(s));
+		ck_assert(utf8_valid(s, sizeof(s)));
+		s[at] = 0;
+		ck_assert_msg(!utf8_valid(s, sizeof(s)), "NUL at %zu", at);
+		s[at] = (char)0x80;
+		ck_assert_msg(!utf8_valid(s, sizeof(s)), "0x80 at %zu", at);
+		s[at] = (char)0xc3;
+		ck_assert_msg(!utf8_valid(s, at + 1), "cut at %zu", at);
+	}
 }
 END_TEST
 

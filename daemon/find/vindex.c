@@ -152,10 +152,10 @@ uint32_t vindex_count(const struct vindex *vi)
 	return vecset_live(vi->vs);
 }
 
-int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
-	       const float *v, char *msg, size_t msglen)
+/* Room for slot and one more row; the slot in range. */
+static int put_room(struct vindex *vi, uint32_t slot, char *msg,
+		    size_t msglen)
 {
-	uint32_t row;
 	int ret;
 
 	if (slot == UINT32_MAX) {
@@ -166,19 +166,51 @@ int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 			 (size_t)slot + 1, sizeof(uint32_t));
 	if (ret == 0)
 		ret = grow_rows(vi, (size_t)vecset_rows(vi->vs) + 1);
-	if (ret < 0) {
-		errmsg_set(msg, msglen, "out of memory");
-		return ret;
-	}
-	ret = vecset_add(vi->vs, v, &row, msg, msglen);
 	if (ret < 0)
-		return ret;
+		errmsg_set(msg, msglen, "out of memory");
+	return ret;
+}
+
+/* Row (just added) is now slot's, and the slot's old row dead. */
+static void put_row(struct vindex *vi, uint32_t slot,
+		    const uint8_t key[VINDEX_KEY], uint32_t row)
+{
 	if (vi->slot_row[slot])
 		vecset_kill(vi->vs, vi->slot_row[slot] - 1);
 	vi->slot_row[slot] = row + 1;
 	vi->row_slot[row] = slot;
 	memcpy(vi->row_key[row], key, VINDEX_KEY);
-	return 0;
+}
+
+int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
+	       const float *v, char *msg, size_t msglen)
+{
+	uint32_t row;
+	int ret = put_room(vi, slot, msg, msglen);
+
+	if (ret == 0)
+		ret = vecset_add(vi->vs, v, &row, msg, msglen);
+	if (ret == 0)
+		put_row(vi, slot, key, row);
+	return ret;
+}
+
+int vindex_put_unit(struct vindex *vi, uint32_t slot,
+		    const uint8_t key[VINDEX_KEY], const struct vindex_unit *u,
+		    char *msg, size_t msglen)
+{
+	uint32_t row;
+	int ret = put_room(vi, slot, msg, msglen);
+
+	if (ret == 0)
+		ret = vecset_add_normalised(vi->vs, u->unit, u->norm, &row);
+	if (ret == -ENOSPC)
+		errmsg_set(msg, msglen, "at most %u vectors", VECSET_ROWS_MAX);
+	else if (ret == -ENOMEM)
+		errmsg_set(msg, msglen, "out of memory");
+	if (ret == 0)
+		put_row(vi, slot, key, row);
+	return ret;
 }
 
 bool vindex_vector(const struct vindex *vi, uint32_t slot, float *v)
@@ -636,17 +668,26 @@ void vindex_job_free(struct vindex *vi, struct vindex_job *job)
 #define FILE_ROW     32u
 #define FILE_TRAILER 8u
 
-/* A 64-bit hash of a row's numbers: FNV-1a over 32-bit words. */
-static uint64_t row_hash(const float *v, uint32_t dim)
+uint64_t vindex_unit_hash(const float *unit, uint32_t dim)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
 	uint32_t w, i;
 
 	for (i = 0; i < dim; i++) {
-		memcpy(&w, &v[i], 4);
+		memcpy(&w, &unit[i], 4);
 		h = (h ^ w) * 0x100000001b3ull;
 	}
 	return h;
+}
+
+int vindex_unit_make(uint32_t dim, const float *v, float *unit, float *norm,
+		     uint64_t *hash, char *msg, size_t msglen)
+{
+	int ret = vector_normalise(v, dim, unit, norm, msg, msglen);
+
+	if (ret == 0)
+		*hash = vindex_unit_hash(unit, dim);
+	return ret;
 }
 
 static void put32(uint8_t *p, uint32_t v)
@@ -712,7 +753,7 @@ int vindex_save_prepare(const struct vindex *vi, uint8_t **buf, size_t *len,
 		bool live = vecset_is_live(vi->vs, r);
 
 		memcpy(p, vi->row_key[r], VINDEX_KEY);
-		put64(p + 16, row_hash(v, dim));
+		put64(p + 16, vindex_unit_hash(v, dim));
 		put32(p + 24, live ? 1 : 0);
 		norm = vecset_norm(vi->vs, r);
 		memcpy(p + 28, &norm, 4);
@@ -746,8 +787,8 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 	struct hnsw_opts go = graph_opts(o);
 	const uint8_t *p, *deadv, *graph;
 	struct vindex *vi = NULL;
+	struct vindex_unit u;
 	float *unit = NULL, norm;
-	const float *v;
 	int ret;
 
 	*out = NULL;
@@ -826,7 +867,7 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 			vi->row_slot[row] = UINT32_MAX;
 			continue;
 		}
-		if (lookup(ctx, p, &slot, &v) < 0) {
+		if (lookup(ctx, p, &slot, &u) < 0) {
 			errmsg_set(msg, msglen,
 				   "stale index: row %u names a record that "
 				   "is gone",
@@ -838,8 +879,7 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 				   "stale index: two rows for one record");
 			goto out;
 		}
-		if (vector_normalise(v, o->dim, unit, &norm, NULL, 0) < 0 ||
-		    row_hash(unit, o->dim) != get64(p + 16)) {
+		if (u.hash != get64(p + 16)) {
 			errmsg_set(msg, msglen,
 				   "stale index: the vector of row %u changed",
 				   r);
@@ -847,7 +887,7 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 		}
 		if (grow_array((void **)&vi->slot_row, &vi->slot_cap,
 			       (size_t)slot + 1, sizeof(uint32_t)) < 0 ||
-		    vecset_add_normalised(vi->vs, unit, norm, &row) < 0) {
+		    vecset_add_normalised(vi->vs, u.unit, u.norm, &row) < 0) {
 			ret = -ENOMEM;
 			errmsg_set(msg, msglen, "out of memory");
 			goto out;

@@ -86,6 +86,27 @@ int vindex_new(const struct vindex_opts *o, struct vindex **out);
 void vindex_free(struct vindex *vi);
 
 /*
+ * A vector made ready for the index away from it: its unit form (as
+ * vector_normalise makes it), its norm, and vindex_unit_hash of the unit
+ * form. A start-up makes these where it reads the vectors (on a thread
+ * of its own), so that vindex_load and vindex_put_unit only copy them.
+ */
+struct vindex_unit {
+	const float *unit; /* dim numbers, borrowed */
+	float norm;
+	uint64_t hash;
+};
+
+/* unit (room for dim numbers; may be v itself), *norm and *hash from the
+ * raw vector v. 0, or -EINVAL with msg (not finite, zero, too long). */
+int vindex_unit_make(uint32_t dim, const float *v, float *unit, float *norm,
+		     uint64_t *hash, char *msg, size_t msglen);
+
+/* The hash of a unit vector the index file keeps for each row (64 bits,
+ * FNV-1a over the numbers' bits): a changed vector is a stale file. */
+uint64_t vindex_unit_hash(const float *unit, uint32_t dim);
+
+/*
  * Store slot's vector (dim numbers, raw) with its key: a new row, and the
  * slot's previous row, if any, dead. -EINVAL with msg for a bad vector
  * (the slot keeps its old one), -ENOMEM, -ENOSPC.
@@ -172,16 +193,21 @@ int vindex_write_file(const struct statedir *sd, const char *name,
 int vindex_read_file(const struct statedir *sd, const char *name, size_t max,
 		     uint8_t **buf, size_t *len, char *msg, size_t msglen);
 
-/*
- * The caller's record for a key: its slot and vector (dim numbers, raw,
- * borrowed). 0, or -ENOENT when the caller has no such record with a
- * vector.
- */
-typedef int (*vindex_lookup_fn)(void *ctx, const uint8_t key[VINDEX_KEY],
-				uint32_t *slot, const float **v);
+/* The same, for a vector already made ready (vindex_unit_make). */
+int vindex_put_unit(struct vindex *vi, uint32_t slot,
+		    const uint8_t key[VINDEX_KEY], const struct vindex_unit *u,
+		    char *msg, size_t msglen);
 
 /*
- * A vindex from a file's bytes (blocking: hashes every vector), checked
+ * The caller's record for a key: its slot and vector, made ready
+ * (vindex_unit_make; the numbers borrowed). 0, or -ENOENT when the
+ * caller has no such record with a vector.
+ */
+typedef int (*vindex_lookup_fn)(void *ctx, const uint8_t key[VINDEX_KEY],
+				uint32_t *slot, struct vindex_unit *u);
+
+/*
+ * A vindex from a file's bytes (blocking: copies every vector), checked
  * against the caller's records: n_records is how many of them have a
  * vector. Every row must name a record with the very vector it was saved
  * with; records added since the save (a crash before the next save) are

@@ -52,24 +52,49 @@ static float *boot_row(const struct documents *ds, size_t row)
 	return ds->boot.v + row * ds->vopts.dim;
 }
 
-/* Keep the numbers of an embedding record (raw, dim of them). */
+/* A row's vector as the index takes it. */
+static struct vindex_unit boot_unit(const struct documents *ds, size_t row)
+{
+	return (struct vindex_unit){boot_row(ds, row), ds->boot.norm[row],
+				    ds->boot.hash[row]};
+}
+
+static int boot_grow(struct docboot *b, uint32_t dim)
+{
+	size_t cap = b->cap ? b->cap * 2 : 1024;
+	float *v = realloc(b->v, cap * dim * sizeof(float)), *norm;
+	uint64_t *hash;
+
+	if (!v)
+		return -ENOMEM;
+	b->v = v;
+	norm = realloc(b->norm, cap * sizeof(*norm));
+	if (!norm)
+		return -ENOMEM;
+	b->norm = norm;
+	hash = realloc(b->hash, cap * sizeof(*hash));
+	if (!hash)
+		return -ENOMEM;
+	b->hash = hash;
+	b->cap = cap;
+	return 0;
+}
+
+/*
+ * Keep an embedding record's vector, made ready for the index here: the
+ * documents are read on a thread of their own at start-up, and the
+ * normalising and hashing of every vector is most of vindex_load's work.
+ */
 static int boot_put(struct documents *ds, const uint8_t *id,
-		    const struct rec_embedding *e)
+		    const struct rec_embedding *e, char *msg, size_t n)
 {
 	struct docboot *b = &ds->boot;
 	struct bootvec *bv = idmap_get(&b->map, id);
+	float *row;
 
 	if (!bv) {
-		if (b->rows == b->cap) {
-			size_t cap = b->cap ? b->cap * 2 : 1024;
-			float *v = realloc(b->v,
-					   cap * ds->vopts.dim * sizeof(float));
-
-			if (!v)
-				return -ENOMEM;
-			b->v = v;
-			b->cap = cap;
-		}
+		if (b->rows == b->cap && boot_grow(b, ds->vopts.dim) < 0)
+			return -ENOMEM;
 		bv = malloc(sizeof(*bv));
 		if (!bv)
 			return -ENOMEM;
@@ -81,8 +106,10 @@ static int boot_put(struct documents *ds, const uint8_t *id,
 		}
 		b->rows++;
 	}
-	rec_embedding_values(e, boot_row(ds, bv->row));
-	return 0;
+	row = boot_row(ds, bv->row);
+	rec_embedding_values(e, row);
+	return vindex_unit_make(ds->vopts.dim, row, row, &b->norm[bv->row],
+				&b->hash[bv->row], msg, n);
 }
 
 static void boot_del(struct documents *ds, const uint8_t *id)
@@ -98,6 +125,8 @@ static void boot_free(struct documents *ds)
 		free(m->tab[i]);
 	idmap_done(m);
 	free(ds->boot.v);
+	free(ds->boot.norm);
+	free(ds->boot.hash);
 	memset(&ds->boot, 0, sizeof(ds->boot));
 }
 
@@ -123,7 +152,7 @@ static int apply_vector(struct apply_ctx *a, const uint8_t *id,
 		return -EINVAL;
 	}
 	if (ds->booting)
-		return boot_put(ds, id, e);
+		return boot_put(ds, id, e, a->msg, a->n);
 	v = malloc(e->dim * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
@@ -433,9 +462,9 @@ static int load_vec_cb(void *ctx, const uint8_t key[SEG_KEY],
 	return load_store(ctx, S_VECTORS, key, payload, len);
 }
 
-/* vindex_load's view of the records: a document and its raw vector. */
+/* vindex_load's view of the records: a document and its vector. */
 static int lookup_cb(void *ctx, const uint8_t key[VINDEX_KEY], uint32_t *slot,
-		     const float **v)
+		     struct vindex_unit *u)
 {
 	struct documents *ds = ctx;
 	const struct doc *d = docindex_get(&ds->ix, key);
@@ -444,7 +473,7 @@ static int lookup_cb(void *ctx, const uint8_t key[VINDEX_KEY], uint32_t *slot,
 	if (!d || !bv)
 		return -ENOENT;
 	*slot = d->slot;
-	*v = boot_row(ds, bv->row);
+	*u = boot_unit(ds, bv->row);
 	return 0;
 }
 
@@ -494,12 +523,13 @@ static int index_boot(struct documents *ds, char *msg, size_t n)
 	for (size_t i = 0; i < m->cap; i++) {
 		struct bootvec *bv = m->tab[i];
 		const struct doc *d = bv ? docindex_get(&ds->ix, bv->id) : NULL;
+		struct vindex_unit u;
 		int ret;
 
 		if (!d || vindex_has(ds->ix.vi, d->slot))
 			continue;
-		ret = vindex_put(ds->ix.vi, d->slot, d->id,
-				 boot_row(ds, bv->row), msg, n);
+		u = boot_unit(ds, bv->row);
+		ret = vindex_put_unit(ds->ix.vi, d->slot, d->id, &u, msg, n);
 		if (ret < 0)
 			return ret;
 	}

@@ -47,7 +47,10 @@ extern const struct kind document_kind;
 /* The raw vectors read at start-up, until load hands them to the index. */
 struct docboot {
 	struct idmap map; /* id -> struct bootvec */
-	float *v;	  /* rows of dim floats */
+	float *v;	  /* rows of dim floats: each vector made ready for
+			     the index (vindex_unit_make) as it is read */
+	float *norm;	  /* per row */
+	uint64_t *hash;	  /* per row */
 	size_t rows, cap;
 };
 

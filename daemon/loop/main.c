@@ -16,6 +16,7 @@
 #include <git2.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -972,23 +973,50 @@ static void trace_stopped_cb(void *arg)
 	(void)arg;
 }
 
+/* documents_open on a thread of its own (open_local_kinds). */
+struct documents_opening {
+	struct daemon *d;
+	int rc;
+	char errmsg[1024];
+};
+
+static void *open_documents(void *arg)
+{
+	struct documents_opening *o = arg;
+	struct daemon *d = o->d;
+
+	o->rc = documents_open(&d->documents, d->loop, &d->repo.state,
+			       d->limits.embedding_dim, o->errmsg,
+			       sizeof(o->errmsg));
+	return NULL;
+}
+
 /*
  * The local kinds (conversations, documents) read their segments before
- * the store replays the log over them; a failure stops the start.
+ * the store replays the log over them; a failure stops the start. The
+ * two share nothing, and at their full size each takes seconds of CPU:
+ * they are read side by side (the loop does not run yet; the documents'
+ * thread is the only one to touch it, for its timer, until the join).
  */
 static void open_local_kinds(struct daemon *d)
 {
+	struct documents_opening docs = {.d = d};
 	char errmsg[1024];
+	pthread_t t;
+	bool threaded;
 	int rc;
 
+	threaded = pthread_create(&t, NULL, open_documents, &docs) == 0;
+	if (!threaded)
+		open_documents(&docs);
 	rc = conversations_open(&d->conversations, d->loop, &d->repo.state,
 				errmsg, sizeof(errmsg));
+	if (threaded)
+		pthread_join(t, NULL);
 	if (rc < 0)
 		fail_startup(1, "cannot load the conversations: %s", errmsg);
-	rc = documents_open(&d->documents, d->loop, &d->repo.state,
-			    d->limits.embedding_dim, errmsg, sizeof(errmsg));
-	if (rc < 0)
-		fail_startup(1, "cannot load the documents: %s", errmsg);
+	if (docs.rc < 0)
+		fail_startup(1, "cannot load the documents: %s", docs.errmsg);
 }
 
 /* --trace-file: a relative path is the starting directory's. */

@@ -4,6 +4,7 @@
 #include "progress.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@
 #define DEFAULT_INTERVAL_MS 1000
 
 static uint64_t interval_ms = DEFAULT_INTERVAL_MS;
-static uint64_t last_ms;
+/* Said from the threads that read the local kinds at start-up too. */
+static _Atomic uint64_t last_ms;
 
 static uint64_t now_ms(void)
 {

@@ -457,9 +457,12 @@ START_TEST(jobs_while_writing_and_compaction)
 }
 END_TEST
 
+/* The model's record for a key, made ready as a start-up makes it (the
+ * numbers in one buffer: vindex_load copies them before the next call). */
 static int lookup(void *ctx, const uint8_t key[VINDEX_KEY], uint32_t *slot,
-		  const float **v)
+		  struct vindex_unit *u)
 {
+	static float unit[DIM];
 	uint32_t s;
 
 	(void)ctx;
@@ -467,9 +470,68 @@ static int lookup(void *ctx, const uint8_t key[VINDEX_KEY], uint32_t *slot,
 	if (key[15] != 0xa5 || s >= NSLOTS || !M.has[s])
 		return -ENOENT;
 	*slot = s;
-	*v = M.v[s];
+	ck_assert_int_eq(vindex_unit_make(DIM, M.v[s], unit, &u->norm, &u->hash,
+					  NULL, 0),
+			 0);
+	u->unit = unit;
 	return 0;
 }
+
+/* A vector made ready apart (vindex_unit_make, in place as a start-up
+ * does) and put with vindex_put_unit is the vector vindex_put stores:
+ * the same numbers back, the same file. */
+START_TEST(put_unit_as_put)
+{
+	struct vindex *a, *b;
+	struct vindex_opts o;
+	struct vindex_unit u;
+	uint8_t key[VINDEX_KEY], *fa, *fb;
+	float ra[DIM], rb[DIM], v[DIM];
+	size_t la, lb;
+	char msg[128];
+
+	model_init(11);
+	opts(&o);
+	ck_assert_int_eq(vindex_new(&o, &a), 0);
+	ck_assert_int_eq(vindex_new(&o, &b), 0);
+	for (uint32_t s = 0; s < 300; s++) {
+		clustered(v);
+		key_of(s, key);
+		ck_assert_int_eq(vindex_put(a, s, key, v, msg, sizeof(msg)), 0);
+		ck_assert_int_eq(vindex_unit_make(DIM, v, v, &u.norm, &u.hash,
+						  msg, sizeof(msg)),
+				 0);
+		u.unit = v;
+		ck_assert_int_eq(vindex_put_unit(b, s, key, &u, msg,
+						 sizeof(msg)),
+				 0);
+		ck_assert(vindex_vector(a, s, ra) && vindex_vector(b, s, rb));
+		ck_assert_mem_eq(ra, rb, sizeof(ra));
+	}
+	/* A slot put again: its old row dead in both. */
+	clustered(v);
+	key_of(7, key);
+	ck_assert_int_eq(vindex_put(a, 7, key, v, msg, sizeof(msg)), 0);
+	vindex_unit_make(DIM, v, v, &u.norm, &u.hash, NULL, 0);
+	ck_assert_int_eq(vindex_put_unit(b, 7, key, &u, msg, sizeof(msg)), 0);
+	ck_assert_uint_eq(vindex_count(a), 300);
+	ck_assert_uint_eq(vindex_count(b), 300);
+	ck_assert_int_eq(vindex_save_prepare(a, &fa, &la, msg, sizeof(msg)), 0);
+	ck_assert_int_eq(vindex_save_prepare(b, &fb, &lb, msg, sizeof(msg)), 0);
+	ck_assert_uint_eq(la, lb);
+	ck_assert_mem_eq(fa, fb, la);
+	/* A vector that cannot be made ready is refused with a reason. */
+	memset(v, 0, sizeof(v));
+	ck_assert_int_eq(vindex_unit_make(DIM, v, v, &u.norm, &u.hash, msg,
+					  sizeof(msg)),
+			 -EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "zero"));
+	free(fa);
+	free(fb);
+	vindex_free(a);
+	vindex_free(b);
+}
+END_TEST
 
 static size_t model_count(void)
 {
@@ -807,6 +869,7 @@ static Suite *vindex_suite(void)
 	tcase_add_test(tc, filtered_every_path);
 	tcase_add_test(tc, jobs_while_writing_and_compaction);
 	tcase_add_test(tc, file_round_trip_and_refusals);
+	tcase_add_test(tc, put_unit_as_put);
 	tcase_add_test(tc, graph_bytes_checked);
 	tcase_add_test(tc, ef_matters);
 	tcase_add_test(tc, file_on_disk_and_start_flow);

@@ -1,4 +1,4 @@
-/* Growing a malloc'd array (see grow.h). */
+/* Growing a malloc'd array, allocating a table (see grow.h). */
 #include "grow.h"
 
 #include <errno.h>
@@ -25,4 +25,18 @@ int grow_array(void **p, size_t *cap, size_t need, size_t size)
 	*p = q;
 	*cap = n;
 	return 0;
+}
+
+void *table_alloc(size_t n, size_t size)
+{
+	size_t bytes;
+	void *p;
+
+	if (size && n > SIZE_MAX / size)
+		return NULL;
+	bytes = n * size;
+	p = malloc(bytes > 0 ? bytes : 1);
+	if (p)
+		memset(p, 0, bytes);
+	return p;
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "grow.h"
 #include "errmsg.h"
 #include "statedir.h"
 
@@ -250,7 +251,7 @@ static int grow_table(struct segstore *s)
 	struct entry *old = s->tab, *e;
 	size_t oldcap = s->cap, i;
 
-	s->tab = calloc(oldcap * 2, sizeof(*s->tab));
+	s->tab = table_alloc(oldcap * 2, sizeof(*s->tab));
 	if (!s->tab) {
 		s->tab = old;
 		return -ENOMEM;
@@ -713,7 +714,7 @@ int segstore_open(const struct statedir *sd, const struct seg_opts *o,
 	s->next_seq = 1;
 	s->next_id = 1;
 	s->cap = 1024;
-	s->tab = calloc(s->cap, sizeof(*s->tab));
+	s->tab = table_alloc(s->cap, sizeof(*s->tab));
 	s->sd = sd;
 	if (!s->tab) {
 		ret = -ENOMEM;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,31 +79,44 @@ dot_avx2(const float *a, const float *b, size_t stride)
 }
 #endif
 
-static float (*dot_fn)(const float *, const float *, size_t);
-static bool forced_portable;
+typedef float (*dot_kernel)(const float *, const float *, size_t);
 
-static void pick_kernel(void)
+/* Picked at the first use, on whichever thread (the loop, a graph build
+ * on the pool): each picks the same one, and the pointer is atomic so
+ * that those first uses do not race. Relaxed loads are plain loads. */
+static _Atomic(dot_kernel) dot_fn;
+static _Atomic bool forced_portable;
+
+static dot_kernel pick_kernel(void)
 {
-	dot_fn = dot_portable;
+	dot_kernel k = dot_portable;
+
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	if (!forced_portable && __builtin_cpu_supports("avx2") &&
-	    __builtin_cpu_supports("fma"))
-		dot_fn = dot_avx2;
+	if (!atomic_load_explicit(&forced_portable, memory_order_relaxed) &&
+	    __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		k = dot_avx2;
 #endif
+	atomic_store_explicit(&dot_fn, k, memory_order_relaxed);
+	return k;
+}
+
+static dot_kernel kernel(void)
+{
+	dot_kernel k = atomic_load_explicit(&dot_fn, memory_order_relaxed);
+
+	return __builtin_expect(k != NULL, 1) ? k : pick_kernel();
 }
 
 void vector_force_portable(bool on)
 {
-	forced_portable = on;
+	atomic_store_explicit(&forced_portable, on, memory_order_relaxed);
 	pick_kernel();
 }
 
 static inline float dot(const float *a, const float *b, size_t stride)
 {
-	if (__builtin_expect(!dot_fn, 0))
-		pick_kernel();
-	return dot_fn(a, b, stride);
+	return kernel()(a, b, stride);
 }
 
 float vector_dot(const float *a, const float *b, size_t stride)
@@ -112,9 +126,7 @@ float vector_dot(const float *a, const float *b, size_t stride)
 
 const char *vector_kernel(void)
 {
-	if (!dot_fn)
-		pick_kernel();
-	return dot_fn == dot_portable ? "portable" : "avx2-fma";
+	return kernel() == dot_portable ? "portable" : "avx2-fma";
 }
 
 size_t vector_stride(uint32_t dim)
@@ -397,12 +409,12 @@ int vecset_search(const struct vecset *vs, const float *query, size_t k,
 	uint32_t r, base, end, i;
 	const uint8_t *bits;
 	const float *c;
+	dot_kernel dotk;
 	size_t j;
 
 	if (k == 0 || k > VECTOR_TOPK_MAX)
 		return -EINVAL;
-	if (!dot_fn)
-		pick_kernel();
+	dotk = kernel();
 	topk_init(&t, out, k);
 	if (cands) {
 		for (j = 0; j < n_cands; j++) {
@@ -410,7 +422,7 @@ int vecset_search(const struct vecset *vs, const float *query, size_t k,
 			if (!vecset_is_live(vs, r))
 				continue;
 			topk_push(&t, r,
-				  dot(vecset_row(vs, r), query, vs->stride));
+				  dotk(vecset_row(vs, r), query, vs->stride));
 		}
 	} else {
 		for (base = 0; base < vs->rows; base += CHUNK) {
@@ -421,8 +433,8 @@ int vecset_search(const struct vecset *vs, const float *query, size_t k,
 				if (!(bits[i / 8] & (1u << (i % 8))))
 					continue;
 				topk_push(&t, base + i,
-					  dot_fn(c + (size_t)i * vs->stride,
-						 query, vs->stride));
+					  dotk(c + (size_t)i * vs->stride,
+					       query, vs->stride));
 			}
 		}
 	}

@@ -674,10 +674,14 @@ static int open_loaded(struct segstore *s, struct loaded *l, char *msg,
 	l->g.size = (uint64_t)st.st_size;
 	if (l->g.size >= SEG_HDR) {
 		l->map_len = l->g.size;
-		/* Every byte is read (checked, then handed over): the pages
-		 * are mapped in one go rather than a fault each. */
-		l->map = mmap(NULL, l->map_len, PROT_READ,
-			      MAP_PRIVATE | MAP_POPULATE, l->g.fd, 0);
+		l->map = mmap(NULL, l->map_len, PROT_READ, MAP_PRIVATE, l->g.fd,
+			      0);
+		/* Every byte will be read (checked, then handed over): the
+		 * kernel is asked for all of every segment now, so that a
+		 * cold start's reads run while the first segments are
+		 * handled. Advice only. */
+		if (l->map != MAP_FAILED)
+			(void)madvise(l->map, l->map_len, MADV_WILLNEED);
 		if (l->map == MAP_FAILED) {
 			l->map = NULL;
 			ret = -errno;

@@ -15,6 +15,14 @@
 #include "hnsw.h"
 #include "statedir.h"
 
+/* What names a row: its record's key, and the hash of its unit vector
+ * that the index file keeps (made when the row is, so a save hashes
+ * nothing: at a full-size tree that was 600 MB read on the loop). */
+struct row_id {
+	uint8_t key[VINDEX_KEY];
+	uint64_t hash;
+};
+
 struct vindex {
 	struct vindex_opts o;
 	struct vecset *vs;
@@ -22,7 +30,7 @@ struct vindex {
 	uint32_t *slot_row; /* slot -> row + 1, 0: no vector */
 	size_t slot_cap;
 	uint32_t *row_slot; /* row -> slot */
-	uint8_t (*row_key)[VINDEX_KEY];
+	struct row_id *row_id;
 	size_t row_cap;
 	struct vindex_job *job; /* the one running, if any */
 };
@@ -116,7 +124,7 @@ void vindex_free(struct vindex *vi)
 	vecset_free(vi->vs);
 	free(vi->slot_row);
 	free(vi->row_slot);
-	free(vi->row_key);
+	free(vi->row_id);
 	free(vi);
 }
 
@@ -130,7 +138,7 @@ static int grow_rows(struct vindex *vi, size_t need)
 	if (ret < 0)
 		return ret;
 	cap = vi->row_cap;
-	ret = grow_array((void **)&vi->row_key, &cap, need, VINDEX_KEY);
+	ret = grow_array((void **)&vi->row_id, &cap, need, sizeof(*vi->row_id));
 	if (ret < 0)
 		return ret;
 	vi->row_cap = cap;
@@ -171,15 +179,17 @@ static int put_room(struct vindex *vi, uint32_t slot, char *msg,
 	return ret;
 }
 
-/* Row (just added) is now slot's, and the slot's old row dead. */
+/* Row (just added, its unit vector hashing to hash) is now slot's, and
+ * the slot's old row dead. */
 static void put_row(struct vindex *vi, uint32_t slot,
-		    const uint8_t key[VINDEX_KEY], uint32_t row)
+		    const uint8_t key[VINDEX_KEY], uint32_t row, uint64_t hash)
 {
 	if (vi->slot_row[slot])
 		vecset_kill(vi->vs, vi->slot_row[slot] - 1);
 	vi->slot_row[slot] = row + 1;
 	vi->row_slot[row] = slot;
-	memcpy(vi->row_key[row], key, VINDEX_KEY);
+	memcpy(vi->row_id[row].key, key, VINDEX_KEY);
+	vi->row_id[row].hash = hash;
 }
 
 int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
@@ -191,7 +201,8 @@ int vindex_put(struct vindex *vi, uint32_t slot, const uint8_t key[VINDEX_KEY],
 	if (ret == 0)
 		ret = vecset_add(vi->vs, v, &row, msg, msglen);
 	if (ret == 0)
-		put_row(vi, slot, key, row);
+		put_row(vi, slot, key, row,
+			vindex_unit_hash(vecset_row(vi->vs, row), vi->o.dim));
 	return ret;
 }
 
@@ -209,7 +220,7 @@ int vindex_put_unit(struct vindex *vi, uint32_t slot,
 	else if (ret == -ENOMEM)
 		errmsg_set(msg, msglen, "out of memory");
 	if (ret == 0)
-		put_row(vi, slot, key, row);
+		put_row(vi, slot, key, row, u->hash);
 	return ret;
 }
 
@@ -571,21 +582,21 @@ static int catch_up_rows(struct vindex *vi, struct vindex_job *job)
 static int publish_compacted(struct vindex *vi, struct vindex_job *job)
 {
 	uint32_t *row_slot = NULL, r, n = job->n_old, s;
-	uint8_t(*row_key)[VINDEX_KEY] = NULL;
+	struct row_id *row_id = NULL;
 	size_t cap = n ? n : 1;
 
 	row_slot = calloc(cap, sizeof(*row_slot));
-	row_key = calloc(cap, VINDEX_KEY);
-	if (!row_slot || !row_key) {
+	row_id = calloc(cap, sizeof(*row_id));
+	if (!row_slot || !row_id) {
 		free(row_slot);
-		free(row_key);
+		free(row_id);
 		return -ENOMEM;
 	}
 	for (r = 0; r < n; r++) {
 		uint32_t old = job->old[r];
 
 		row_slot[r] = vi->row_slot[old];
-		memcpy(row_key[r], vi->row_key[old], VINDEX_KEY);
+		row_id[r] = vi->row_id[old];
 		if (!vecset_is_live(vi->vs, old)) {
 			vecset_kill(job->vs, r);
 			continue;
@@ -594,9 +605,9 @@ static int publish_compacted(struct vindex *vi, struct vindex_job *job)
 		vi->slot_row[s] = r + 1;
 	}
 	free(vi->row_slot);
-	free(vi->row_key);
+	free(vi->row_id);
 	vi->row_slot = row_slot;
-	vi->row_key = row_key;
+	vi->row_id = row_id;
 	vi->row_cap = cap;
 	vecset_free(vi->vs);
 	vi->vs = job->vs;
@@ -749,11 +760,10 @@ int vindex_save_prepare(const struct vindex *vi, uint8_t **buf, size_t *len,
 	put32(b + 28, 0);
 	p = b + FILE_HDR;
 	for (r = 0; r < rows; r++, p += FILE_ROW) {
-		const float *v = vecset_row(vi->vs, r);
 		bool live = vecset_is_live(vi->vs, r);
 
-		memcpy(p, vi->row_key[r], VINDEX_KEY);
-		put64(p + 16, vindex_unit_hash(v, dim));
+		memcpy(p, vi->row_id[r].key, VINDEX_KEY);
+		put64(p + 16, vi->row_id[r].hash);
 		put32(p + 24, live ? 1 : 0);
 		norm = vecset_norm(vi->vs, r);
 		memcpy(p + 28, &norm, 4);
@@ -863,7 +873,8 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 			if (ret < 0)
 				goto out;
 			ret = -EINVAL;
-			memcpy(vi->row_key[row], p, VINDEX_KEY);
+			memcpy(vi->row_id[row].key, p, VINDEX_KEY);
+			vi->row_id[row].hash = get64(p + 16);
 			vi->row_slot[row] = UINT32_MAX;
 			continue;
 		}
@@ -894,7 +905,8 @@ int vindex_load(const struct vindex_opts *o, const uint8_t *buf, size_t len,
 		}
 		vi->slot_row[slot] = row + 1;
 		vi->row_slot[row] = slot;
-		memcpy(vi->row_key[row], p, VINDEX_KEY);
+		memcpy(vi->row_id[row].key, p, VINDEX_KEY);
+		vi->row_id[row].hash = u.hash;
 		live++;
 	}
 	/* Records added since the save are the caller's to add (the tail);

@@ -546,6 +546,20 @@ def run(a, d, fig, tmp, vbench):
           "%d compactions; the vector index file %.0f MiB"
           % (disk / 2**20, fig["disk"]["ratio"], live / 2**20,
              fig["disk"]["compactions"], fig["disk"]["vindex_bytes"] / 2**20))
+    # The same graph queries on the restarted daemon (its vectors and
+    # graph read back from disk, nothing else running in it).
+    lat = []
+    for ln in sq_lines:
+        dt, _ = c.timed(ln)
+        lat.append(dt)
+    st = c.call("server.stats")["methods"]["document.semantic_search"]
+    fig["search_after_restart"] = {"p50_us": pct(lat, 50),
+                                   "p99_us": pct(lat, 99),
+                                   "in_daemon_p50_us": st["p50_us"],
+                                   "in_daemon_p99_us": st["p99_us"]}
+    print("semantic_search top-10 after the restart: p50 %.0f us, p99 %.0f "
+          "us; in the daemon p50 %.0f, p99 %.0f"
+          % (pct(lat, 50), pct(lat, 99), st["p50_us"], st["p99_us"]))
     c.close()
     d.stop()
 

@@ -407,10 +407,17 @@ static void run_while_writing(struct vindex *vi, struct vindex_job *job,
 	/* Published although writes outpaced it: the rest is a tail. */
 }
 
+static int lookup(void *ctx, const uint8_t key[VINDEX_KEY], uint32_t *slot,
+		  struct vindex_unit *u);
+static size_t model_count(void);
+
 START_TEST(jobs_while_writing_and_compaction)
 {
-	struct vindex *vi;
+	struct vindex *vi, *back;
 	struct vindex_opts o;
+	uint8_t *file;
+	size_t len;
+	char msg[200];
 	struct vindex_job *job;
 	struct vindex_stats st;
 	enum vindex_path path;
@@ -453,6 +460,16 @@ START_TEST(jobs_while_writing_and_compaction)
 		recall += check_search(vi, q, 10, NULL, 0, false, &path);
 	}
 	ck_assert_msg(recall / 50 >= 0.85, "recall %.3f", recall / 50);
+	/* The rows moved by the compaction keep what names them: their
+	 * file loads against the records. */
+	ck_assert_int_eq(vindex_save_prepare(vi, &file, &len, msg, sizeof(msg)),
+			 0);
+	ck_assert_int_eq(vindex_load(&o, file, len, model_count(), lookup, NULL,
+				     &back, msg, sizeof(msg)),
+			 0);
+	ck_assert_uint_eq(vindex_count(back), model_count());
+	vindex_free(back);
+	free(file);
 	vindex_free(vi);
 }
 END_TEST

@@ -340,17 +340,23 @@ def run(a, d, fig, tmp, vbench):
     msgs_left = a.messages - sum(1 for i in range(a.messages)
                                  if i % a.sessions % 10 == 0)
 
-    # -- settle: the compaction the churn started, and the graph over
-    # every document, are background work; the latencies below are of a
-    # settled daemon (the compaction's own figures are said after)
+    # -- settle: the churn's writes materialised (server.flush: the
+    # daemon idle, the log emptied), the compaction they started, and the
+    # graph over every document, are background work; the latencies
+    # below are of a settled daemon, its storage unchanged for 3 s (the
+    # compaction's own figures are said after)
     t = time.monotonic()
+    c.call("server.flush", {"timeout_ms": 600000})
+    last, still = None, 0
     while time.monotonic() - t < 300:
         h = c.call("server.health")
         ls = h["local_storage"]
         disk = sum(v["disk_bytes"] for v in ls.values())
         live = sum(v["live_bytes"] for v in ls.values())
         vi = h["vector_index"]
-        if (disk <= 1.3 * live and not vi["building"] and
+        still = still + 1 if (ls, vi) == last else 0
+        last = (ls, vi)
+        if (disk <= 1.3 * live and not vi["building"] and still >= 3 and
                 (vi["graph_rows"] >= a.docs or a.docs < GRAPH_MIN)):
             break
         time.sleep(1)

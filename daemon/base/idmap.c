@@ -45,8 +45,8 @@ static size_t find(const struct idmap *m, const uint8_t *id, uint32_t tag)
 {
 	size_t i = tag & (m->cap - 1);
 
-	while (m->tags[i] && (m->tags[i] != tag ||
-			      memcmp(m->tab[i], id, IDMAP_KEY) != 0))
+	while (m->tags[i] &&
+	       (m->tags[i] != tag || memcmp(m->tab[i], id, IDMAP_KEY) != 0))
 		i = (i + 1) & (m->cap - 1);
 	return i;
 }
@@ -73,7 +73,8 @@ static int resize(struct idmap *m, size_t cap)
 	for (i = 0; i < m->cap; i++) {
 		if (!m->tags[i])
 			continue;
-		for (j = m->tags[i] & (cap - 1); tags[j]; j = (j + 1) & (cap - 1))
+		for (j = m->tags[i] & (cap - 1); tags[j];
+		     j = (j + 1) & (cap - 1))
 			;
 		tags[j] = m->tags[i];
 		tab[j] = m->tab[i];

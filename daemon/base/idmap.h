@@ -20,8 +20,8 @@
 #define IDMAP_KEY 16
 
 struct idmap {
-	void **tab; /* each entry points at a record whose first bytes are
-		       its id */
+	void **tab;	/* each entry points at a record whose first bytes are
+			   its id */
 	uint32_t *tags; /* per slot: 0 empty, else the record's tag */
 	size_t cap, n;
 };

@@ -161,8 +161,7 @@ uint32_t vindex_count(const struct vindex *vi)
 }
 
 /* Room for slot and one more row; the slot in range. */
-static int put_room(struct vindex *vi, uint32_t slot, char *msg,
-		    size_t msglen)
+static int put_room(struct vindex *vi, uint32_t slot, char *msg, size_t msglen)
 {
 	int ret;
 

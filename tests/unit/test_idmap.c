@@ -15,6 +15,7 @@
 
 #include "idmap.h"
 #include "run_suite.h"
+#include "test_rng.h"
 
 #define NIDS 4000
 
@@ -23,16 +24,6 @@ struct rec {
 	int n; /* which id */
 	int version;
 };
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 /* Ids that differ in one byte only, in a few bytes, or at random. */
 static void id_of(int n, uint8_t id[IDMAP_KEY])

@@ -15,6 +15,8 @@
 #include <time.h>
 
 #include "jsonfilter.h"
+#define TEST_RNG_SEED 99
+#include "test_rng.h"
 
 /* Sanitizers slow the timing case down tenfold: a smaller size there. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -187,16 +189,6 @@ START_TEST(limits)
 END_TEST
 
 /* ---- random records and filters ---- */
-
-static uint64_t rng_state = 99;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 static json_t *rnd_value(int depth)
 {

@@ -22,13 +22,14 @@
 #include "crc32c.h"
 #include "segment.h"
 #include "statedir.h"
+#define TEST_RNG_SEED 77
+#include "test_rng.h"
 
 #define NKEYS 400
 
 static char gitdir[64], dir[96];
 static struct statedir root, SD;
 static int dirfd_;
-static uint64_t rng_state = 77;
 
 /* The model: each key's current payload, or none. */
 static struct {
@@ -36,14 +37,6 @@ static struct {
 	size_t len[NKEYS];
 	unsigned seen[NKEYS];
 } M;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 static void key_of(unsigned k, uint8_t key[SEG_KEY])
 {

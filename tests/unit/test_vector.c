@@ -13,16 +13,7 @@
 #include <string.h>
 
 #include "vector.h"
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
+#include "test_rng.h"
 
 static float rndf(void)
 {

@@ -22,19 +22,10 @@
 
 #include "hnsw.h"
 #include "vindex.h"
+#include "test_rng.h"
 
 #define DIM    48
 #define NSLOTS 6000
-
-static uint64_t rng_state;
-
-static uint64_t rnd(void)
-{
-	rng_state ^= rng_state << 13;
-	rng_state ^= rng_state >> 7;
-	rng_state ^= rng_state << 17;
-	return rng_state;
-}
 
 static float rndf(void)
 {
@@ -519,9 +510,8 @@ START_TEST(put_unit_as_put)
 						  msg, sizeof(msg)),
 				 0);
 		u.unit = v;
-		ck_assert_int_eq(vindex_put_unit(b, s, key, &u, msg,
-						 sizeof(msg)),
-				 0);
+		ck_assert_int_eq(
+			vindex_put_unit(b, s, key, &u, msg, sizeof(msg)), 0);
 		ck_assert(vindex_vector(a, s, ra) && vindex_vector(b, s, rb));
 		ck_assert_mem_eq(ra, rb, sizeof(ra));
 	}
@@ -539,9 +529,9 @@ START_TEST(put_unit_as_put)
 	ck_assert_mem_eq(fa, fb, la);
 	/* A vector that cannot be made ready is refused with a reason. */
 	memset(v, 0, sizeof(v));
-	ck_assert_int_eq(vindex_unit_make(DIM, v, v, &u.norm, &u.hash, msg,
-					  sizeof(msg)),
-			 -EINVAL);
+	ck_assert_int_eq(
+		vindex_unit_make(DIM, v, v, &u.norm, &u.hash, msg, sizeof(msg)),
+		-EINVAL);
 	ck_assert_ptr_nonnull(strstr(msg, "zero"));
 	free(fa);
 	free(fb);

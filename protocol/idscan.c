@@ -53,11 +53,38 @@ static void start_value(struct idscan *s, char c, bool string)
 	s->pending = 0;
 }
 
+/* A decoded character of a key. Only printable ASCII can be part of "id"
+ * or "method": anything else (NUL, a control character, a bad escape,
+ * non-ASCII) is kept as DEL, which spoils a match without ending the key
+ * as a NUL would. */
 static void key_char(struct idscan *s, unsigned c)
 {
 	if (s->key_len < sizeof(s->key) - 1)
-		s->key[s->key_len] = c < 0x80 ? (char)c : '\x7f';
+		s->key[s->key_len] = c >= 0x20 && c < 0x7f ? (char)c : '\x7f';
 	s->key_len++;
+}
+
+/* What a one-letter escape of a key decodes to. */
+static unsigned escaped(char c)
+{
+	switch (c) {
+	case '"':
+	case '\\':
+	case '/':
+		return (unsigned char)c;
+	case 'b':
+		return '\b';
+	case 'f':
+		return '\f';
+	case 'n':
+		return '\n';
+	case 'r':
+		return '\r';
+	case 't':
+		return '\t';
+	default:
+		return 0x7f; /* no escape: the parser refuses the text */
+	}
 }
 
 static int hexval(char c)
@@ -71,8 +98,8 @@ static int hexval(char c)
 	return -1;
 }
 
-/* A byte of a key: escapes are decoded ("i\u0064" is "id", as the JSON
- * parser reads it). */
+/* A byte of a key: escapes are decoded ("i\u0064" is "id" and "me\thod"
+ * holds a tab, as the JSON parser reads them). */
 static void feed_key(struct idscan *s, char c)
 {
 	if (s->hex_left) {
@@ -89,7 +116,7 @@ static void feed_key(struct idscan *s, char c)
 			s->hex_left = 4;
 			s->hex = 0;
 		} else {
-			key_char(s, (unsigned char)c);
+			key_char(s, escaped(c));
 		}
 		return;
 	}

@@ -89,6 +89,33 @@ START_TEST(test_id_anywhere)
 }
 END_TEST
 
+/* A key's escapes decode to what the parser sees: "me\thod" holds a tab,
+ * not a t, and "id\u0000" is no "id" (found by the fuzzer). */
+START_TEST(test_key_escapes)
+{
+	static const char *const not_method[] = {
+		"{\"me\\thod\":\"x\"}", "{\"\\method\":\"x\"}",
+		"{\"metho\\d\":\"x\"}", "{\"method\\u0000\":\"x\"}",
+		"{\"method\\b\":\"x\"}", "{\"\\nmethod\":\"x\"}",
+	};
+	const char *method;
+	char out[IDSCAN_VALUE_MAX + 1];
+
+	for (size_t i = 0; i < sizeof(not_method) / sizeof(*not_method);
+	     i++) {
+		for (size_t step = 0; step <= 3; step++) {
+			scan(not_method[i], step, out, &method);
+			ck_assert_msg(!method, "%s: method %s", not_method[i],
+				      method);
+		}
+	}
+	check_both("{\"id\\u0000\":5}", NULL, NULL);
+	check_both("{\"\\u0069d\":5,\"me\\u0074hod\":\"x\"}", "5",
+		   "\"x\"");
+	check_both("{\"\\/\":1,\"i\\u0064\":\"\\t\"}", "\"\\t\"", NULL);
+}
+END_TEST
+
 START_TEST(test_not_taken)
 {
 	/* Members of nested objects, strings that look like members. */
@@ -143,6 +170,7 @@ int main(void)
 	TCase *tc = tcase_create("core");
 
 	tcase_add_test(tc, test_id_anywhere);
+	tcase_add_test(tc, test_key_escapes);
 	tcase_add_test(tc, test_not_taken);
 	tcase_add_test(tc, test_huge_member_between);
 	tcase_add_test(tc, test_bounded);

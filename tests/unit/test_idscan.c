@@ -94,15 +94,14 @@ END_TEST
 START_TEST(test_key_escapes)
 {
 	static const char *const not_method[] = {
-		"{\"me\\thod\":\"x\"}", "{\"\\method\":\"x\"}",
-		"{\"metho\\d\":\"x\"}", "{\"method\\u0000\":\"x\"}",
+		"{\"me\\thod\":\"x\"}",	 "{\"\\method\":\"x\"}",
+		"{\"metho\\d\":\"x\"}",	 "{\"method\\u0000\":\"x\"}",
 		"{\"method\\b\":\"x\"}", "{\"\\nmethod\":\"x\"}",
 	};
 	const char *method;
 	char out[IDSCAN_VALUE_MAX + 1];
 
-	for (size_t i = 0; i < sizeof(not_method) / sizeof(*not_method);
-	     i++) {
+	for (size_t i = 0; i < sizeof(not_method) / sizeof(*not_method); i++) {
 		for (size_t step = 0; step <= 3; step++) {
 			scan(not_method[i], step, out, &method);
 			ck_assert_msg(!method, "%s: method %s", not_method[i],
@@ -110,8 +109,7 @@ START_TEST(test_key_escapes)
 		}
 	}
 	check_both("{\"id\\u0000\":5}", NULL, NULL);
-	check_both("{\"\\u0069d\":5,\"me\\u0074hod\":\"x\"}", "5",
-		   "\"x\"");
+	check_both("{\"\\u0069d\":5,\"me\\u0074hod\":\"x\"}", "5", "\"x\"");
 	check_both("{\"\\/\":1,\"i\\u0064\":\"\\t\"}", "\"\\t\"", NULL);
 }
 END_TEST

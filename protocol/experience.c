@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base64url.h"
 #include "errors.h"
 #include "jsonstr.h"
 
@@ -738,9 +739,6 @@ int exp_parse_line(const char *s, size_t len, struct exp_line *out,
 
 /* ---- shard names ---- */
 
-static const char b64url[] =
-	"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
 static bool plain_char(unsigned char c)
 {
 	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -760,9 +758,6 @@ static bool plain(const char *s, size_t len)
 
 int exp_segment(const char *agent, size_t len, char *out, size_t n)
 {
-	const unsigned char *u = (const unsigned char *)agent;
-	size_t o = 0, i;
-
 	if (agent_id_check(agent, len, NULL) != 0)
 		return -1;
 	if (plain(agent, len)) {
@@ -772,45 +767,17 @@ int exp_segment(const char *agent, size_t len, char *out, size_t n)
 		out[len] = '\0';
 		return (int)len;
 	}
-	if (1 + (len * 4 + 2) / 3 + 1 > n)
+	if (1 + base64url_len(len) + 1 > n)
 		return -1;
-	out[o++] = '~';
-	for (i = 0; i + 2 < len; i += 3) {
-		uint32_t v = (uint32_t)u[i] << 16 | (uint32_t)u[i + 1] << 8 |
-			     u[i + 2];
-
-		out[o++] = b64url[v >> 18];
-		out[o++] = b64url[(v >> 12) & 63];
-		out[o++] = b64url[(v >> 6) & 63];
-		out[o++] = b64url[v & 63];
-	}
-	if (len - i == 1) {
-		out[o++] = b64url[u[i] >> 2];
-		out[o++] = b64url[(u[i] & 3) << 4];
-	} else if (len - i == 2) {
-		uint32_t v = (uint32_t)u[i] << 8 | u[i + 1];
-
-		out[o++] = b64url[v >> 10];
-		out[o++] = b64url[(v >> 4) & 63];
-		out[o++] = b64url[(v & 15) << 2];
-	}
-	out[o] = '\0';
-	return (int)o;
-}
-
-static int b64val(char c)
-{
-	const char *p = c ? strchr(b64url, c) : NULL;
-
-	return p ? (int)(p - b64url) : -1;
+	out[0] = '~';
+	return (int)(1 + base64url_encode(agent, len, out + 1));
 }
 
 int exp_segment_decode(const char *seg, char *out, size_t n, size_t *len)
 {
 	char check[EXP_SEGMENT_MAX + 1];
-	size_t slen = strnlen(seg, EXP_SEGMENT_MAX + 1), o = 0;
-	uint32_t acc = 0;
-	int bits = 0;
+	size_t slen = strnlen(seg, EXP_SEGMENT_MAX + 1), o;
+	long dlen;
 
 	if (slen == 0 || slen > EXP_SEGMENT_MAX)
 		return -1;
@@ -822,21 +789,11 @@ int exp_segment_decode(const char *seg, char *out, size_t n, size_t *len)
 		*len = slen;
 		return 0;
 	}
-	for (size_t i = 1; i < slen; i++) {
-		int v = b64val(seg[i]);
-
-		if (v < 0)
-			return -1;
-		acc = acc << 6 | (uint32_t)v;
-		bits += 6;
-		if (bits >= 8) {
-			bits -= 8;
-			if (o + 1 >= n)
-				return -1;
-			out[o++] = (char)(acc >> bits);
-			acc &= (1u << bits) - 1;
-		}
-	}
+	dlen = base64url_decoded_len(seg + 1, slen - 1);
+	if (dlen < 0 || (size_t)dlen + 1 > n ||
+	    !base64url_decode(seg + 1, slen - 1, out))
+		return -1;
+	o = (size_t)dlen;
 	out[o] = '\0';
 	/* Canonical only: the segment this agent id encodes to. */
 	if (exp_segment(out, o, check, sizeof(check)) < 0 ||

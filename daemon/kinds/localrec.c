@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "errmsg.h"
+#include "protocol/base64url.h"
 #include "protocol/decision.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -178,15 +179,93 @@ int rec_meta_text(const json_t *v, char **text, size_t *len, char *msg,
 	return 0;
 }
 
+/* Every value finite and not all zero. */
+static int embedding_check(const float *v, uint32_t dim, const char *what,
+			   char *msg, size_t n)
+{
+	bool nonzero = false;
+
+	for (uint32_t i = 0; i < dim; i++) {
+		if (!isfinite(v[i])) {
+			errmsg_set(msg, n,
+				   "%s[%u] is not a finite float32 number",
+				   what, i);
+			return -EINVAL;
+		}
+		nonzero |= v[i] != 0;
+	}
+	if (!nonzero) {
+		errmsg_set(msg, n,
+			   "%s is all zeros (no direction to compare by "
+			   "cosine)",
+			   what);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static int not_packed(const char *what, char *msg, size_t n)
+{
+	errmsg_set(msg, n,
+		   "%s is a string but not base64url (RFC 4648 section 5) of "
+		   "little-endian float32 values",
+		   what);
+	return -EINVAL;
+}
+
+/* The packed form: base64url of dim little-endian float32 values. The
+ * length is checked before a byte is decoded into out. */
+static int embedding_from_packed(const json_t *v, uint32_t dim,
+				 const char *what, float *out, char *msg,
+				 size_t n)
+{
+	const char *text = json_string_value(v);
+	size_t len = json_string_length(v);
+	long bytes = base64url_decoded_len(text, len);
+	unsigned char *b = (unsigned char *)out;
+
+	if (bytes < 0)
+		return not_packed(what, msg, n);
+	if (bytes % 4 != 0) {
+		errmsg_set(msg, n,
+			   "%s decodes to %ld bytes, not a whole number of "
+			   "float32 values",
+			   what, bytes);
+		return -EINVAL;
+	}
+	if ((uint64_t)bytes / 4 != dim) {
+		errmsg_set(msg, n,
+			   "%s has %ld numbers; this tree's embedding_dim is "
+			   "%u",
+			   what, bytes / 4, dim);
+		return -EINVAL;
+	}
+	if (!base64url_decode(text, len, out))
+		return not_packed(what, msg, n);
+	for (uint32_t i = 0; i < dim; i++, b += 4) {
+		uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
+			     (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+
+		memcpy(&out[i], &u, sizeof(u));
+	}
+	return 0;
+}
+
 int rec_embedding_from_json(const json_t *v, uint32_t dim, const char *what,
 			    float *out, char *msg, size_t n)
 {
-	bool nonzero = false;
 	size_t count;
+	int rc;
 
+	if (json_is_string(v)) {
+		rc = embedding_from_packed(v, dim, what, out, msg, n);
+		return rc < 0 ? rc : embedding_check(out, dim, what, msg, n);
+	}
 	if (!json_is_array(v)) {
-		errmsg_set(msg, n, "%s must be an array of %u numbers", what,
-			   dim);
+		errmsg_set(msg, n,
+			   "%s must be an array of %u numbers (or a string: "
+			   "base64url of as many little-endian float32)",
+			   what, dim);
 		return -EINVAL;
 	}
 	count = json_array_size(v);
@@ -199,30 +278,14 @@ int rec_embedding_from_json(const json_t *v, uint32_t dim, const char *what,
 	}
 	for (size_t i = 0; i < count; i++) {
 		const json_t *x = json_array_get(v, i);
-		float f;
 
 		if (!json_is_number(x)) {
 			errmsg_set(msg, n, "%s[%zu] is not a number", what, i);
 			return -EINVAL;
 		}
-		f = (float)json_number_value(x);
-		if (!isfinite(f)) {
-			errmsg_set(msg, n,
-				   "%s[%zu] is not a finite float32 number",
-				   what, i);
-			return -EINVAL;
-		}
-		nonzero |= f != 0;
-		out[i] = f;
+		out[i] = (float)json_number_value(x);
 	}
-	if (!nonzero) {
-		errmsg_set(msg, n,
-			   "%s is all zeros (no direction to compare by "
-			   "cosine)",
-			   what);
-		return -EINVAL;
-	}
-	return 0;
+	return embedding_check(out, dim, what, msg, n);
 }
 
 /* ---- record payloads ---- */

@@ -118,9 +118,12 @@ int rec_meta_text(const json_t *v, char **text, size_t *len, char *msg,
 		  size_t n);
 
 /*
- * An embedding (called what in messages): a JSON array of exactly dim
- * finite numbers (as float32), not all zero, into out (dim floats). 0 or
- * -EINVAL with msg naming both numbers when the count is wrong.
+ * An embedding (called what in messages) into out (dim floats): a JSON
+ * array of exactly dim numbers (as float32), or a string, the packed
+ * form: base64url (padding optional) of dim little-endian float32 values,
+ * a quarter of the text and no number to parse. Either way every value
+ * finite and not all zero. 0 or -EINVAL with msg (naming both numbers
+ * when the count is wrong).
  */
 int rec_embedding_from_json(const json_t *v, uint32_t dim, const char *what,
 			    float *out, char *msg, size_t n);

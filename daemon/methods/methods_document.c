@@ -361,7 +361,9 @@ int document_semantic_search(struct call *call)
 		return CALL_DONE;
 	if (!q) {
 		call_error(call, RPC_INVALID_PARAMS, NULL,
-			   "query_embedding must be an array of %u numbers",
+			   "query_embedding must be an array of %u numbers "
+			   "(or a string: base64url of as many little-endian "
+			   "float32)",
 			   docs_of(call)->vopts.dim);
 		return CALL_DONE;
 	}

@@ -2,17 +2,22 @@
  * Fuzz harness of the local records' payload parsers (daemon/kinds/
  * localrec.c): the first byte picks the parser (0 session, 1 message,
  * 2 document, 3 embedding, 4 a conversation log payload, 5 a document log
- * payload), the rest is its input. Invariants: nothing is read past the
+ * payload, 6 a packed embedding as a request carries it), the rest is
+ * its input. Invariants: nothing is read past the
  * input (ASan); a payload accepted re-encodes to the very same bytes (the
  * parsers are the exact inverses of the encoders), with every field
  * within its limits; a log payload accepted hands over operations that
- * rebuild it byte for byte, and one refused hands over none.
+ * rebuild it byte for byte, and one refused hands over none; a packed
+ * embedding accepted is canonical base64url of as many finite float32
+ * values, not all zero, as the tree's dimension, and one refused says why.
  */
 #include "fuzz.h"
 
 #include "localrec.h"
+#include "protocol/base64url.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +139,53 @@ static void log_payload(const uint8_t *p, size_t len, uint8_t tag,
 	buf_done(&r.b);
 }
 
+/* The dimension: the input's second byte, so that both the right and
+ * wrong counts are reached; the rest is the string. */
+static void packed(const uint8_t *p, size_t len)
+{
+	uint32_t dim;
+	float *out;
+	json_t *v;
+	char *back;
+	size_t text_len;
+	bool nonzero = false;
+
+	if (len < 1)
+		return;
+	dim = 1 + p[0] % 32;
+	text_len = len - 1;
+	v = json_stringn_nocheck((const char *)p + 1, text_len);
+	out = malloc(dim * sizeof(*out));
+	back = malloc(base64url_len(dim * sizeof(*out)) + 1);
+	FUZZ_CHECK(v && out && back);
+	msg[0] = '\0';
+	if (rec_embedding_from_json(v, dim, "e", out, msg, sizeof(msg)) == 0) {
+		uint8_t le[4 * 32];
+
+		for (uint32_t i = 0; i < dim; i++) {
+			uint32_t u;
+
+			FUZZ_CHECK(isfinite(out[i]));
+			nonzero |= out[i] != 0;
+			memcpy(&u, &out[i], sizeof(u));
+			for (int b = 0; b < 4; b++)
+				le[4 * i + (uint32_t)b] =
+					(uint8_t)(u >> (8 * b));
+		}
+		FUZZ_CHECK(nonzero);
+		base64url_encode(le, 4 * dim, back);
+		while (text_len > 0 && p[text_len] == '=')
+			text_len--;
+		FUZZ_CHECK(strlen(back) == text_len &&
+			   memcmp(back, p + 1, text_len) == 0);
+	} else {
+		FUZZ_CHECK(msg[0] != '\0');
+	}
+	free(back);
+	free(out);
+	json_decref(v);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	uint8_t *p;
@@ -143,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* A copy of exactly the input, so ASan sees any read past it. */
 	p = malloc(size - 1 ? size - 1 : 1);
 	memcpy(p, data + 1, size - 1);
-	switch (data[0] % 6) {
+	switch (data[0] % 7) {
 	case 0:
 		session(p, size - 1);
 		break;
@@ -158,6 +210,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case 4:
 		log_payload(p, size - 1, 'C', 1);
+		break;
+	case 6:
+		packed(p, size - 1);
 		break;
 	default:
 		log_payload(p, size - 1, 'D', 2);

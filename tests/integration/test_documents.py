@@ -7,6 +7,7 @@ and deletes, temporal queries, the vector index file across restarts,
 kill -9 and damage, the tree's embedding dimension, subscriptions and
 trace spans."""
 
+import base64
 import math
 import os
 import random
@@ -40,6 +41,16 @@ def cosine(a, b):
 
 def rand_vec(rng, dim=DIM):
     return [rng.uniform(-1, 1) for _ in range(dim)]
+
+
+def _b64(raw, pad=False):
+    text = base64.urlsafe_b64encode(raw).decode()
+    return text if pad else text.rstrip("=")
+
+
+def packed(v, pad=False):
+    """An embedding's packed form: base64url of little-endian float32."""
+    return _b64(struct.pack("<%df" % len(v), *v), pad)
 
 
 def index_file(repo):
@@ -146,6 +157,58 @@ class Documents(DocCase):
             with self.subTest(params=params):
                 self.assertRpcError(E_VALUE, c.call,
                                     "document.semantic_search", params)
+
+    def test_packed_embeddings(self):
+        """The packed form of an embedding (base64url of little-endian
+        float32, what the Python client sends) is the same vector as the
+        array of its numbers, in every method that takes one."""
+        c = self.connect()
+        rng = random.Random(11)
+        vecs = [rand_vec(rng) for _ in range(30)]
+        by_array = [self.store(c, "a%d" % i, {"i": i}, v)
+                    for i, v in enumerate(vecs)]
+        by_packed = [self.store(c, "p%d" % i, {"i": i}, packed(v))
+                     for i, v in enumerate(vecs)]
+        for a, p in zip(by_array, by_packed):
+            self.assertTrue(p["has_embedding"])
+            self.assertEqual(
+                c.call("document.get", {"id": a["id"]})["embedding"],
+                c.call("document.get", {"id": p["id"]})["embedding"])
+        q = rand_vec(rng)
+        for exact in (False, True):
+            want = self.search(c, q, 20, exact=exact)
+            got = self.search(c, packed(q), 20, exact=exact)
+            self.assertEqual([(d["id"], d["score"]) for d in got],
+                             [(d["id"], d["score"]) for d in want])
+        # Padding is taken; an update takes the packed form too.
+        u = c.call("document.update", {"id": by_packed[0]["id"],
+                                       "embedding": packed(q, pad=True)})
+        self.assertTrue(u["has_embedding"])
+        top = self.search(c, packed(q), 1, exact=True)[0]
+        self.assertEqual(top["id"], by_packed[0]["id"])
+        self.assertAlmostEqual(top["score"], 1.0, places=5)
+        # Refused as the array form's faults are, naming what is wrong.
+        bad = [(packed(q)[:-2], "not base64url"),
+               (packed(q).replace("A", "+") if "A" in packed(q)
+                else "+" + packed(q)[1:], "not base64url"),
+               (packed(q + [1.0]), "embedding_dim"),
+               (packed(q[:-1]), "%d numbers" % (DIM - 1)),
+               (_b64(struct.pack("<%df" % DIM, *q) + b"\0\0"),
+                "not a whole number"),
+               (_b64(struct.pack("<%df" % DIM, float("nan"), *q[1:])),
+                "finite"),
+               (packed([0.0] * DIM), "zeros"),
+               ("", "embedding_dim")]
+        for text, why in bad:
+            with self.subTest(text=text, why=why):
+                err = self.assertRpcError(
+                    E_VALUE, c.call, "document.store",
+                    {"content": "x", "embedding": text})
+                self.assertIn(why, err.message)
+                self.assertRpcError(E_VALUE, c.call,
+                                    "document.semantic_search",
+                                    {"query_embedding": text})
+        self.assertEqual(c.call("server.health")["counts"]["documents"], 60)
 
     def test_cosine_order_and_scores(self):
         c = self.connect()

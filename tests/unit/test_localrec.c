@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "localrec.h"
+#include "protocol/base64url.h"
 #include "run_suite.h"
 
 static char msg[256];
@@ -171,6 +172,74 @@ START_TEST(embeddings)
 	ck_assert_int_eq(
 		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
 		-EINVAL);
+	json_decref(v);
+}
+END_TEST
+
+/* The packed form: base64url of the float32 values, little-endian, as
+ * the Python client sends them. */
+START_TEST(embeddings_packed)
+{
+	/* 0.5, -1.25, 3, 0 as little-endian float32. */
+	static const unsigned char le[] = {0, 0, 0,    0x3f, 0, 0, 0xa0, 0xbf,
+					   0, 0, 0x40, 0x40, 0, 0, 0,	 0};
+	static const unsigned char nan_le[] = {0, 0, 0xc0, 0x7f,
+					       0, 0, 0x80, 0x3f};
+	static const unsigned char zeros[8] = {0, 0, 0, 0, 0, 0, 0, 0x80};
+	char text[64];
+	float out[4];
+	json_t *v;
+
+	base64url_encode(le, sizeof(le), text);
+	v = json_string(text);
+	ck_assert_int_eq(rec_embedding_from_json(v, 4, "embedding", out, msg,
+						 sizeof(msg)),
+			 0);
+	ck_assert(out[0] == 0.5f && out[1] == -1.25f && out[2] == 3.0f &&
+		  out[3] == 0.0f);
+	/* The wrong dimension names both numbers, as for an array. */
+	ck_assert_int_eq(rec_embedding_from_json(v, 5, "embedding", out, msg,
+						 sizeof(msg)),
+			 -EINVAL);
+	ck_assert_str_eq(msg, "embedding has 4 numbers; this tree's "
+			      "embedding_dim is 5");
+	json_decref(v);
+	/* Padding is taken. */
+	v = json_string("AAAAPwAAoL8AAEBAAAAAAA==");
+	ck_assert_int_eq(rec_embedding_from_json(v, 4, "embedding", out, msg,
+						 sizeof(msg)),
+			 0);
+	ck_assert(out[1] == -1.25f);
+	json_decref(v);
+	/* Not a whole number of float32 values. */
+	base64url_encode(le, 6, text);
+	v = json_string(text);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "6 bytes"));
+	json_decref(v);
+	/* Not base64url: the standard alphabet's '+' and '/' are refused. */
+	v = json_string("AAAAP+AAoL8");
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "base64url"));
+	json_decref(v);
+	/* A NaN, and all zeros (-0 included), as in an array. */
+	base64url_encode(nan_le, sizeof(nan_le), text);
+	v = json_string(text);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "q[0]"));
+	json_decref(v);
+	base64url_encode(zeros, sizeof(zeros), text);
+	v = json_string(text);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "zeros"));
 	json_decref(v);
 }
 END_TEST
@@ -436,6 +505,7 @@ static Suite *localrec_suite(void)
 	tcase_add_test(tc, roles_and_content);
 	tcase_add_test(tc, metadata);
 	tcase_add_test(tc, embeddings);
+	tcase_add_test(tc, embeddings_packed);
 	tcase_add_test(tc, session_payload);
 	tcase_add_test(tc, message_payload);
 	tcase_add_test(tc, document_and_embedding_payloads);

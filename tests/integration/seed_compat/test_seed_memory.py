@@ -274,6 +274,48 @@ def test_documents_search_and_update(memory):
     run(go())
 
 
+def test_embeddings_packed(memory):
+    """The client sends embeddings packed (base64url of little-endian
+    float32, the daemon's own precision): lists of floats or ints and
+    numpy arrays alike come back as the same float32 values; what is no
+    number, a bool, beyond float32 or NaN is a ValueError."""
+    import base64
+    import struct
+    from vmem.aio import _embedding
+
+    v = [((i * 7919) % 1000 - 500) / 333.0 for i in range(1536)]
+    f32 = list(struct.unpack("<1536f", struct.pack("<1536f", *v)))
+    text = _embedding("embedding", v)
+    assert isinstance(text, str) and len(text) == 8192
+    assert list(struct.unpack("<1536f", base64.urlsafe_b64decode(text))) \
+        == f32
+
+    async def go():
+        forms = [v, [int(x * 10) or 1 for x in v]]
+        try:
+            import numpy
+            forms.append(numpy.array(v, dtype=numpy.float32))
+        except ImportError:
+            pass
+        for form in forms:
+            doc_id = await memory.store_document("packed", None, form)
+            got = await memory.get_document(doc_id)
+            want = list(struct.unpack("<1536f", struct.pack(
+                "<1536f", *[float(x) for x in form])))
+            assert got.embedding == pytest.approx(want, rel=1e-6,
+                                                  abs=1e-7)
+            res = await memory.semantic_search(form, top_k=1)
+            assert res[0].id == doc_id
+            await memory.delete_document(doc_id)
+        for bad in (["x"] * 1536, [True] * 1536, [1e39] + v[1:],
+                    [float("nan")] + v[1:], [0.0] * 1536, "x" * 1536):
+            with pytest.raises(ValueError):
+                await memory.store_document("x", None, bad)
+            with pytest.raises(ValueError):
+                await memory.semantic_search(bad)
+    run(go())
+
+
 def test_value_errors(memory):
     async def go():
         sid = uuid.uuid4()

@@ -176,6 +176,25 @@ START_TEST(embeddings)
 }
 END_TEST
 
+/* A packed embedding of dim 2 (the encoding of raw[0..n), or text) is
+ * refused with a message that holds why. */
+static void packed_refused(const unsigned char *raw, size_t n, const char *text,
+			   const char *why)
+{
+	char enc[64];
+	float out[2];
+	json_t *v;
+
+	if (raw)
+		base64url_encode(raw, n, enc);
+	v = json_string(raw ? enc : text);
+	ck_assert_int_eq(
+		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
+		-EINVAL);
+	ck_assert_msg(strstr(msg, why), "%s: %s", why, msg);
+	json_decref(v);
+}
+
 /* The packed form: base64url of the float32 values, little-endian, as
  * the Python client sends them. */
 START_TEST(embeddings_packed)
@@ -211,36 +230,12 @@ START_TEST(embeddings_packed)
 			 0);
 	ck_assert(out[1] == -1.25f);
 	json_decref(v);
-	/* Not a whole number of float32 values. */
-	base64url_encode(le, 6, text);
-	v = json_string(text);
-	ck_assert_int_eq(
-		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
-		-EINVAL);
-	ck_assert_ptr_nonnull(strstr(msg, "6 bytes"));
-	json_decref(v);
-	/* Not base64url: the standard alphabet's '+' and '/' are refused. */
-	v = json_string("AAAAP+AAoL8");
-	ck_assert_int_eq(
-		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
-		-EINVAL);
-	ck_assert_ptr_nonnull(strstr(msg, "base64url"));
-	json_decref(v);
-	/* A NaN, and all zeros (-0 included), as in an array. */
-	base64url_encode(nan_le, sizeof(nan_le), text);
-	v = json_string(text);
-	ck_assert_int_eq(
-		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
-		-EINVAL);
-	ck_assert_ptr_nonnull(strstr(msg, "q[0]"));
-	json_decref(v);
-	base64url_encode(zeros, sizeof(zeros), text);
-	v = json_string(text);
-	ck_assert_int_eq(
-		rec_embedding_from_json(v, 2, "q", out, msg, sizeof(msg)),
-		-EINVAL);
-	ck_assert_ptr_nonnull(strstr(msg, "zeros"));
-	json_decref(v);
+	/* Not a whole number of float32 values; not base64url (the standard
+	 * alphabet's '+' refused); a NaN; all zeros (-0 included). */
+	packed_refused(le, 6, NULL, "6 bytes");
+	packed_refused(NULL, 0, "AAAAP+AAoL8", "base64url");
+	packed_refused(nan_le, sizeof(nan_le), NULL, "q[0]");
+	packed_refused(zeros, sizeof(zeros), NULL, "zeros");
 }
 END_TEST
 

@@ -222,7 +222,6 @@ static int embedding_from_packed(const json_t *v, uint32_t dim,
 	const char *text = json_string_value(v);
 	size_t len = json_string_length(v);
 	long bytes = base64url_decoded_len(text, len);
-	unsigned char *b = (unsigned char *)out;
 
 	if (bytes < 0)
 		return not_packed(what, msg, n);
@@ -240,14 +239,9 @@ static int embedding_from_packed(const json_t *v, uint32_t dim,
 			   what, bytes / 4, dim);
 		return -EINVAL;
 	}
+	/* Straight into out: the host is little-endian (above). */
 	if (!base64url_decode(text, len, out))
 		return not_packed(what, msg, n);
-	for (uint32_t i = 0; i < dim; i++, b += 4) {
-		uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
-			     (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
-
-		memcpy(&out[i], &u, sizeof(u));
-	}
 	return 0;
 }
 

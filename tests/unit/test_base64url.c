@@ -94,6 +94,47 @@ START_TEST(test_refused)
 }
 END_TEST
 
+/* Every byte outside the alphabet, at every place of a whole group and of
+ * the two short last groups, is refused, and every byte inside it taken
+ * ('=' is padding, tested above). */
+START_TEST(test_every_byte)
+{
+	static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghij"
+				       "klmnopqrstuvwxyz0123456789-_";
+	unsigned char out[16];
+	char text[12];
+
+	for (int c = 1; c < 256; c++) {
+		bool in = strchr(alphabet, c) != NULL;
+
+		if (c == '=')
+			continue;
+		for (size_t len = 6; len <= 8; len++) {
+			for (size_t at = 0; at < len; at++) {
+				/* The last character of a short group may
+				 * leave bits over: its refusal only. */
+				bool last = at == len - 1 && len % 4 != 0;
+
+				memset(text, 'A', len);
+				text[at] = (char)c;
+				if (!in)
+					ck_assert_msg(!base64url_decode(
+							      text, len, out),
+						      "byte %d at %zu of %zu",
+						      c, at, len);
+				else if (!last)
+					ck_assert_msg(base64url_decode(
+							      text, len, out),
+						      "byte %d at %zu of %zu",
+						      c, at, len);
+			}
+		}
+	}
+	/* NUL, which strchr would find. */
+	ck_assert(!base64url_decode("AAAA\0AAA", 8, out));
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("base64url");
@@ -102,6 +143,7 @@ int main(void)
 	tcase_add_test(tc, test_vectors);
 	tcase_add_test(tc, test_round_trip);
 	tcase_add_test(tc, test_refused);
+	tcase_add_test(tc, test_every_byte);
 	suite_add_tcase(s, tc);
 	return run_suite(s);
 }

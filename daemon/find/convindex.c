@@ -395,6 +395,8 @@ int convindex_put_message(struct convindex *ix, const uint8_t *id,
 	m->session = s;
 	m->created_at = r->created_at;
 	m->content_len = (uint32_t)r->content_len;
+	/* Content is at most REC_CONTENT_MAX bytes: escaped, far below 4 GB. */
+	m->content_json = (uint32_t)json_str_len(r->content, r->content_len);
 	m->meta_len = (uint32_t)r->meta_len;
 	m->role = (uint8_t)r->role;
 	memcpy(m->data, r->content, r->content_len);
@@ -482,13 +484,18 @@ static bool put_time(struct buf *b, const char *key, int64_t at)
 	       buf_append(b, t, VMEM_TIMESTAMP_LEN) && buf_append(b, "\"", 1);
 }
 
+static bool put_id_text(struct buf *b, const char *key, const char *text)
+{
+	return buf_puts(b, key) && buf_append(b, "\"", 1) &&
+	       buf_append(b, text, UUID_TEXT_LEN) && buf_append(b, "\"", 1);
+}
+
 static bool put_id(struct buf *b, const char *key, const uint8_t *id)
 {
 	char t[UUID_TEXT_LEN + 1];
 
 	uuid_format(id, t);
-	return buf_puts(b, key) && buf_append(b, "\"", 1) &&
-	       buf_append(b, t, UUID_TEXT_LEN) && buf_append(b, "\"", 1);
+	return put_id_text(b, key, t);
 }
 
 bool conv_session_json(struct buf *b, const struct conv_session *s)
@@ -505,22 +512,52 @@ bool conv_session_json(struct buf *b, const struct conv_session *s)
 	       buf_append(b, s->meta, s->meta_len) && buf_puts(b, n);
 }
 
-bool conv_message_json(struct buf *b, const struct conv_msg *m)
+/* m, its session's id given as text (session_text). */
+static bool message_json(struct buf *b, const struct conv_msg *m,
+			 const char *session_text)
 {
+	/* Content with nothing to escape (content_json tells) is copied as
+	 * it is, without a pass over it. */
+	bool plain = m->content_json == m->content_len + 2u;
+
 	return put_id(b, "{\"id\":", m->id) &&
-	       put_id(b, ",\"session_id\":", m->session->id) &&
+	       put_id_text(b, ",\"session_id\":", session_text) &&
 	       buf_puts(b, ",\"role\":\"") &&
 	       buf_puts(b, rec_role_name(m->role)) &&
 	       buf_puts(b, "\",\"content\":") &&
-	       buf_json_str(b, m->data, m->content_len) &&
+	       (plain ? buf_append(b, "\"", 1) &&
+				buf_append(b, m->data, m->content_len) &&
+				buf_append(b, "\"", 1)
+		      : buf_json_str(b, m->data, m->content_len)) &&
 	       put_time(b, ",\"created_at\":", m->created_at) &&
 	       buf_puts(b, ",\"metadata\":") &&
 	       buf_append(b, m->data + m->content_len, m->meta_len) &&
 	       buf_append(b, "}", 1);
 }
 
+bool conv_message_json(struct buf *b, const struct conv_msg *m)
+{
+	char t[UUID_TEXT_LEN + 1];
+
+	uuid_format(m->session->id, t);
+	return message_json(b, m, t);
+}
+
+bool conv_messages_json(struct buf *b, const struct conv_session *s,
+			size_t from, size_t to)
+{
+	char t[UUID_TEXT_LEN + 1];
+	bool ok = true;
+
+	uuid_format(s->id, t);
+	for (size_t i = from; ok && i < to; i++)
+		ok = (i == from || buf_append(b, ",", 1)) &&
+		     message_json(b, s->msgs[i], t);
+	return ok;
+}
+
 size_t conv_message_json_max(const struct conv_msg *m)
 {
 	/* The keys, two ids, a role and a time: under 200 bytes. */
-	return 200 + 6 * (size_t)m->content_len + m->meta_len;
+	return 200 + (size_t)m->content_json + m->meta_len;
 }

@@ -38,6 +38,7 @@ struct conv_msg {
 	struct conv_session *session;
 	int64_t created_at;
 	uint32_t content_len, meta_len;
+	uint32_t content_json; /* the content as a JSON string: its bytes */
 	uint8_t role;
 	char data[]; /* content, then metadata */
 };
@@ -120,8 +121,12 @@ void convindex_list(const struct convindex *ix, const char *user,
 bool conv_session_json(struct buf *b, const struct conv_session *s);
 bool conv_message_json(struct buf *b, const struct conv_msg *m);
 
-/* An upper bound of the bytes conv_message_json appends for m (content
- * counted as if every byte were escaped). */
+/* Messages from..to-1 of s, as objects separated by commas (the session's
+ * id written out once for all of them). false on allocation failure. */
+bool conv_messages_json(struct buf *b, const struct conv_session *s,
+			size_t from, size_t to);
+
+/* An upper bound of the bytes conv_message_json appends for m. */
 size_t conv_message_json_max(const struct conv_msg *m);
 
 #endif

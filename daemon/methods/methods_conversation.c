@@ -354,24 +354,14 @@ int message_history(struct call *call)
 	for (size_t i = from; i < s->n_msgs; i++)
 		bound += conv_message_json_max(s->msgs[i]) + 1;
 	if (bound > ANSWER_BYTES_MAX) {
-		bound = 2;
-		for (size_t i = from; i < s->n_msgs; i++)
-			bound += 200 +
-				 json_str_len(s->msgs[i]->data,
-					      s->msgs[i]->content_len) +
-				 s->msgs[i]->meta_len;
-		if (bound > ANSWER_BYTES_MAX) {
-			call_error(call, RPC_QUERY, NULL,
-				   "the %zu messages would take %zu bytes, "
-				   "more than %u: ask for fewer (limit)",
-				   s->n_msgs - from, bound, ANSWER_BYTES_MAX);
-			return CALL_DONE;
-		}
+		call_error(call, RPC_QUERY, NULL,
+			   "the %zu messages would take %zu bytes, more than "
+			   "%u: ask for fewer (limit)",
+			   s->n_msgs - from, bound, ANSWER_BYTES_MAX);
+		return CALL_DONE;
 	}
-	ok = buf_reserve(&b, bound) && buf_append(&b, "[", 1);
-	for (size_t i = from; ok && i < s->n_msgs; i++)
-		ok = (i == from || buf_append(&b, ",", 1)) &&
-		     conv_message_json(&b, s->msgs[i]);
+	ok = buf_reserve(&b, bound) && buf_append(&b, "[", 1) &&
+	     conv_messages_json(&b, s, from, s->n_msgs);
 	call_attr_int(call, "result_count", (int64_t)(s->n_msgs - from));
 	call_reply_buf(call, &b, ok && buf_append(&b, "]", 1));
 	return CALL_DONE;

@@ -255,6 +255,18 @@ class Messages(vt.VmemTestCase):
         self.assertEqual(len(c.call("message.history",
                                     {"session_id": s, "limit": 15},
                                     timeout=30)), 15)
+        # Content that escapes to six times its size counts as such: five
+        # of 600,000 control characters are 18 MB of answer, four 14.4.
+        s = sid()
+        ctl = "\x01" * 600000
+        for _ in range(5):
+            c.call("message.store", {"session_id": s, "role": "user",
+                                     "content": ctl}, timeout=30)
+        self.assertRpcError(E_QUERY, c.call, "message.history",
+                            {"session_id": s, "limit": 5})
+        got = c.call("message.history", {"session_id": s, "limit": 4},
+                     timeout=30)
+        self.assertEqual([m["content"] for m in got], [ctl] * 4)
 
     def test_concurrent_writers_one_session(self):
         s = sid()

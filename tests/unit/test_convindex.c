@@ -253,6 +253,70 @@ START_TEST(wire_forms)
 }
 END_TEST
 
+/* A session's messages as a list: the single forms joined by commas,
+ * content with and without escapes alike, within the bound. */
+START_TEST(message_list)
+{
+	static const char *const texts[] = {"plain words", "tab\there",
+					    "\x01\x1f\"\\", "\xc3\xa9t\xc3\xa9",
+					    "x"};
+	struct buf list = {0}, one = {0};
+	struct rec_session rs = {"u", 1, 1, "{}", 2};
+	const struct conv_session *s;
+	uint8_t id[REC_KEY];
+
+	id_of(1, id);
+	ck_assert_int_eq(convindex_put_session(&ix, id, &rs), 0);
+	for (unsigned i = 0; i < 5; i++) {
+		struct rec_message r = {.role = ROLE_USER,
+					.created_at = 10 + i,
+					.content = texts[i],
+					.content_len = strlen(texts[i]),
+					.meta = "{}",
+					.meta_len = 2};
+
+		id_of(1, r.session);
+		id_of(10 + i, id);
+		ck_assert_int_eq(convindex_put_message(&ix, id, &r), 0);
+	}
+	s = session(1);
+	ck_assert_uint_eq(s->n_msgs, 5);
+	for (size_t from = 0; from < 5; from++) {
+		size_t bound = 0;
+
+		list.len = one.len = 0;
+		ck_assert(conv_messages_json(&list, s, from, 5));
+		for (size_t i = from; i < 5; i++) {
+			ck_assert(i == from || buf_append(&one, ",", 1));
+			ck_assert(conv_message_json(&one, s->msgs[i]));
+			bound += conv_message_json_max(s->msgs[i]);
+		}
+		ck_assert_uint_eq(list.len, one.len);
+		ck_assert(!memcmp(list.data, one.data, one.len));
+		ck_assert_uint_le(list.len, bound);
+	}
+	/* Each content read back as it was stored. */
+	list.len = 0;
+	ck_assert(buf_append(&list, "[", 1) &&
+		  conv_messages_json(&list, s, 0, 5) &&
+		  buf_append(&list, "]", 1));
+	{
+		json_t *j = json_loads(list.data, 0, NULL);
+
+		ck_assert_ptr_nonnull(j);
+		ck_assert_uint_eq(json_array_size(j), 5);
+		for (size_t i = 0; i < 5; i++)
+			ck_assert_str_eq(
+				json_string_value(json_object_get(
+					json_array_get(j, i), "content")),
+				texts[i]);
+		json_decref(j);
+	}
+	buf_done(&list);
+	buf_done(&one);
+}
+END_TEST
+
 /* Random puts and deletes; after each, the invariants by brute force. */
 START_TEST(random_against_invariants)
 {
@@ -331,6 +395,7 @@ static Suite *convindex_suite(void)
 	tcase_add_test(tc, replace_and_delete);
 	tcase_add_test(tc, placeholders);
 	tcase_add_test(tc, wire_forms);
+	tcase_add_test(tc, message_list);
 	tcase_add_test(tc, random_against_invariants);
 	suite_add_tcase(s, tc);
 	return s;

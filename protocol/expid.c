@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "protocol/hex.h"
+
 struct expid expid_make(int64_t usec, const uint8_t rnd[EXPID_RANDOM_BYTES])
 {
 	struct expid id;
@@ -37,17 +39,6 @@ void expid_format(const struct expid *id, char out[EXPID_LEN + 1])
 	out[o] = '\0';
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int expid_parse(const char *s, size_t len, struct expid *out)
 {
 	struct expid id;
@@ -63,8 +54,8 @@ int expid_parse(const char *s, size_t len, struct expid *out)
 				return -1;
 			i++;
 		}
-		hi = hexval(s[i]);
-		lo = hexval(s[i + 1]);
+		hi = hex_value(s[i]);
+		lo = hex_value(s[i + 1]);
 		if (hi < 0 || lo < 0)
 			return -1;
 		id.b[b] = (uint8_t)(hi << 4 | lo);

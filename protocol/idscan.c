@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "protocol/hex.h"
+
 void idscan_init(struct idscan *s)
 {
 	memset(s, 0, sizeof(*s));
@@ -87,23 +89,12 @@ static unsigned escaped(char c)
 	}
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 /* A byte of a key: escapes are decoded ("i\u0064" is "id" and "me\thod"
  * holds a tab, as the JSON parser reads them). */
 static void feed_key(struct idscan *s, char c)
 {
 	if (s->hex_left) {
-		int v = hexval(c);
+		int v = hex_value(c);
 
 		s->hex = s->hex * 16 + (unsigned)(v < 0 ? 0xFFFF : v);
 		if (--s->hex_left == 0)

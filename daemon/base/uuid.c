@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "protocol/hex.h"
+
 #define POOL 4096
 
 static uint8_t pool[POOL];
@@ -50,17 +52,6 @@ void uuid_new(uint8_t id[UUID_LEN])
 	id[8] = (uint8_t)((id[8] & 0x3f) | 0x80);
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int uuid_parse(const char *s, size_t len, uint8_t id[UUID_LEN])
 {
 	size_t i = 0, b = 0;
@@ -75,8 +66,8 @@ int uuid_parse(const char *s, size_t len, uint8_t id[UUID_LEN])
 			i++;
 			continue;
 		}
-		hi = hexval(s[i]);
-		lo = hexval(s[i + 1]);
+		hi = hex_value(s[i]);
+		lo = hex_value(s[i + 1]);
 		if (hi < 0 || lo < 0)
 			return -1;
 		id[b++] = (uint8_t)(hi << 4 | lo);

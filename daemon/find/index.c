@@ -16,6 +16,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol/hex.h"
+
 static const char content_key[] = ",\"content\":\"";
 
 /* Length of the escaped JSON string body starting at s (up to the
@@ -82,23 +84,12 @@ void record_ref(struct record *r)
 	r->refs++;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static long hex4(const char *s)
 {
 	long v = 0;
 
 	for (int i = 0; i < 4; i++) {
-		int h = hexval(s[i]);
+		int h = hex_value(s[i]);
 
 		if (h < 0)
 			return -1;

@@ -400,37 +400,72 @@ static void put_digits(char *s, unsigned v, int n)
 	}
 }
 
+/*
+ * Days since 1970-01-01 of a proleptic Gregorian date, and back: the
+ * arithmetic of eras of 400 years (146,097 days), which starts each year
+ * in March so that the leap day is the last of its year. By hand rather
+ * than timegm/gmtime_r: those take the time zone lock and search, and an
+ * answer of a hundred records or a start of a million read as many.
+ */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+	int64_t era, yoe, doy;
+
+	y -= m <= 2;
+	era = (y >= 0 ? y : y - 399) / 400;
+	yoe = y - era * 400;				       /* 0..399 */
+	doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1; /* 0..365 */
+	return era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+}
+
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+	int64_t era, doe, yoe, doy, mp;
+
+	z += 719468;
+	era = (z >= 0 ? z : z - 146096) / 146097;
+	doe = z - era * 146097; /* 0..146096 */
+	yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) /
+	      365;				       /* 0..399 */
+	doy = doe - (365 * yoe + yoe / 4 - yoe / 100); /* 0..365 */
+	mp = (5 * doy + 2) / 153;		       /* 0..11 */
+	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
+	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
+	*y = yoe + era * 400 + (*m <= 2);
+}
+
 void timestamp_format(int64_t usec, char out[VMEM_TIMESTAMP_LEN + 1])
 {
-	int64_t sec = usec / 1000000, frac = usec % 1000000;
-	time_t t;
-	struct tm tm;
+	int64_t sec = usec / 1000000, frac = usec % 1000000, days, sod, year;
+	int mon, mday;
 
 	if (frac < 0) {
 		frac += 1000000;
 		sec--;
 	}
-	t = (time_t)sec;
-	if (!gmtime_r(&t, &tm)) {
-		memset(&tm, 0, sizeof(tm));
-		tm.tm_year = 70;
-		tm.tm_mday = 1;
+	days = sec / 86400;
+	sod = sec % 86400;
+	if (sod < 0) {
+		sod += 86400;
+		days--;
 	}
-	/* By hand: snprintf took a microsecond a call, and an answer of a
-	 * hundred records writes a hundred of these. */
-	put_digits(out, (unsigned)(tm.tm_year + 1900), 4);
+	civil_from_days(days, &year, &mon, &mday);
+	/* By hand: snprintf took a microsecond a call. Years outside
+	 * 0..9999 (no record has one: timestamp_parse refuses them) would
+	 * show their last four digits. */
+	put_digits(out, (unsigned)(year % 10000 + 10000) % 10000, 4);
 	out[4] = '-';
-	put_digits(out + 5, (unsigned)(tm.tm_mon + 1), 2);
+	put_digits(out + 5, (unsigned)mon, 2);
 	out[7] = '-';
-	put_digits(out + 8, (unsigned)(tm.tm_mday), 2);
+	put_digits(out + 8, (unsigned)mday, 2);
 	out[10] = 'T';
-	put_digits(out + 11, (unsigned)(tm.tm_hour), 2);
+	put_digits(out + 11, (unsigned)(sod / 3600), 2);
 	out[13] = ':';
-	put_digits(out + 14, (unsigned)(tm.tm_min), 2);
+	put_digits(out + 14, (unsigned)(sod / 60 % 60), 2);
 	out[16] = ':';
-	put_digits(out + 17, (unsigned)(tm.tm_sec), 2);
+	put_digits(out + 17, (unsigned)(sod % 60), 2);
 	out[19] = '.';
-	put_digits(out + 20, (unsigned)((int)frac), 6);
+	put_digits(out + 20, (unsigned)frac, 6);
 	out[26] = 'Z';
 	out[VMEM_TIMESTAMP_LEN] = '\0';
 }
@@ -460,8 +495,6 @@ static int days_in_month(int year, int mon)
 int timestamp_parse(const char *s, int64_t *usec)
 {
 	int year, mon, day, hour, min, sec, frac;
-	struct tm tm;
-	time_t t;
 
 	if (!s || strlen(s) != VMEM_TIMESTAMP_LEN || s[4] != '-' ||
 	    s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' ||
@@ -478,15 +511,9 @@ int timestamp_parse(const char *s, int64_t *usec)
 	    day > days_in_month(year, mon) || hour < 0 || hour > 23 ||
 	    min < 0 || min > 59 || sec < 0 || sec > 59 || frac < 0)
 		return -1;
-	memset(&tm, 0, sizeof(tm));
-	tm.tm_year = year - 1900;
-	tm.tm_mon = mon - 1;
-	tm.tm_mday = day;
-	tm.tm_hour = hour;
-	tm.tm_min = min;
-	tm.tm_sec = sec;
-	t = timegm(&tm);
-	*usec = (int64_t)t * 1000000 + frac;
+	*usec = ((days_from_civil(year, mon, day) * 24 + hour) * 60 + min) *
+			60 * 1000000 +
+		(int64_t)sec * 1000000 + frac;
 	return 0;
 }
 

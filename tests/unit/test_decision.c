@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char example_file[] =
 	"{\n"
@@ -493,6 +494,68 @@ START_TEST(test_timestamps)
 }
 END_TEST
 
+/* The calendar arithmetic agrees with the C library's (gmtime_r, timegm)
+ * over the whole range a timestamp can name, years 0001 to 9999: the
+ * edges, the days around every kind of leap year and end of month, and
+ * random instants. */
+START_TEST(test_timestamps_calendar)
+{
+	/* 0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z. */
+	static const int64_t first = -62135596800000000LL,
+			     last = 253402300799999999LL;
+	static const int years[] = {1,	  4,	100,  400,  1582, 1600,
+				    1900, 1969, 1970, 1972, 2000, 2024,
+				    2025, 2100, 2400, 9999};
+	uint64_t rng = 0x9e3779b97f4a7c15ULL;
+	char out[VMEM_TIMESTAMP_LEN + 1], want[64];
+	int64_t usec, back;
+
+	for (int i = 0; i < 20000 + 16 * 12 * 3; i++) {
+		time_t t;
+		struct tm tm;
+
+		if (i < 16 * 12 * 3) {
+			/* The first day of a month, the day before and
+			 * the second before that. */
+			memset(&tm, 0, sizeof(tm));
+			tm.tm_year = years[i / 36] - 1900;
+			tm.tm_mon = i / 3 % 12;
+			tm.tm_mday = 1;
+			usec = (int64_t)timegm(&tm) * 1000000 -
+			       (i % 3 == 0   ? 0
+				: i % 3 == 1 ? 86400000000LL
+					     : 1);
+			if (usec < first)
+				continue;
+		} else {
+			rng ^= rng << 13;
+			rng ^= rng >> 7;
+			rng ^= rng << 17;
+			usec = first +
+			       (int64_t)(rng % (uint64_t)(last - first + 1));
+		}
+		t = (time_t)(usec >= 0 ? usec / 1000000
+				       : -((-usec + 999999) / 1000000));
+		ck_assert_ptr_nonnull(gmtime_r(&t, &tm));
+		snprintf(want, sizeof(want),
+			 "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ",
+			 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+			 tm.tm_hour, tm.tm_min, tm.tm_sec,
+			 (int)(usec - (int64_t)t * 1000000));
+		timestamp_format(usec, out);
+		ck_assert_str_eq(out, want);
+		ck_assert_int_eq(timestamp_parse(out, &back), 0);
+		ck_assert(back == usec);
+	}
+	timestamp_format(first, out);
+	ck_assert_str_eq(out, "0001-01-01T00:00:00.000000Z");
+	timestamp_format(last, out);
+	ck_assert_str_eq(out, "9999-12-31T23:59:59.999999Z");
+	timestamp_format(-1, out);
+	ck_assert_str_eq(out, "1969-12-31T23:59:59.999999Z");
+}
+END_TEST
+
 /* Every form the seed library writes (Python isoformat(), RFC 3339) reads
  * as the instant it names. */
 START_TEST(test_timestamps_any)
@@ -840,6 +903,7 @@ static Suite *decision_suite(void)
 	suite_add_tcase(s, tc);
 	tcase_add_test(tc2, test_paths);
 	tcase_add_test(tc2, test_timestamps);
+	tcase_add_test(tc2, test_timestamps_calendar);
 	tcase_add_test(tc2, test_timestamps_any);
 	tcase_add_test(tc2, test_parse_seed_file);
 	tcase_add_test(tc2, test_dump_file_example);

@@ -484,18 +484,13 @@ static bool put_time(struct buf *b, const char *key, int64_t at)
 	       buf_append(b, t, VMEM_TIMESTAMP_LEN) && buf_append(b, "\"", 1);
 }
 
-static bool put_id_text(struct buf *b, const char *key, const char *text)
-{
-	return buf_puts(b, key) && buf_append(b, "\"", 1) &&
-	       buf_append(b, text, UUID_TEXT_LEN) && buf_append(b, "\"", 1);
-}
-
 static bool put_id(struct buf *b, const char *key, const uint8_t *id)
 {
 	char t[UUID_TEXT_LEN + 1];
 
 	uuid_format(id, t);
-	return put_id_text(b, key, t);
+	return buf_puts(b, key) && buf_append(b, "\"", 1) &&
+	       buf_append(b, t, UUID_TEXT_LEN) && buf_append(b, "\"", 1);
 }
 
 bool conv_session_json(struct buf *b, const struct conv_session *s)
@@ -513,26 +508,53 @@ bool conv_session_json(struct buf *b, const struct conv_session *s)
 }
 
 /* m, its session's id given as text (session_text). */
+/* n bytes of s at o; the end. */
+static char *put(char *o, const char *s, size_t n)
+{
+	memcpy(o, s, n);
+	return o + n;
+}
+
+#define PUT_LITERAL(o, lit) put(o, lit, sizeof(lit) - 1)
+
+/*
+ * m, its session's id given as text (session_text). Written straight into
+ * room reserved for its bound (conv_message_json_max), not field by field
+ * through buf_append: a history of a hundred messages is a few thousand
+ * fields.
+ */
 static bool message_json(struct buf *b, const struct conv_msg *m,
 			 const char *session_text)
 {
+	const char *role = rec_role_name(m->role);
+	char *o;
+
+	if (!buf_reserve(b, conv_message_json_max(m)))
+		return false;
+	o = PUT_LITERAL(b->data + b->len, "{\"id\":\"");
+	uuid_format(m->id, o);
+	o = PUT_LITERAL(o + UUID_TEXT_LEN, "\",\"session_id\":\"");
+	o = put(o, session_text, UUID_TEXT_LEN);
+	o = PUT_LITERAL(o, "\",\"role\":\"");
+	o = put(o, role, strlen(role));
+	o = PUT_LITERAL(o, "\",\"content\":");
 	/* Content with nothing to escape (content_json tells) is copied as
 	 * it is, without a pass over it. */
-	bool plain = m->content_json == m->content_len + 2u;
-
-	return put_id(b, "{\"id\":", m->id) &&
-	       put_id_text(b, ",\"session_id\":", session_text) &&
-	       buf_puts(b, ",\"role\":\"") &&
-	       buf_puts(b, rec_role_name(m->role)) &&
-	       buf_puts(b, "\",\"content\":") &&
-	       (plain ? buf_append(b, "\"", 1) &&
-				buf_append(b, m->data, m->content_len) &&
-				buf_append(b, "\"", 1)
-		      : buf_json_str(b, m->data, m->content_len)) &&
-	       put_time(b, ",\"created_at\":", m->created_at) &&
-	       buf_puts(b, ",\"metadata\":") &&
-	       buf_append(b, m->data + m->content_len, m->meta_len) &&
-	       buf_append(b, "}", 1);
+	if (m->content_json == m->content_len + 2u) {
+		*o++ = '"';
+		o = put(o, m->data, m->content_len);
+		*o++ = '"';
+	} else {
+		o = json_str_put(o, m->data, m->content_len);
+	}
+	o = PUT_LITERAL(o, ",\"created_at\":\"");
+	timestamp_format(m->created_at, o);
+	o = PUT_LITERAL(o + VMEM_TIMESTAMP_LEN, "\",\"metadata\":");
+	o = put(o, m->data + m->content_len, m->meta_len);
+	*o++ = '}';
+	*o = '\0';
+	b->len = (size_t)(o - b->data);
+	return true;
 }
 
 bool conv_message_json(struct buf *b, const struct conv_msg *m)

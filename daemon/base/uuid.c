@@ -79,13 +79,14 @@ int uuid_parse(const char *s, size_t len, uint8_t id[UUID_LEN])
 void uuid_format(const uint8_t id[UUID_LEN], char out[UUID_TEXT_LEN + 1])
 {
 	static const char digits[] = "0123456789abcdef";
-	size_t o = 0;
+	/* Where each byte's two digits go: the dashes take 8, 13, 18, 23. */
+	static const uint8_t at[UUID_LEN] = {0,	 2,  4,	 6,  9,	 11, 14, 16,
+					     19, 21, 24, 26, 28, 30, 32, 34};
 
 	for (size_t b = 0; b < UUID_LEN; b++) {
-		if (b == 4 || b == 6 || b == 8 || b == 10)
-			out[o++] = '-';
-		out[o++] = digits[id[b] >> 4];
-		out[o++] = digits[id[b] & 15];
+		out[at[b]] = digits[id[b] >> 4];
+		out[at[b] + 1] = digits[id[b] & 15];
 	}
-	out[o] = '\0';
+	out[8] = out[13] = out[18] = out[23] = '-';
+	out[UUID_TEXT_LEN] = '\0';
 }

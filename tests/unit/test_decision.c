@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "test_rng.h"
+
 static const char example_file[] =
 	"{\n"
 	"  \"coordinate\": {\n"
@@ -506,7 +508,6 @@ START_TEST(test_timestamps_calendar)
 	static const int years[] = {1,	  4,	100,  400,  1582, 1600,
 				    1900, 1969, 1970, 1972, 2000, 2024,
 				    2025, 2100, 2400, 9999};
-	uint64_t rng = 0x9e3779b97f4a7c15ULL;
 	char out[VMEM_TIMESTAMP_LEN + 1], want[64];
 	int64_t usec, back;
 
@@ -528,11 +529,8 @@ START_TEST(test_timestamps_calendar)
 			if (usec < first)
 				continue;
 		} else {
-			rng ^= rng << 13;
-			rng ^= rng >> 7;
-			rng ^= rng << 17;
 			usec = first +
-			       (int64_t)(rng % (uint64_t)(last - first + 1));
+			       (int64_t)(rnd() % (uint64_t)(last - first + 1));
 		}
 		t = (time_t)(usec >= 0 ? usec / 1000000
 				       : -((-usec + 999999) / 1000000));

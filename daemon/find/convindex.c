@@ -507,7 +507,6 @@ bool conv_session_json(struct buf *b, const struct conv_session *s)
 	       buf_append(b, s->meta, s->meta_len) && buf_puts(b, n);
 }
 
-/* m, its session's id given as text (session_text). */
 /* n bytes of s at o; the end. */
 static char *put(char *o, const char *s, size_t n)
 {

@@ -70,33 +70,44 @@ bool gitlock_ours(const struct stat *st)
 	return ours;
 }
 
-unsigned long long gitlock_proc_start(long pid)
+int gitlock_proc_stat(long pid, long *ppid, unsigned long long *start)
 {
-	char path[64], buf[1024], *p;
-	unsigned long long start = 0;
+	char path[64], buf[1024], *p, *end;
 	ssize_t r;
 	int fd, field;
 
 	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return -1;
 	r = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
 	if (r <= 0)
-		return 0;
+		return -1;
 	buf[r] = '\0';
 	/* The command name may hold spaces and parentheses: fields are
 	 * counted from after its last ')' (that is field 3 on). */
 	p = strrchr(buf, ')');
 	if (!p)
-		return 0;
-	for (field = 2; *p && field < 22; p++)
-		if (*p == ' ')
-			field++;
-	if (field == 22)
-		start = strtoull(p, NULL, 10);
-	return start;
+		return -1;
+	for (field = 2; *p && field < 22; p++) {
+		if (*p != ' ')
+			continue;
+		field++;
+		if (field == 4 && ppid)
+			*ppid = strtol(p + 1, NULL, 10);
+	}
+	if (field != 22)
+		return -1;
+	*start = strtoull(p, &end, 10);
+	return end == p ? -1 : 0;
+}
+
+unsigned long long gitlock_proc_start(long pid)
+{
+	unsigned long long start;
+
+	return gitlock_proc_stat(pid, NULL, &start) == 0 ? start : 0;
 }
 
 int gitmark_init(struct gitmark *m, const struct statedir *sd)

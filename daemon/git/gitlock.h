@@ -78,8 +78,12 @@ void gitmark_end(struct gitmark *m);
  */
 bool gitlock_ours(const struct stat *st);
 
-/* The start time of process pid (field 22 of /proc/PID/stat); 0 when the
- * process does not exist. */
+/* The parent (field 4 of /proc/PID/stat; ppid may be NULL) and the start
+ * time (field 22, in clock ticks since boot) of process pid: 0, or -1 when
+ * the process does not exist. */
+int gitlock_proc_stat(long pid, long *ppid, unsigned long long *start);
+
+/* The start time of process pid (as above); 0 when it does not exist. */
 unsigned long long gitlock_proc_start(long pid);
 
 static inline void gitlock_init(struct gitlock *l)

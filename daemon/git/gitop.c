@@ -147,10 +147,27 @@ static bool has_any_arg(long pid, const char *const *args)
 	return false;
 }
 
+/* Is pid a git process (git, or one of its helpers: git-upload-pack...)?
+ * Its name is read from /proc/PID/comm, which costs the kernel nothing
+ * beyond the copy, where /proc/PID/stat adds up the times and memory of
+ * every thread: the file writer asks before every pass, of every process
+ * on the host. */
+static bool is_git(long pid)
+{
+	char path[64], comm[32];
+	ssize_t len;
+
+	snprintf(path, sizeof(path), "/proc/%ld/comm", pid);
+	len = proc_read(path, comm, sizeof(comm));
+	if (len < 4 || strncmp(comm, "git", 3) != 0)
+		return false;
+	return comm[3] == '\n' || comm[3] == '-';
+}
+
 bool gitop_git_in_tree(const char *root, double max_age_s,
 		       const char *const *subcommands, long *pid_out)
 {
-	char path[64], buf[1024], cwd[PATH_MAX];
+	char path[64], cwd[PATH_MAX];
 	size_t rlen = strlen(root);
 	pid_t self = getpid();
 	double now = uptime_s(), hz = (double)sysconf(_SC_CLK_TCK);
@@ -164,31 +181,17 @@ bool gitop_git_in_tree(const char *root, double max_age_s,
 	if (!proc)
 		return false;
 	while (!found && (de = readdir(proc))) {
-		char *end, *open_paren, *rp, *f;
-		long pid = strtol(de->d_name, &end, 10);
-		unsigned long long start = 0;
-		long ppid;
+		char *end;
+		long pid = strtol(de->d_name, &end, 10), ppid = 0;
+		unsigned long long start;
 		ssize_t len;
 
-		if (*end || pid <= 0 || pid == self)
+		if (*end || pid <= 0 || pid == self || !is_git(pid))
 			continue;
-		/* "pid (comm) state ppid ... starttime(22) ..." */
-		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-		if (proc_read(path, buf, sizeof(buf)) < 0)
+		if (gitlock_proc_stat(pid, &ppid, &start) < 0)
 			continue;
-		open_paren = strchr(buf, '(');
-		rp = strrchr(buf, ')');
-		if (!open_paren || !rp ||
-		    strncmp(open_paren + 1, "git", 3) != 0 ||
-		    (open_paren[4] != ')' && open_paren[4] != '-'))
-			continue;
-		ppid = strtol(rp + 3, &f, 10);
 		if (ppid == self) /* our own git ls-files, update-index */
 			continue;
-		for (int field = 4; field < 22 && f; field++)
-			f = strchr(f + 1, ' ');
-		if (f)
-			start = strtoull(f + 1, NULL, 10);
 		if (max_age_s > 0 && hz > 0 &&
 		    now - (double)start / hz > max_age_s)
 			continue;

@@ -39,7 +39,8 @@ bool gitop_busy(const char *gitdir, char *why, size_t n);
  * e.g. "commit") unless that is NULL; its pid in *pid (may be NULL). A git
  * command may have read HEAD and the index before it creates any lock or state
  * file, and a commit of ours meanwhile would make it fail (on our index.lock,
- * or when it moves the branch). Scans /proc: a millisecond or two.
+ * or when it moves the branch). Scans /proc: every process's name (about
+ * 7 us a process), then only git's start time, arguments and directory.
  */
 bool gitop_git_in_tree(const char *root, double max_age_s,
 		       const char *const *subcommands, long *pid);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gitlock.h"
@@ -262,6 +263,135 @@ START_TEST(own_index_lock_is_not_git)
 }
 END_TEST
 
+/* A process that looks like a git command to /proc: a shell script
+ * named name (its comm) started with arg in cwd, orphaned by a double
+ * fork so that its parent is not this process. It says "ready" once
+ * running and ends when its stdin closes. */
+struct fake_git {
+	pid_t pid;
+	int in, out; /* its stdin (write end), its stdout (read end) */
+};
+
+static void fake_git_start(struct fake_git *g, const char *name,
+			   const char *arg, const char *cwd, bool orphan)
+{
+	char script[256], line[16];
+	int in[2], out[2], pids[2];
+	pid_t child;
+	FILE *f;
+
+	snprintf(script, sizeof(script), "%s/bin/%s", tmpl, name);
+	f = fopen(script, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("#!/bin/sh\necho ready\nread x\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(chmod(script, 0700), 0);
+	ck_assert_int_eq(pipe(in), 0);
+	ck_assert_int_eq(pipe(out), 0);
+	ck_assert_int_eq(pipe(pids), 0);
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		pid_t run = orphan ? fork() : 0;
+
+		if (run == 0) {
+			dup2(in[0], 0);
+			dup2(out[1], 1);
+			close(in[1]);
+			close(out[0]);
+			run = getpid();
+			if (write(pids[1], &run, sizeof(run)) != sizeof(run) ||
+			    chdir(cwd) < 0)
+				_exit(126);
+			execl(script, name, arg, (char *)NULL);
+			_exit(127);
+		}
+		_exit(run < 0);
+	}
+	close(in[0]);
+	close(out[1]);
+	close(pids[1]);
+	ck_assert_int_eq(read(pids[0], &g->pid, sizeof(g->pid)),
+			 sizeof(g->pid));
+	close(pids[0]);
+	if (orphan) {
+		int status;
+
+		ck_assert_int_eq(waitpid(child, &status, 0), child);
+		ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	g->in = in[1];
+	g->out = out[0];
+	ck_assert_int_eq(read(g->out, line, sizeof(line)), 6);
+	ck_assert(memcmp(line, "ready\n", 6) == 0);
+}
+
+/* Ends it and waits until its stdout closes (it has exited). */
+static void fake_git_stop(struct fake_git *g, bool orphan)
+{
+	char c;
+
+	close(g->in);
+	ck_assert_int_eq(read(g->out, &c, 1), 0);
+	close(g->out);
+	if (!orphan)
+		ck_assert_int_eq(waitpid(g->pid, NULL, 0), g->pid);
+}
+
+/* gitop_git_in_tree finds a git process by its name, its directory and
+ * its arguments, whoever started it but ourselves. */
+START_TEST(git_process_in_tree)
+{
+	static const char *const commit[] = {"commit", NULL};
+	char tree[128], slash[128], sub[128], sibling[128], path[160];
+	struct fake_git g;
+	long pid = 0;
+
+	make_tmp();
+	snprintf(tree, sizeof(tree), "%s/tree", tmpl);
+	snprintf(slash, sizeof(slash), "%s/tree/", tmpl);
+	snprintf(sub, sizeof(sub), "%s/tree/sub", tmpl);
+	snprintf(sibling, sizeof(sibling), "%s/treehouse", tmpl);
+	snprintf(path, sizeof(path), "%s/bin", tmpl);
+	ck_assert_int_eq(mkdir(path, 0700), 0);
+	ck_assert_int_eq(mkdir(tree, 0700), 0);
+	ck_assert_int_eq(mkdir(sub, 0700), 0);
+	ck_assert_int_eq(mkdir(sibling, 0700), 0);
+	ck_assert(!gitop_git_in_tree(tree, 0, NULL, &pid));
+
+	fake_git_start(&g, "git", "commit", sub, true);
+	ck_assert(gitop_git_in_tree(tree, 0, NULL, &pid));
+	ck_assert_int_eq(pid, g.pid);
+	ck_assert(gitop_git_in_tree(slash, 0, NULL, NULL));
+	ck_assert(gitop_git_in_tree(sub, 0, commit, NULL));
+	ck_assert(gitop_git_in_tree(tree, 3600, commit, NULL));
+	ck_assert(!gitop_git_in_tree(tree, 0, gitop_tree_changers, NULL));
+	ck_assert(!gitop_git_in_tree(sibling, 0, NULL, NULL));
+	fake_git_stop(&g, true);
+	ck_assert(!gitop_git_in_tree(tree, 0, NULL, NULL));
+
+	/* git's helpers (git-upload-pack, git-remote-https) are git */
+	fake_git_start(&g, "git-upload-pack", "rebase", tree, true);
+	ck_assert(gitop_git_in_tree(tree, 0, gitop_tree_changers, &pid));
+	ck_assert_int_eq(pid, g.pid);
+	fake_git_stop(&g, true);
+
+	/* other names are not, nor is a git in a directory beside it */
+	fake_git_start(&g, "gitk", "commit", tree, true);
+	ck_assert(!gitop_git_in_tree(tree, 0, NULL, NULL));
+	fake_git_stop(&g, true);
+	fake_git_start(&g, "git", "commit", sibling, true);
+	ck_assert(!gitop_git_in_tree(tree, 0, NULL, NULL));
+	fake_git_stop(&g, true);
+
+	/* our own children (git ls-files, update-index) are ours */
+	fake_git_start(&g, "git", "commit", tree, false);
+	ck_assert(!gitop_git_in_tree(tree, 0, NULL, NULL));
+	fake_git_stop(&g, false);
+	rm_tmp();
+}
+END_TEST
+
 /* Run a shell command in dir. */
 static void sh(const char *dir, const char *what)
 {
@@ -429,6 +559,7 @@ static Suite *conflicts_suite(void)
 	tcase_add_test(tc, record_refused);
 	tcase_add_test(tc, operations_in_progress);
 	tcase_add_test(tc, own_index_lock_is_not_git);
+	tcase_add_test(tc, git_process_in_tree);
 	tcase_add_test(tc, unmerged_entries);
 	tcase_add_test(tc, records_on_disk);
 	suite_add_tcase(s, tc);

@@ -191,11 +191,15 @@ bool conflicts_yield_check(const struct conflicts *cf, char *why, size_t n)
 	return true;
 }
 
-bool conflicts_interrupt(void *cf)
+bool conflicts_interrupt(void *cf, bool thorough)
 {
+	const struct conflicts *c = cf;
 	char why[CONFLICTS_YIELD_LEN];
 
-	return cf && conflicts_yield_check(cf, why, sizeof(why));
+	if (!c)
+		return false;
+	return thorough ? conflicts_yield_check(c, why, sizeof(why))
+			: gitop_busy(c->gitdir, why, sizeof(why));
 }
 
 int conflicts_unmerged(const struct conflicts *cf, struct unmerged_set *out,

@@ -148,8 +148,10 @@ conflicts_fail(struct conflicts *cf, const char *fmt, ...);
 bool conflicts_yield_check(const struct conflicts *cf, char *why, size_t n);
 
 /* Any thread: the same question as an interrupt callback of a file
- * writer or a rescan (cf: a struct conflicts *, or NULL: never). */
-bool conflicts_interrupt(void *cf);
+ * writer or a rescan (cf: a struct conflicts *, or NULL: never); without
+ * thorough, git's locks and state files only (gitop_busy), not its
+ * processes. */
+bool conflicts_interrupt(void *cf, bool thorough);
 
 /* Any thread: git's unmerged decision files. 0 or -errno (errmsg). */
 int conflicts_unmerged(const struct conflicts *cf, struct unmerged_set *out,

@@ -101,7 +101,7 @@ struct shards_visit {
 	 * asks interrupt first) quarantines; a probe (line NULL) only
 	 * counts. */
 	enum vmdir_scan_mode mode;
-	bool (*interrupt)(void *interrupt_ctx);
+	bool (*interrupt)(void *interrupt_ctx, bool thorough);
 	void *interrupt_ctx;
 };
 

@@ -41,11 +41,16 @@ struct vmdir {
 	char *root;		      /* working-tree root (owned) */
 	const struct statedir *state; /* holds quarantine/ (borrowed) */
 	int max_x;
-	/* Asked every few files by vmdir_apply, and by a reload's scan
+	/* Asked before every file by vmdir_apply, and by a reload's scan
 	 * before it quarantines (may be NULL): true stops it there (git
-	 * took the tree; see struct vmdir_op, VMDIR_RELOAD). Called on the
-	 * thread that applies or scans. */
-	bool (*interrupt)(void *ctx);
+	 * took the tree; see struct vmdir_op, VMDIR_RELOAD). thorough:
+	 * also what is slow to look at (git's processes, gitop.h); without
+	 * it only git's locks and state files. vmdir_apply asks thoroughly
+	 * after 64 files, or sooner once 2 ms and three times its last
+	 * thorough look have passed (its caller has just looked
+	 * thoroughly); a scan always. Called on the thread that
+	 * applies or scans. */
+	bool (*interrupt)(void *ctx, bool thorough);
 	void *interrupt_ctx;
 	/* Modes of the files and directories written (repo_tree_modes);
 	 * 0: as the umask makes them. */
@@ -193,9 +198,9 @@ struct vmdir_quarantine {
 	char *errmsg;
 	size_t errn;
 	enum vmdir_scan_mode mode; /* VMDIR_LOAD unless set after init */
-	/* VMDIR_RELOAD: asked before anything moves; true when git has the
-	 * working tree (any thread) */
-	bool (*interrupt)(void *ctx);
+	/* VMDIR_RELOAD: asked (thoroughly) before anything moves; true
+	 * when git has the working tree (any thread) */
+	bool (*interrupt)(void *ctx, bool thorough);
 	void *interrupt_ctx;
 };
 

@@ -302,6 +302,78 @@ START_TEST(test_apply_more_directories_than_open_files)
 }
 END_TEST
 
+/* What the interrupt callback saw, and the call that says git took the
+ * tree (0: none). */
+static struct {
+	size_t calls, thorough, stop_at;
+} asked;
+
+static bool counting_interrupt(void *ctx, bool thorough)
+{
+	(void)ctx;
+	asked.calls++;
+	asked.thorough += thorough;
+	return asked.stop_at && asked.calls == asked.stop_at;
+}
+
+/* Decisions of x = x0.. (20 a directory), with their texts. */
+static void paced_ops(struct vmdir_op *ops, char **texts, int n, int x0)
+{
+	for (int i = 0; i < n; i++) {
+		ops[i] = (struct vmdir_op){
+			.coord = {x0 + i / 20, 1 + i % 5, 1 + (i / 5) % 4}};
+		texts[i] = text_of(ops[i].coord.x, ops[i].coord.y,
+				   ops[i].coord.z, "paced", &ops[i].len);
+		ops[i].text = texts[i];
+	}
+}
+
+/* vmdir_apply asks before every file whether git took the tree, looks
+ * at git's processes (thorough) at least every 64 files, and stops at
+ * the file where the answer is yes: the files before it written, the
+ * rest left (interrupted) and not created. */
+START_TEST(test_apply_interrupted)
+{
+	enum { N = 200 };
+	struct vmdir_op *ops = calloc(N, sizeof(*ops));
+	char **texts = calloc(N, sizeof(*texts)), msg[256] = "", rel[80];
+	int i;
+
+	ck_assert_ptr_nonnull(ops);
+	ck_assert_ptr_nonnull(texts);
+	vd.interrupt = counting_interrupt;
+	paced_ops(ops, texts, N, 1);
+	memset(&asked, 0, sizeof(asked));
+	ck_assert_msg(vmdir_apply(&vd, ops, N, false, msg, sizeof(msg)) == 0,
+		      "%s", msg);
+	ck_assert_uint_eq(asked.calls, N);
+	ck_assert_uint_ge(asked.thorough, N / 65);
+	for (i = 0; i < N; i++) {
+		ck_assert(!ops[i].interrupted);
+		free(texts[i]);
+	}
+
+	paced_ops(ops, texts, N, 101); /* new files */
+	memset(&asked, 0, sizeof(asked));
+	asked.stop_at = 5;
+	ck_assert_msg(vmdir_apply(&vd, ops, N, false, msg, sizeof(msg)) == 0,
+		      "%s", msg);
+	ck_assert_uint_eq(asked.calls, 5);
+	for (i = 0; i < N; i++) {
+		memcpy(rel, ".vector-memory/", 15);
+		ck_assert_int_gt(
+			coord_path(&ops[i].coord, rel + 15, sizeof(rel) - 15),
+			0);
+		ck_assert_int_eq(ops[i].interrupted, i >= 4);
+		ck_assert_int_eq(exists(path_of(rel)), i < 4);
+		free(texts[i]);
+	}
+	vd.interrupt = NULL;
+	free(texts);
+	free(ops);
+}
+END_TEST
+
 START_TEST(test_apply_overwrite)
 {
 	char *t, *got;
@@ -974,9 +1046,10 @@ END_TEST
 
 static bool git_has_tree;
 
-static bool tree_interrupt(void *ctx)
+static bool tree_interrupt(void *ctx, bool thorough)
 {
 	(void)ctx;
+	ck_assert(thorough); /* a scan always looks thoroughly */
 	return git_has_tree;
 }
 
@@ -1180,6 +1253,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_apply_overwrite);
 	tcase_add_test(tc, test_apply_delete);
 	tcase_add_test(tc, test_apply_more_directories_than_open_files);
+	tcase_add_test(tc, test_apply_interrupted);
 	tcase_add_test(tc, test_apply_bad_coordinate);
 	tcase_add_test(tc, test_load_all);
 	tcase_add_test(tc, test_load_absent);

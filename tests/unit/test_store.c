@@ -66,6 +66,10 @@ struct notes {
 	size_t n_left;
 	size_t n_syncs;
 	struct sync_seen syncs[MAX_SYNCS];
+	/* Probes that looked (rescan_end), and whether every note's file
+	 * was there when the last one looked (on the pool). */
+	size_t n_probes;
+	bool probe_saw_files;
 };
 
 struct note_write {
@@ -342,6 +346,42 @@ static int note_sync(struct store_kind *k, char *errmsg, size_t n)
 	return 0;
 }
 
+/* Loop: a probe or a reload of the notes looks at ns itself. */
+static int note_rescan_begin(struct store_kind *k, bool probe, void **job)
+{
+	(void)probe;
+	*job = notes_of(k);
+	return 0;
+}
+
+/* Pool: are the files of every note there? */
+static int note_rescan(struct store_kind *k, void *job,
+		       struct vmdir_load_report *rep, char *errmsg, size_t n)
+{
+	struct notes *ns = job;
+
+	(void)k, (void)rep, (void)errmsg, (void)n;
+	ns->probe_saw_files = true;
+	for (size_t i = 0; i < ns->n; i++) {
+		char path[600];
+
+		snprintf(path, sizeof(path), "%s/%s", ns->dir,
+			 ns->notes[i].key);
+		if (access(path, F_OK) != 0)
+			ns->probe_saw_files = false;
+	}
+	return 0;
+}
+
+/* Loop: the files are what the notes say (nothing to reload). */
+static int note_rescan_end(struct store_kind *k, void *job, int rc, bool probe,
+			   const struct vmdir_load_report *rep)
+{
+	(void)job, (void)rc, (void)rep;
+	notes_of(k)->n_probes += probe;
+	return 0;
+}
+
 static const struct kind note_kind = {
 	.name = "note",
 	.committed = false,
@@ -357,6 +397,9 @@ static const struct kind note_kind = {
 	.write = note_write_files,
 	.written = note_written,
 	.sync = note_sync,
+	.rescan_begin = note_rescan_begin,
+	.rescan = note_rescan,
+	.rescan_end = note_rescan_end,
 };
 
 /* ---- fixture: a store with decisions and notes ---- */
@@ -1051,6 +1094,40 @@ START_TEST(test_tree_yielded)
 }
 END_TEST
 
+/* A probe for changes made under us (store_check_files) lets writes
+ * waiting for their files go first, for one pass: it looks once their
+ * files are there; and writes that keep coming do not starve it. */
+START_TEST(test_probe_after_one_pass)
+{
+	struct note_write w[40];
+	char key[8];
+	size_t n = 0;
+
+	open_ok();
+	note_init(&w[n], "a", "first");
+	store_submit(&st, &w[n].w);
+	run_until_finished(&w[n], 1);
+	n++;
+	ck_assert_uint_eq(store_unwritten(&st), 1);
+	store_check_files(&st);
+	while (ns.n_probes == 0)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert(ns.probe_saw_files);
+
+	/* A write acknowledged on every turn of the loop meanwhile. */
+	store_check_files(&st);
+	while (ns.n_probes == 1) {
+		ck_assert_uint_lt(n, sizeof(w) / sizeof(w[0]));
+		snprintf(key, sizeof(key), "k%zu", n);
+		note_init(&w[n], key, "more");
+		store_submit(&st, &w[n].w);
+		run_until_finished(&w[n], 1);
+		n++;
+	}
+	close_store();
+}
+END_TEST
+
 /* Append payloads to the log as one batch, as a daemon would have. */
 static void write_log(const char *const *payloads)
 {
@@ -1170,6 +1247,7 @@ int main(void)
 	tcase_add_test(tc, test_cancel_waiting_write);
 	tcase_add_test(tc, test_unknown_kind_refused);
 	tcase_add_test(tc, test_tree_yielded);
+	tcase_add_test(tc, test_probe_after_one_pass);
 	tcase_add_test(tc, test_old_decision_log_replays);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -215,7 +215,7 @@ struct store {
 	 * made under us (store_check_files). */
 	bool probe_wanted;
 	uint64_t probe_after_pass; /* a wanted probe lets this pass go first */
-	bool probe_after_yield; /* a change seen while git had the tree */
+	bool probe_after_yield;	   /* a change seen while git had the tree */
 	bool probing;
 	bool reloading;
 	bool reload_running; /* its load job is in flight */

@@ -312,6 +312,20 @@ static void note_written(struct store_kind *k, void *snap, int rc)
 	free(sn);
 }
 
+/* Is every note's file there? */
+static bool note_files_there(const struct notes *ns)
+{
+	for (size_t i = 0; i < ns->n; i++) {
+		char path[600];
+
+		snprintf(path, sizeof(path), "%s/%s", ns->dir,
+			 ns->notes[i].key);
+		if (access(path, F_OK) != 0)
+			return false;
+	}
+	return true;
+}
+
 /* Pool: look at the log and the files first, then sync (or fail). */
 static int note_sync(struct store_kind *k, char *errmsg, size_t n)
 {
@@ -324,15 +338,7 @@ static int note_sync(struct store_kind *k, char *errmsg, size_t n)
 	ck_assert_int_eq(stat(ns->wal_path, &st), 0);
 	seen->wal_size = st.st_size;
 	seen->wal_ino = st.st_ino;
-	seen->files_there = true;
-	for (size_t i = 0; i < ns->n; i++) {
-		char path[600];
-
-		snprintf(path, sizeof(path), "%s/%s", ns->dir,
-			 ns->notes[i].key);
-		if (access(path, F_OK) != 0)
-			seen->files_there = false;
-	}
+	seen->files_there = note_files_there(ns);
 	if (ns->fail_syncs > 0) {
 		ns->fail_syncs--;
 		snprintf(errmsg, n, "injected failure");
@@ -361,15 +367,7 @@ static int note_rescan(struct store_kind *k, void *job,
 	struct notes *ns = job;
 
 	(void)k, (void)rep, (void)errmsg, (void)n;
-	ns->probe_saw_files = true;
-	for (size_t i = 0; i < ns->n; i++) {
-		char path[600];
-
-		snprintf(path, sizeof(path), "%s/%s", ns->dir,
-			 ns->notes[i].key);
-		if (access(path, F_OK) != 0)
-			ns->probe_saw_files = false;
-	}
+	ns->probe_saw_files = note_files_there(ns);
 	return 0;
 }
 

@@ -1295,9 +1295,8 @@ static void probe_done(struct store *s, struct rescan_job *j, int status)
 	check_idle(s);
 }
 
-/* Start a wanted probe between two passes of the writer, after at most
- * one pass. It does not wait for the writer to catch up: with agents
- * writing all the time it
+/* Start a wanted probe between two passes of the writer. It does not
+ * wait for the writer to catch up: with agents writing all the time it
  * never would, and the probe would starve (a conflict resolved in git
  * stayed listed for good). What is pending is ours, not a change: each
  * kind's verdict leaves the items it has pending aside. */
@@ -1308,17 +1307,6 @@ static void probe_step(struct store *s)
 	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
 	    s->writer_busy)
 		return;
-	/* Writes waiting for their files (a git.sync waiting for them) go
-	 * first, for one pass: a probe of a million files takes seconds,
-	 * and the writer's guard keeps any file changed under it
-	 * (vmdir_op.expect), so nothing it learns must come first. */
-	if (!s->probe_after_pass && store_unwritten(s) && !yielded(s)) {
-		s->probe_after_pass = s->writer_seq + 1;
-		writer_kick(s, 0);
-	}
-	if (s->probe_after_pass > s->writer_seq && store_unwritten(s))
-		return; /* check_idle after that pass brings us back */
-	s->probe_after_pass = 0;
 	j = rescan_job_new(s, true);
 	if (!j)
 		return; /* tried again at the next idle check */

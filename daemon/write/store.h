@@ -214,7 +214,6 @@ struct store {
 	/* A reload from the files (store_reload), and a probe for changes
 	 * made under us (store_check_files). */
 	bool probe_wanted;
-	uint64_t probe_after_pass; /* a wanted probe lets this pass go first */
 	bool probe_after_yield;	   /* a change seen while git had the tree */
 	bool probing;
 	bool reloading;

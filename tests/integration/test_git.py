@@ -254,10 +254,12 @@ class RacyGit(GitCase):
         # its predecessor removed might come back): let them pass.
         time.sleep(2.2)
         conn = self.connect(agent_id="racy")
-        path = self.repo.decision_path(5, 2, 1)
         same_second = False
         for attempt in range(5):
-            conn.store(5, 2, 1, "Use PostgreSQL, take %d" % attempt)
+            # a coordinate of its own each time: z=1 is write-once
+            x = 5 + attempt
+            path = self.repo.decision_path(x, 2, 1)
+            conn.store(x, 2, 1, "Use PostgreSQL, take %d" % attempt)
             self.sync(conn)
             st = os.stat(path)
             self.assertGreaterEqual(st.st_ctime_ns - st.st_mtime_ns, 10**9)
@@ -273,14 +275,18 @@ class RacyGit(GitCase):
             edited = os.stat(path)
             self.assertEqual(edited.st_size, st.st_size)
             self.assertEqual(self.status(),
-                             [" M " + rel_path(5, 2, 1)])
+                             [" M " + rel_path(x, 2, 1)])
             same_second = (edited.st_mtime_ns // 10**9 ==
                            before[1] // 10**9)
             if same_second:
                 break
-            # put it back for the next attempt (the daemon reloads it)
-            self.git("checkout", "--", rel_path(5, 2, 1))
+            # put it back for the next attempt (the daemon reloads it),
+            # and let git settle its index (an entry git wrote in its
+            # file's second is re-checked, and the index rewritten, by
+            # the next status: not the next attempt's)
+            self.git("checkout", "--", rel_path(x, 2, 1))
             time.sleep(2.2)
+            self.status()
         self.assertTrue(same_second, "no edit landed in its commit's second")
 
 

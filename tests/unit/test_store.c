@@ -1092,11 +1092,13 @@ START_TEST(test_tree_yielded)
 }
 END_TEST
 
-/* A probe for changes made under us (store_check_files) lets writes
- * waiting for their files go first, for one pass: it looks once their
- * files are there; and writes that keep coming do not starve it. */
-START_TEST(test_probe_after_one_pass)
+/* A probe for changes made under us (store_check_files) looks before
+ * the writer writes what waits (the writer waits while a probe looks:
+ * what git put in the tree is learnt first, docs/architecture.md), then
+ * the writer goes; and writes that keep coming do not starve it. */
+START_TEST(test_probe_before_the_writer)
 {
+	struct waiting wt = {.w = {.done = waiting_done}};
 	struct note_write w[40];
 	char key[8];
 	size_t n = 0;
@@ -1110,7 +1112,12 @@ START_TEST(test_probe_after_one_pass)
 	store_check_files(&st);
 	while (ns.n_probes == 0)
 		uv_run(&loop, UV_RUN_ONCE);
-	ck_assert(ns.probe_saw_files);
+	ck_assert(!ns.probe_saw_files);
+	store_wait(&st, &wt.w);
+	while (!wt.done)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert_int_eq(wt.rc, 0);
+	assert_note_file("a", "1=first\n");
 
 	/* A write acknowledged on every turn of the loop meanwhile. */
 	store_check_files(&st);
@@ -1245,7 +1252,7 @@ int main(void)
 	tcase_add_test(tc, test_cancel_waiting_write);
 	tcase_add_test(tc, test_unknown_kind_refused);
 	tcase_add_test(tc, test_tree_yielded);
-	tcase_add_test(tc, test_probe_after_one_pass);
+	tcase_add_test(tc, test_probe_before_the_writer);
 	tcase_add_test(tc, test_old_decision_log_replays);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

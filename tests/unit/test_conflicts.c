@@ -20,6 +20,7 @@
 #include "markers.h"
 #include "protocol/conflict.h"
 #include "records.h"
+#include "run_suite.h"
 #include "unmerged.h"
 
 static const char conflicted[] = "{\n"
@@ -568,11 +569,5 @@ static Suite *conflicts_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(conflicts_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return run_suite(conflicts_suite());
 }

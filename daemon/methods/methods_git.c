@@ -81,10 +81,6 @@ int git_sync(struct call *call)
 	sc->call = call;
 	sc->w.done = sync_done;
 	sc->w.data = sc;
-	/* As for git.reload: a git command that has just ended (the user's
-	 * git status) must not keep the files it waits for waiting until
-	 * the watcher looks again. */
-	conflicts_check_yield(&call->d->conflicts);
 	gitq_sync(&call->d->gitq, &sc->w,
 		  message ? json_string_value(message) : NULL);
 	return CALL_ASYNC;

@@ -214,7 +214,7 @@ struct store {
 	/* A reload from the files (store_reload), and a probe for changes
 	 * made under us (store_check_files). */
 	bool probe_wanted;
-	bool probe_after_yield;	   /* a change seen while git had the tree */
+	bool probe_after_yield; /* a change seen while git had the tree */
 	bool probing;
 	bool reloading;
 	bool reload_running; /* its load job is in flight */

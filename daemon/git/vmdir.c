@@ -106,10 +106,8 @@ static bool interrupted(const struct vmdir *d, struct pace *p)
 struct load {
 	struct vmdir *d;
 	struct vmdir_load_report *rep;
-	vmdir_load_fn cb;
-	vmdir_known_fn known; /* vmdir_rescan: files not to read */
+	struct vmdir_scan_hooks h;
 	const struct unmerged_set *unmerged; /* files in a git conflict */
-	void *ctx;
 	struct vmdir_quarantine qc; /* where bad files go, and the report */
 	char *buf; /* FILE_MAX + 1 bytes, reused for every file */
 	char *errmsg;
@@ -594,7 +592,7 @@ static int remove_temp(struct load *l, int dfd, const char *name,
 	/* A rescan may run while the file writer is at work: a temporary
 	 * file of this process is a write in progress (a failed write
 	 * removes its own), not a leftover of a crash. */
-	if (l->known && temp_is_ours(name))
+	if (l->qc.mode != VMDIR_LOAD && temp_is_ours(name))
 		return 0;
 	if (l->qc.mode == VMDIR_PROBE)
 		return 0; /* a look changes nothing; the next reload may */
@@ -639,11 +637,11 @@ static int load_file(struct load *l, int xfd, const char *xname,
 			l, &c,
 			unmerged_describe(
 				unmerged_find(l->unmerged, &c)->stages));
-	if (l->known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	if (l->h.known && fstatat(xfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
 	    S_ISREG(st.st_mode)) {
 		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
 
-		if (l->known(l->ctx, &c, &stamp))
+		if (l->h.known(l->h.ctx, &c, &stamp))
 			return 0;
 	}
 	fd = openat(xfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
@@ -707,10 +705,10 @@ static int load_file(struct load *l, int xfd, const char *xname,
 		decision_done(&dec);
 		goto bad;
 	}
-	if (l->cb) {
+	if (l->h.loaded) {
 		struct vmdir_stamp stamp = vmdir_stamp_of(&st);
 
-		ret = l->cb(l->ctx, &dec, &stamp);
+		ret = l->h.loaded(l->h.ctx, &dec, &stamp);
 	} else {
 		decision_done(&dec);
 		ret = 0;
@@ -736,7 +734,6 @@ out:
 	return ret;
 }
 
-/* Load the x-NNN directory whose fd is xfd (consumed). */
 static int not_dots(const struct dirent *de)
 {
 	return strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
@@ -762,6 +759,31 @@ static void list_free(struct dirent **list, int n)
 	free(list);
 }
 
+/*
+ * Has directory x (name in vfd) kept its stamp since its caller last
+ * looked, so a probe need not open it? Its stamp goes to the dir hook
+ * either way, taken before any entry is listed (a file created after it
+ * changes it).
+ */
+static bool xdir_known(struct load *l, int vfd, const char *name, int x)
+{
+	struct stat st;
+	struct vmdir_stamp stamp;
+	int64_t before = now_ns() - l->d->settled_ns;
+	bool known;
+
+	if (!l->h.dir || fstatat(vfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    !S_ISDIR(st.st_mode))
+		return false; /* opened: what fails will fail there */
+	stamp = vmdir_stamp_of(&st);
+	known = l->h.dir(l->h.ctx, x, &stamp,
+			 stamp.mtime_ns < before && stamp.ctime_ns < before);
+	/* git's unmerged files are reported whatever their directory */
+	return known && l->qc.mode == VMDIR_PROBE &&
+	       !(l->unmerged && l->unmerged->n);
+}
+
+/* Load the x-NNN directory whose fd is xfd (consumed). */
 static int load_xdir(struct load *l, int xfd, const char *xname)
 {
 	struct dirent **list = NULL, *de;
@@ -862,6 +884,8 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 		return quarantine(l, vfd, name, name,
 				  "not an issue directory x-NNN");
 	}
+	if (xdir_known(l, vfd, name, x))
+		return 0;
 	xfd = openat(vfd, name,
 		     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (xfd < 0) {
@@ -914,6 +938,7 @@ int vmdir_init(struct vmdir *d, const char *root, const struct statedir *state,
 	d->state = state;
 	d->max_x = max_x;
 	d->started_ns = now_ns();
+	d->settled_ns = VMDIR_SETTLED_NS;
 	if (!d->root) {
 		vmdir_done(d);
 		return -ENOMEM;
@@ -994,21 +1019,21 @@ struct vmdir_stamp vmdir_stamp_of(const struct stat *st)
 int vmdir_load(struct vmdir *d, vmdir_load_fn cb, void *ctx,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
-	return vmdir_scan(d, VMDIR_LOAD, NULL, cb, ctx, NULL, rep, errmsg,
-			  errn);
+	const struct vmdir_scan_hooks h = {.loaded = cb, .ctx = ctx};
+
+	return vmdir_scan(d, VMDIR_LOAD, &h, NULL, rep, errmsg, errn);
 }
 
-int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode, vmdir_known_fn known,
-	       vmdir_load_fn cb, void *ctx, const struct unmerged_set *unmerged,
+int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode,
+	       const struct vmdir_scan_hooks *hooks,
+	       const struct unmerged_set *unmerged,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn)
 {
 	struct load l = {
 		.d = d,
 		.rep = rep,
-		.cb = cb,
-		.known = known,
+		.h = *hooks,
 		.unmerged = unmerged,
-		.ctx = ctx,
 		.errmsg = errmsg,
 		.errn = errn,
 	};

@@ -65,6 +65,9 @@ struct vmdir {
 			 uint64_t files);
 	void *progress_ctx;
 	int64_t started_ns; /* vmdir_init's wall-clock time */
+	/* How long a directory must have kept its stamp for a scan to call
+	 * it settled (vmdir_dir_fn): VMDIR_SETTLED_NS (tests shorten it). */
+	int64_t settled_ns;
 };
 
 #define VMDIR_PROGRESS_FILES 1024
@@ -118,6 +121,31 @@ typedef int (*vmdir_load_fn)(void *ctx, struct decision *d,
  * so it need not be read. */
 typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 			       const struct vmdir_stamp *stamp);
+
+/*
+ * For a scan (vmdir_scan): the stamp of directory x-NNN, taken before its
+ * entries are listed. Whoever creates, removes or renames a file there
+ * changes it, git included (it writes a file by removing it and creating
+ * it anew); an edit in place does not. settled: it had not changed for
+ * struct vmdir's settled_ns when the stamp was taken, so any later change
+ * shows in it (a file system dates a change by a clock coarser than
+ * ours: a tick, up to two seconds on some); only a settled stamp is
+ * worth keeping. A probe skips the directory, its files taken as known,
+ * when this returns true; other scans ignore the answer.
+ */
+typedef bool (*vmdir_dir_fn)(void *ctx, int x, const struct vmdir_stamp *stamp,
+			     bool settled);
+
+#define VMDIR_SETTLED_NS 2000000000LL
+
+/* What a scan calls back with ctx; NULL: not called (known: every file
+ * is read; dir: every directory is listed). */
+struct vmdir_scan_hooks {
+	vmdir_load_fn loaded; /* a decision read */
+	vmdir_known_fn known;
+	vmdir_dir_fn dir;
+	void *ctx;
+};
 
 #define VMDIR_CHANGED_UNKNOWN INT64_MAX
 
@@ -240,15 +268,17 @@ int vmdir_load_report_merge(struct vmdir_load_report *all,
 /*
  * vmdir_load knowing git's unmerged decision files (unmerged may be
  * NULL): a file listed there, whatever it holds, and a file with conflict
- * markers are reported in rep->conflicted, neither passed to cb nor
+ * markers are reported in rep->conflicted, neither passed to loaded nor
  * quarantined. For a directory loaded before (a rescan), a decision file
  * for which known(ctx, coord, stamp) is true is only stat'ed, never read,
- * and cb is not called for it (known NULL: every file is read). mode
- * says what it may change (a reload asks d->interrupt before it does;
- * a probe changes nothing: temporary files stay too).
+ * and loaded is not called for it. A probe skips a directory dir says it
+ * knows (never while unmerged lists a file). mode says what it may change
+ * (a reload asks d->interrupt before it does; a probe changes nothing:
+ * temporary files stay too).
  */
-int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode, vmdir_known_fn known,
-	       vmdir_load_fn cb, void *ctx, const struct unmerged_set *unmerged,
+int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode,
+	       const struct vmdir_scan_hooks *hooks,
+	       const struct unmerged_set *unmerged,
 	       struct vmdir_load_report *rep, char *errmsg, size_t errn);
 
 /*

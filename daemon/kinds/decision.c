@@ -303,6 +303,18 @@ static bool snap_known_cb(void *ctx, const struct coord *c,
 	return true;
 }
 
+/* Start-up load: every directory's stamp (a probe of the moved skips
+ * those that keep it). */
+static bool load_dir_cb(void *ctx, int x, const struct vmdir_stamp *stamp,
+			bool settled)
+{
+	struct decisions *ds = ((struct load_ctx *)ctx)->ds;
+
+	if (settled)
+		ds->dirstamps[x] = *stamp;
+	return false;
+}
+
 /* Start-up progress (progress.h) of the replay's files... */
 static void apply_progress_cb(void *ctx, uint64_t done, uint64_t total,
 			      uint64_t files)
@@ -358,8 +370,14 @@ static int load(struct store_kind *k, struct vmdir_load_report *rep,
 			 INDEXSNAP_NAME, why);
 	ds->dir.progress = load_progress_cb;
 	ds->dir.progress_ctx = &l;
-	rc = vmdir_scan(&ds->dir, VMDIR_LOAD, l.snap ? snap_known_cb : NULL,
-			load_cb, &l, ds->unmerged, rep, errmsg, n);
+	rc = vmdir_scan(&ds->dir, VMDIR_LOAD,
+			&(struct vmdir_scan_hooks){
+				.loaded = load_cb,
+				.known = l.snap ? snap_known_cb : NULL,
+				.dir = load_dir_cb,
+				.ctx = &l,
+			},
+			ds->unmerged, rep, errmsg, n);
 	ds->dir.progress = NULL;
 	ds->dir.progress_ctx = NULL;
 	ds->unmerged = NULL; /* the start-up is over */
@@ -613,6 +631,9 @@ struct rescan_job {
 				       the worker */
 	bool probe;		    /* look only (VMDIR_PROBE) */
 	size_t n_slots;
+	/* per x: the directories as last seen whole, for a probe of the
+	 * moved only (else NULL); and as this scan found them (worker) */
+	struct vmdir_stamp *dirs, *dirs_seen;
 	uint8_t *present;	    /* per slot: the index holds a decision */
 	struct vmdir_stamp *stamps; /* per slot: as last seen */
 	uint8_t *seen;		    /* per slot: found on disk (worker) */
@@ -634,6 +655,8 @@ static void rescan_job_free(struct rescan_job *j)
 	free(j->present);
 	free(j->stamps);
 	free(j->seen);
+	free(j->dirs);
+	free(j->dirs_seen);
 	for (size_t i = 0; j->z1 && i < j->n_slots; i++)
 		free(j->z1[i]);
 	free(j->z1);
@@ -642,8 +665,9 @@ static void rescan_job_free(struct rescan_job *j)
 	free(j);
 }
 
-/* The z=1 decisions a rescan may have to keep (conflicts_in_head): not
- * those in conflict. 0 or -ENOMEM. */
+/* The z=1 decisions a reload may have to keep (conflicts_in_head): not
+ * those in conflict (a probe keeps nothing: it needs none). 0 or
+ * -ENOMEM. */
 static int z1_snapshot(const struct decisions *ds, struct rescan_job *j)
 {
 	j->z1 = calloc(j->n_slots, sizeof(*j->z1));
@@ -657,27 +681,46 @@ static int z1_snapshot(const struct decisions *ds, struct rescan_job *j)
 	return 0;
 }
 
-static int rescan_begin(struct store_kind *k, bool probe, void **out)
+/* A probe of the moved looks at every directory while a conflict is
+ * open: each conflicted file is reported at every look, or the conflict
+ * would seem to have ended. Otherwise it does not ask git for unmerged
+ * files either (at 100,000 decisions a git ls-files reads a 10 MB index):
+ * only a change of the index makes them, and the watcher then asks for a
+ * probe of every file (a file git wrote with conflict markers is one
+ * already, if it moved). */
+static bool skip_unmoved(const struct decisions *ds)
+{
+	return !ds->conflicts || ds->conflicts->n == 0;
+}
+
+static int rescan_begin(struct store_kind *k, enum rescan_mode mode, void **out)
 {
 	struct decisions *ds = of(k);
 	struct rescan_job *j = calloc(1, sizeof(*j));
+	size_t n_dirs = (size_t)ds->max_x + 1;
+	bool moved = mode == RESCAN_PROBE_MOVED && skip_unmoved(ds);
 
 	if (j) {
 		j->ds = ds;
-		j->probe = probe;
+		j->probe = mode != RESCAN_RELOAD;
 		j->n_slots = ds->index.n_slots;
 		j->present = calloc(j->n_slots, 1);
 		j->seen = calloc(j->n_slots, 1);
 		j->stamps = malloc(j->n_slots * sizeof(*j->stamps));
+		j->dirs_seen = calloc(n_dirs, sizeof(*j->dirs_seen));
+		j->dirs = moved ? malloc(n_dirs * sizeof(*j->dirs)) : NULL;
 	}
-	if (j && (!j->present || !j->seen || !j->stamps ||
-		  (ds->conflicts && z1_snapshot(ds, j) < 0))) {
+	if (j && (!j->present || !j->seen || !j->stamps || !j->dirs_seen ||
+		  (moved && !j->dirs) ||
+		  (ds->conflicts && !j->probe && z1_snapshot(ds, j) < 0))) {
 		rescan_job_free(j);
 		j = NULL;
 	}
 	if (!j)
 		return -ENOMEM;
 	memcpy(j->stamps, ds->stamps, j->n_slots * sizeof(*j->stamps));
+	if (j->dirs)
+		memcpy(j->dirs, ds->dirstamps, n_dirs * sizeof(*j->dirs));
 	for (size_t i = 0; i < j->n_slots; i++)
 		j->present[i] = ds->index.slots[i] != NULL;
 	*out = j;
@@ -699,6 +742,24 @@ static bool known_cb(void *ctx, const struct coord *c,
 	if (!j->present[slot] || !stamp_eq(&j->stamps[slot], stamp))
 		return false;
 	j->seen[slot] = 1;
+	return true;
+}
+
+/* A directory's stamp: kept when settled; a probe of the moved skips the
+ * directory when it kept the one last seen whole (its slots all seen). */
+static bool dir_cb(void *ctx, int x, const struct vmdir_stamp *stamp,
+		   bool settled)
+{
+	struct rescan_job *j = ctx;
+	size_t first;
+
+	if (settled)
+		j->dirs_seen[x] = *stamp;
+	if (!j->dirs || !settled || j->dirs[x].ino == 0 ||
+	    !stamp_eq(&j->dirs[x], stamp))
+		return false;
+	first = index_slot(&j->ds->index, &(struct coord){x, 1, 1});
+	memset(j->seen + first, 1, VMEM_MAX_Y * VMEM_MAX_Z);
 	return true;
 }
 
@@ -729,10 +790,12 @@ static int changed_cb(void *ctx, struct decision *d,
 }
 
 /*
- * Blocking: stat every file, read only those whose stamp changed; with
- * conflicts, git's unmerged files first (reported, not read), and which
- * write-once decisions stay over what the tree says (conflicts_in_head:
- * no commit changed them).
+ * Blocking: stat every file (a probe of the moved: only those of the
+ * directories that moved), read only those whose stamp changed; with
+ * conflicts, git's unmerged files first (reported, not read; not in a
+ * probe of the moved, skip_unmoved), and for a reload which write-once
+ * decisions stay over what the tree says (conflicts_in_head: no commit
+ * changed them).
  */
 static int rescan(struct store_kind *k, void *job,
 		  struct vmdir_load_report *rep, char *errmsg, size_t n)
@@ -741,12 +804,18 @@ static int rescan(struct store_kind *k, void *job,
 	struct rescan_job *j = job;
 	int rc;
 
-	if (ds->conflicts)
+	if (ds->conflicts && !j->dirs)
 		j->unmerged_rc = conflicts_unmerged(ds->conflicts, &j->unmerged,
 						    j->unmerged_err,
 						    sizeof(j->unmerged_err));
 	rc = vmdir_scan(&ds->dir, j->probe ? VMDIR_PROBE : VMDIR_RELOAD,
-			known_cb, changed_cb, j, &j->unmerged, rep, errmsg, n);
+			&(struct vmdir_scan_hooks){
+				.loaded = changed_cb,
+				.known = known_cb,
+				.dir = dir_cb,
+				.ctx = j,
+			},
+			&j->unmerged, rep, errmsg, n);
 	for (size_t i = 0; rc == 0 && j->z1 && i < j->n_changes; i++) {
 		size_t slot = j->changes[i].slot;
 
@@ -941,6 +1010,11 @@ static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
 	} else if (rc == 0) {
 		reload_end(ds, j, rep);
 	}
+	/* Every file as the scan found it is now what the kind knows (a
+	 * probe's changes are not: its reload will know them). */
+	if (rc == 0 && !changed)
+		memcpy(ds->dirstamps, j->dirs_seen,
+		       ((size_t)ds->max_x + 1) * sizeof(*ds->dirstamps));
 	rescan_job_free(j);
 	return changed;
 }
@@ -990,7 +1064,8 @@ int decisions_init(struct decisions *ds, const char *root,
 	ds->dirty = calloc(ds->index.n_slots, 1);
 	ds->dirty_list = calloc(ds->index.n_slots, sizeof(*ds->dirty_list));
 	ds->stamps = calloc(ds->index.n_slots, sizeof(*ds->stamps));
-	if (!ds->dirty || !ds->dirty_list || !ds->stamps)
+	ds->dirstamps = calloc((size_t)max_x + 1, sizeof(*ds->dirstamps));
+	if (!ds->dirty || !ds->dirty_list || !ds->stamps || !ds->dirstamps)
 		return -ENOMEM;
 	return 0;
 }
@@ -1011,10 +1086,12 @@ void decisions_done(struct decisions *ds)
 	free(ds->dirty);
 	free(ds->dirty_list);
 	free(ds->stamps);
+	free(ds->dirstamps);
 	free(ds->replayed);
 	ds->dirty = NULL;
 	ds->dirty_list = NULL;
 	ds->stamps = NULL;
+	ds->dirstamps = NULL;
 	ds->replayed = NULL;
 	ds->n_dirty = ds->n_replayed = 0;
 }

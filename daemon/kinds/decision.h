@@ -40,6 +40,10 @@ struct decisions {
 	size_t *dirty_list;
 	size_t n_dirty;
 	struct vmdir_stamp *stamps;
+	/* Per x (0..max_x): its directory's settled stamp when a scan last
+	 * found every file there as stamps says, else zero; a probe of the
+	 * moved (RESCAN_PROBE_MOVED) skips a directory that kept it. */
+	struct vmdir_stamp *dirstamps;
 	/* How far the state directory's index snapshot is from the index:
 	 * the files a start from it would read (changed since it was saved,
 	 * or not in it) plus the slots changed since this start; SIZE_MAX:

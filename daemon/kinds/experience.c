@@ -1040,7 +1040,8 @@ static int known_cmp(const void *a, const void *b)
 		      ((const struct known *)b)->path);
 }
 
-static int rescan_begin(struct store_kind *k, bool probe, void **out)
+/* Every shard is looked at whatever the mode: they are few. */
+static int rescan_begin(struct store_kind *k, enum rescan_mode mode, void **out)
 {
 	struct experiences *xs = of(k);
 	struct rescan_job *j = calloc(1, sizeof(*j));
@@ -1048,7 +1049,7 @@ static int rescan_begin(struct store_kind *k, bool probe, void **out)
 	if (!j)
 		return -ENOMEM;
 	j->xs = xs;
-	j->probe = probe;
+	j->probe = mode != RESCAN_RELOAD;
 	j->known = calloc(xs->n_shards ? xs->n_shards : 1, sizeof(*j->known));
 	if (!j->known) {
 		free(j);

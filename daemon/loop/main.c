@@ -504,14 +504,16 @@ static void touched_cb(void *ctx)
 	conflicts_check_yield(&d->conflicts);
 }
 
-/* Git gave the working tree back: write what waited, look at the files,
- * commit. */
+/* Git gave the working tree back: write what waited, look at the files
+ * git may have written (created, removed or renamed: how git writes
+ * them; a change of the index or HEAD brings a look at every file,
+ * repo_changed_cb), commit. */
 static void resumed_cb(void *ctx)
 {
 	struct daemon *d = ctx;
 
 	store_resume(&d->store);
-	store_check_files(&d->store);
+	store_check_moved(&d->store);
 	gitq_commit_soon(&d->gitq);
 }
 

@@ -85,6 +85,15 @@ struct kind_change {
 	const void *detail;
 };
 
+/*
+ * What a rescan does. A reload finds the new state of every file; a
+ * probe only looks for a difference from what the kind last saw or
+ * wrote, in every file, or (RESCAN_PROBE_MOVED) only where files were
+ * created, removed or renamed since the kind last looked: what git does
+ * to a file it changes, but not an edit in place (vmdir_dir_fn).
+ */
+enum rescan_mode { RESCAN_RELOAD, RESCAN_PROBE, RESCAN_PROBE_MOVED };
+
 struct kind {
 	const char *name; /* "decision": in messages and health */
 	/* In the working tree and committed to git (the commit queue waits
@@ -162,11 +171,11 @@ struct kind {
 	/* ---- reload after a change made under us (NULL: never) ---- */
 
 	/*
-	 * Loop: snapshot what a rescan compares against into *job. A probe
-	 * only looks for a difference from what the kind last saw or wrote;
-	 * a reload finds the new state. 0 or -ENOMEM.
+	 * Loop: snapshot what a rescan compares against into *job (see
+	 * enum rescan_mode). 0 or -ENOMEM.
 	 */
-	int (*rescan_begin)(struct store_kind *k, bool probe, void **job);
+	int (*rescan_begin)(struct store_kind *k, enum rescan_mode mode,
+			    void **job);
 	/* Pool: look at the files; quarantine into rep (zeroed). 0 or
 	 * -errno with errmsg. */
 	int (*rescan)(struct store_kind *k, void *job,

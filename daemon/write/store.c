@@ -144,6 +144,7 @@ void store_changed(struct store_kind *k, enum kind_change_type type,
 void store_probe_soon(struct store_kind *k)
 {
 	k->store->probe_wanted = true;
+	k->store->probe_all = true;
 }
 
 size_t store_kind_slot(const struct store_kind *k, size_t slot)
@@ -1151,7 +1152,7 @@ static void reload_join(struct store *s, struct store_reload_wait *list);
 
 /* Every kind that can rescan takes its snapshot; NULL when one cannot
  * (nothing is then left taken). */
-static struct rescan_job *rescan_job_new(struct store *s, bool probe)
+static struct rescan_job *rescan_job_new(struct store *s, enum rescan_mode mode)
 {
 	struct rescan_job *j = calloc(1, sizeof(*j));
 
@@ -1159,7 +1160,7 @@ static struct rescan_job *rescan_job_new(struct store *s, bool probe)
 		return NULL;
 	j->s = s;
 	j->req.data = j;
-	j->probe = probe;
+	j->probe = mode != RESCAN_RELOAD;
 	for (size_t i = 0; i < s->n_kinds; i++) {
 		struct store_kind *k = s->kinds[i];
 		struct rescan_part *p = &j->parts[j->n];
@@ -1167,7 +1168,7 @@ static struct rescan_job *rescan_job_new(struct store *s, bool probe)
 		if (!k->kind->rescan_begin)
 			continue;
 		p->k = k;
-		if (k->kind->rescan_begin(k, probe, &p->job) < 0) {
+		if (k->kind->rescan_begin(k, mode, &p->job) < 0) {
 			rescan_parts_end(j, -ECANCELED);
 			rescan_job_free(j);
 			return NULL;
@@ -1307,7 +1308,7 @@ static void probe_step(struct store *s)
 	if (!s->probe_wanted || s->probing || s->reloading || s->closed ||
 	    s->writer_busy)
 		return;
-	j = rescan_job_new(s, true);
+	j = rescan_job_new(s, s->probe_all ? RESCAN_PROBE : RESCAN_PROBE_MOVED);
 	if (!j)
 		return; /* tried again at the next idle check */
 	if (uv_queue_work(s->loop, &j->req, rescan_work_cb, reload_after_cb) <
@@ -1317,10 +1318,17 @@ static void probe_step(struct store *s)
 		return;
 	}
 	s->probe_wanted = false;
+	s->probe_all = false;
 	s->probing = true;
 }
 
 void store_check_files(struct store *s)
+{
+	s->probe_all = true;
+	store_check_moved(s);
+}
+
+void store_check_moved(struct store *s)
 {
 	s->probe_wanted = true;
 	writer_kick(s, 0);
@@ -1349,7 +1357,7 @@ static void reload_step(struct store *s)
 	}
 	if (s->probing)
 		return; /* its after-callback moves us on */
-	j = rescan_job_new(s, false);
+	j = rescan_job_new(s, RESCAN_RELOAD);
 	if (!j) {
 		reload_finish(s, -ENOMEM, "out of memory", NULL);
 		return;
@@ -1563,6 +1571,7 @@ void store_resume(struct store *s)
 	if (s->probe_after_yield) {
 		s->probe_after_yield = false;
 		s->probe_wanted = true;
+		s->probe_all = true;
 	}
 	writer_kick(s, 0);
 	check_idle(s);

@@ -212,8 +212,10 @@ struct store {
 	void *on_change_ctx;
 
 	/* A reload from the files (store_reload), and a probe for changes
-	 * made under us (store_check_files). */
+	 * made under us (store_check_files; of every file when probe_all,
+	 * else only of files moved: store_check_moved). */
 	bool probe_wanted;
+	bool probe_all;
 	bool probe_after_yield; /* a change seen while git had the tree */
 	bool probing;
 	bool reloading;
@@ -298,7 +300,7 @@ void store_changed(struct store_kind *k, enum kind_change_type type,
 		   const void *detail);
 
 /* For kinds: have the files looked at (store_check_files) once the
- * current step is over and the writer has caught up. */
+ * current step is over. */
 void store_probe_soon(struct store_kind *k);
 
 /* Call cb once no write is in flight, every applied write is in synced
@@ -333,6 +335,14 @@ void store_resume(struct store *s);
  * nothing changed.
  */
 void store_check_files(struct store *s);
+
+/*
+ * The same, looking only where files were created, removed or renamed
+ * since the kinds last looked (RESCAN_PROBE_MOVED): after git held the
+ * tree without changing the index or HEAD (a git status), what git
+ * itself may have changed. Cheap however large the tree.
+ */
+void store_check_moved(struct store *s);
 
 /*
  * w->done(w, 0) once every write applied before this call is

@@ -766,6 +766,36 @@ class Yield(Coexist):
         self.assertIsNone(conn.call("server.health")["files_wait_for_git"])
 
 
+    def test_files_moved_while_git_held_the_index_are_seen(self):
+        # A git command that holds index.lock and leaves the index and
+        # HEAD as they were (git clean, git restore, a git status) may
+        # still create or remove decision files, as git writes them:
+        # once it is done, the daemon looks where files moved (only
+        # there: a git status beside a large memory costs what changed)
+        # and serves what it found.
+        conn = self.connect("w")
+        conn.store(6, 1, 2, "removed by git")
+        kept = conn.store(6, 2, 2, "kept")
+        self.sync(conn)
+        lock = os.path.join(self.repo.gitdir, "index.lock")
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        try:
+            self.assertTrue(wait_until(
+                lambda: conn.call("server.health")["files_wait_for_git"],
+                WAIT))
+            os.unlink(self.repo.decision_path(6, 1, 2))
+            new = self.repo.decision_path(7, 3, 2)
+            os.makedirs(os.path.dirname(new))
+            with open(new, "wb") as f:
+                f.write(self.decision_text(7, 3, 2, "created by git"))
+        finally:
+            os.unlink(lock)
+        self.assertTrue(wait_until(
+            lambda: not conn.exists(6, 1, 2), WAIT))
+        self.assertEqual(conn.get(7, 3, 2)["content"], "created by git")
+        self.assertEqual(conn.get(6, 2, 2), kept)
+        self.assertIsNone(conn.call("server.health")["files_wait_for_git"])
+
     def test_a_file_git_is_writing_is_not_quarantined(self):
         # While git has the tree, a look at the files (each change in the
         # git directory asks for one) moves nothing: git may be writing a

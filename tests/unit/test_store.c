@@ -353,9 +353,10 @@ static int note_sync(struct store_kind *k, char *errmsg, size_t n)
 }
 
 /* Loop: a probe or a reload of the notes looks at ns itself. */
-static int note_rescan_begin(struct store_kind *k, bool probe, void **job)
+static int note_rescan_begin(struct store_kind *k, enum rescan_mode mode,
+			     void **job)
 {
-	(void)probe;
+	(void)mode;
 	*job = notes_of(k);
 	return 0;
 }

@@ -915,12 +915,20 @@ static int stamp_cb(void *ctx, struct decision *d,
 	return 0;
 }
 
+static int known_calls;
+
 static bool known_cb(void *ctx, const struct coord *c,
 		     const struct vmdir_stamp *stamp)
 {
 	(void)ctx;
+	known_calls++;
 	return memcmp(&stamps[c->x], stamp, sizeof(*stamp)) == 0;
 }
+
+static const struct vmdir_scan_hooks rescan_hooks = {
+	.loaded = stamp_cb,
+	.known = known_cb,
+};
 
 /* A rescan reads only the files whose stamp changed. */
 START_TEST(test_rescan_reads_only_changed_files)
@@ -936,8 +944,8 @@ START_TEST(test_rescan_reads_only_changed_files)
 		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
 	ck_assert_int_eq(stamp_calls, 3);
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, NULL, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    NULL, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 	/* rewrite (2, 1, 1); the stamp vmdir_apply reports is what a
@@ -947,14 +955,14 @@ START_TEST(test_rescan_reads_only_changed_files)
 	op.text = t;
 	ck_assert_int_eq(vmdir_apply(&vd, &op, 1, false, msg, sizeof(msg)), 0);
 	free(t);
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, NULL, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    NULL, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 1);
 	ck_assert_mem_eq(&stamps[2], &op.stamp, sizeof(op.stamp));
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, NULL, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    NULL, msg, sizeof(msg)),
 			 0);
 	ck_assert_int_eq(stamp_calls, 0);
 }
@@ -1006,8 +1014,8 @@ START_TEST(test_write_after_rename_is_theirs)
 	ck_assert_ptr_null(meddle_text);
 	stamps[2] = op.stamp;
 	stamp_calls = 0;
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, &rep, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    &rep, msg, sizeof(msg)),
 			 0);
 	ck_assert_uint_eq(rep.n_conflicted, 1);
 	ck_assert_int_eq(stamp_calls, 0);
@@ -1028,8 +1036,8 @@ START_TEST(test_rescan_leaves_our_temps)
 	snprintf(rel, sizeof(rel), ".vector-memory/x-001/%s", ours);
 	spit(rel, "{", 1);
 	spit(".vector-memory/x-001/.tmp-99-1-y-1-z-3.json", "{", 1);
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, &rep, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    &rep, msg, sizeof(msg)),
 			 0);
 	ck_assert_uint_eq(rep.temp_removed, 1);
 	ck_assert(exists(path_of(rel)));
@@ -1041,6 +1049,118 @@ START_TEST(test_rescan_leaves_our_temps)
 	ck_assert_uint_eq(rep.temp_removed, 1);
 	ck_assert(!exists(path_of(rel)));
 	vmdir_load_report_done(&rep);
+}
+END_TEST
+
+/* Directory stamps as a probe's caller keeps them: the settled ones. */
+static struct vmdir_stamp dirstamps[4];
+static bool dir_settled[4];
+static int dir_calls;
+
+static bool dir_cb(void *ctx, int x, const struct vmdir_stamp *stamp,
+		   bool settled)
+{
+	bool known = dirstamps[x].ino != 0 &&
+		     memcmp(&dirstamps[x], stamp, sizeof(*stamp)) == 0;
+
+	(void)ctx;
+	dir_calls++;
+	dir_settled[x] = settled;
+	dirstamps[x] = settled ? *stamp : (struct vmdir_stamp){0};
+	return known;
+}
+
+/* Scan with the directory hook; the counts of calls start from zero. */
+static int scan_dirs(enum vmdir_scan_mode mode,
+		     const struct unmerged_set *unmerged,
+		     struct vmdir_load_report *rep)
+{
+	static const struct vmdir_scan_hooks hooks = {
+		.loaded = stamp_cb,
+		.known = known_cb,
+		.dir = dir_cb,
+	};
+	char msg[256] = "";
+	int rc;
+
+	dir_calls = known_calls = stamp_calls = 0;
+	rc = vmdir_scan(&vd, mode, &hooks, unmerged, rep, msg, sizeof(msg));
+	ck_assert_msg(rc == 0, "%s", msg);
+	return rc;
+}
+
+/* A probe skips the directories that kept their stamp: git writes a file
+ * by removing it and creating it anew, which a directory's stamp shows;
+ * an edit in place does not, and only a reload (or a probe of every
+ * file) sees it. Reloads, directories that moved a moment ago, and a tree
+ * with unmerged files are looked at file by file. */
+START_TEST(test_probe_skips_directories_nobody_moved)
+{
+	const char *two = ".vector-memory/x-002/y-1-z-1.json";
+	const char *three = ".vector-memory/x-003/y-1-z-1.json";
+	struct unmerged_entry u = {.coord = {1, 1, 1}, .stages = 6};
+	const struct unmerged_set unmerged = {.e = &u, .n = 1};
+	struct vmdir_load_report rep;
+	char msg[256] = "";
+	size_t len;
+	char *t;
+	int fd;
+
+	apply1(1, 1, 1, "one");
+	apply1(2, 1, 1, "two");
+	apply1(3, 1, 1, "three");
+	ck_assert_int_eq(
+		vmdir_load(&vd, stamp_cb, NULL, NULL, msg, sizeof(msg)), 0);
+	memset(dirstamps, 0, sizeof(dirstamps));
+	vd.settled_ns = 0; /* every stamp settled at once */
+
+	/* the first look knows no directory: every file is looked at */
+	scan_dirs(VMDIR_PROBE, NULL, NULL);
+	ck_assert_int_eq(dir_calls, 3);
+	ck_assert_int_eq(known_calls, 3);
+	ck_assert(dir_settled[1] && dir_settled[2] && dir_settled[3]);
+	/* nothing moved since: no file is */
+	scan_dirs(VMDIR_PROBE, NULL, NULL);
+	ck_assert_int_eq(dir_calls, 3);
+	ck_assert_int_eq(known_calls, 0);
+	/* a reload looks at every file whatever the hook says */
+	scan_dirs(VMDIR_RELOAD, NULL, NULL);
+	ck_assert_int_eq(known_calls, 3);
+
+	/* git's way in x-002, an edit in place in x-003 */
+	ck_assert_int_eq(unlink(path_of(two)), 0);
+	t = text_of(2, 1, 1, "two, from git", &len);
+	spit(two, t, len);
+	free(t);
+	t = text_of(3, 1, 1, "three, edited", &len);
+	fd = open(path_of(three), O_WRONLY | O_TRUNC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, t, len), (ssize_t)len);
+	ck_assert_int_eq(close(fd), 0);
+	free(t);
+	scan_dirs(VMDIR_PROBE, NULL, NULL);
+	ck_assert_int_eq(known_calls, 1);
+	ck_assert_int_eq(stamp_calls, 1); /* x-002's file read */
+	scan_dirs(VMDIR_PROBE, NULL, NULL);
+	ck_assert_int_eq(stamp_calls, 0);
+	scan_dirs(VMDIR_RELOAD, NULL, NULL);
+	ck_assert_int_eq(stamp_calls, 1); /* x-003's file read */
+
+	/* git's unmerged files are reported wherever they are */
+	scan_dirs(VMDIR_PROBE, &unmerged, &rep);
+	ck_assert_uint_eq(rep.n_conflicted, 1);
+	ck_assert_int_eq(known_calls, 2);
+	vmdir_load_report_done(&rep);
+
+	/* a directory that moved within settled_ns is not settled, and a
+	 * stamp that is not is never trusted */
+	vd.settled_ns = 3600LL * 1000000000;
+	scan_dirs(VMDIR_PROBE, NULL, NULL);
+	ck_assert(!dir_settled[1] && !dir_settled[2] && !dir_settled[3]);
+	ck_assert_int_eq(known_calls, 0); /* the stamps kept were settled */
+	scan_dirs(VMDIR_PROBE, NULL, NULL);
+	ck_assert_int_eq(known_calls, 3);
+	vd.settled_ns = VMDIR_SETTLED_NS;
 }
 END_TEST
 
@@ -1068,8 +1188,8 @@ START_TEST(test_probe_and_reload_beside_git)
 	spit(empty, "", 0);
 	spit(temp, "{", 1);
 	vd.interrupt = tree_interrupt;
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_PROBE, known_cb, stamp_cb, NULL,
-				    NULL, &rep, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_PROBE, &rescan_hooks, NULL, &rep,
+				    msg, sizeof(msg)),
 			 0);
 	ck_assert_uint_eq(rep.unusable, 1);
 	ck_assert_uint_eq(rep.n_quarantined, 0);
@@ -1079,8 +1199,8 @@ START_TEST(test_probe_and_reload_beside_git)
 	vmdir_load_report_done(&rep);
 
 	git_has_tree = true;
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, &rep, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    &rep, msg, sizeof(msg)),
 			 -EAGAIN);
 	ck_assert_msg(strstr(msg, "git took the working tree"), "%s", msg);
 	ck_assert_uint_eq(rep.n_quarantined, 0);
@@ -1088,8 +1208,8 @@ START_TEST(test_probe_and_reload_beside_git)
 	vmdir_load_report_done(&rep);
 
 	git_has_tree = false;
-	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, known_cb, stamp_cb, NULL,
-				    NULL, &rep, msg, sizeof(msg)),
+	ck_assert_int_eq(vmdir_scan(&vd, VMDIR_RELOAD, &rescan_hooks, NULL,
+				    &rep, msg, sizeof(msg)),
 			 0);
 	ck_assert_uint_eq(rep.n_quarantined, 1);
 	ck_assert_uint_eq(rep.unusable, 0);
@@ -1281,6 +1401,7 @@ static Suite *vmdir_suite(void)
 	tcase_add_test(tc, test_backdate_new_file);
 	tcase_add_test(tc, test_backdate_not_twice);
 	tcase_add_test(tc, test_backdate_after_removal);
+	tcase_add_test(tc, test_probe_skips_directories_nobody_moved);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -771,6 +771,68 @@ static int parse_edited(const char *from, const char *to, char *msg)
 	return r;
 }
 
+/* decision_parse as it was: jansson alone (the quick loader's oracle). */
+static int parse_by_jansson(const char *text, struct decision *d, char *msg)
+{
+	json_error_t err;
+	json_t *obj = json_loadb(text, strlen(text), JSON_REJECT_DUPLICATES,
+				 &err);
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	if (!obj) {
+		snprintf(msg, VMEM_ERRMSG_LEN,
+			 "invalid JSON at line %d column %d: %.80s", err.line,
+			 err.column, err.text);
+		return RPC_INVALID_PARAMS;
+	}
+	r = decision_from_json(obj, 1000, d, msg);
+	json_decref(obj);
+	return r;
+}
+
+/* decision_parse takes the quick loader's tree when it gives one and
+ * jansson's otherwise: the same decision or the same message either way
+ * (an escape the quick loader leaves, duplicate keys, a top level that
+ * is not an object, a cut text). */
+START_TEST(test_parse_quick_or_jansson_same)
+{
+	static const char *const texts[] = {
+		example_file,
+		"{\"coordinate\":{\"x\":1,\"y\":1,\"z\":2},\"content\":"
+		"\"caf\\u00e9\",\"timestamp\":\"2025-01-06T15:30:00.123456Z\","
+		"\"agent_id\":\"a\"}",
+		"{\"coordinate\":{\"x\":1,\"y\":1,\"z\":2},\"content\":\"x\","
+		"\"content\":\"y\",\"timestamp\":"
+		"\"2025-01-06T15:30:00.123456Z\",\"agent_id\":\"a\"}",
+		"[1]",
+		"3",
+		"\"text\"",
+		"{\"coordinate\": {\"x\": 1",
+	};
+
+	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+		char m1[VMEM_ERRMSG_LEN] = "", m2[VMEM_ERRMSG_LEN] = "";
+		struct decision a, b;
+		int r1 = decision_parse(texts[i], strlen(texts[i]), 1000, &a,
+					m1);
+		int r2 = parse_by_jansson(texts[i], &b, m2);
+
+		ck_assert_int_eq(r1, r2);
+		ck_assert_str_eq(m1, m2);
+		if (r1 != 0)
+			continue;
+		ck_assert_int_eq(coord_cmp(&a.coord, &b.coord), 0);
+		ck_assert_uint_eq(a.content_len, b.content_len);
+		ck_assert_mem_eq(a.content, b.content, a.content_len);
+		ck_assert_str_eq(a.agent_id, b.agent_id);
+		ck_assert_str_eq(a.timestamp, b.timestamp);
+		decision_done(&a);
+		decision_done(&b);
+	}
+}
+END_TEST
+
 START_TEST(test_parse_rejects)
 {
 	char msg[VMEM_ERRMSG_LEN];
@@ -907,6 +969,7 @@ static Suite *decision_suite(void)
 	tcase_add_test(tc2, test_dump_file_example);
 	tcase_add_test(tc2, test_file_round_trip);
 	tcase_add_test(tc2, test_parse_rejects);
+	tcase_add_test(tc2, test_parse_quick_or_jansson_same);
 	tcase_add_test(tc2, test_compact_matches_jansson);
 	suite_add_tcase(s, tc2);
 	return s;

@@ -775,8 +775,8 @@ static int parse_edited(const char *from, const char *to, char *msg)
 static int parse_by_jansson(const char *text, struct decision *d, char *msg)
 {
 	json_error_t err;
-	json_t *obj = json_loadb(text, strlen(text), JSON_REJECT_DUPLICATES,
-				 &err);
+	json_t *obj =
+		json_loadb(text, strlen(text), JSON_REJECT_DUPLICATES, &err);
 	int r;
 
 	memset(d, 0, sizeof(*d));

@@ -70,6 +70,9 @@ struct notes {
 	 * was there when the last one looked (on the pool). */
 	size_t n_probes;
 	bool probe_saw_files;
+	/* The mode of each rescan begun, in order (the first ones). */
+	enum rescan_mode modes[8];
+	size_t n_modes;
 };
 
 struct note_write {
@@ -356,8 +359,11 @@ static int note_sync(struct store_kind *k, char *errmsg, size_t n)
 static int note_rescan_begin(struct store_kind *k, enum rescan_mode mode,
 			     void **job)
 {
-	(void)mode;
-	*job = notes_of(k);
+	struct notes *ns = notes_of(k);
+
+	if (ns->n_modes < sizeof(ns->modes) / sizeof(ns->modes[0]))
+		ns->modes[ns->n_modes++] = mode;
+	*job = ns;
 	return 0;
 }
 
@@ -1139,6 +1145,28 @@ START_TEST(test_probe_before_the_writer)
 }
 END_TEST
 
+/* What a probe looks at: where files moved after git gave the tree back
+ * (store_check_moved), every file after a change of HEAD or the index
+ * (store_check_files); asked for while the first looks, every file
+ * comes next. */
+START_TEST(test_probe_of_the_moved_or_of_every_file)
+{
+	open_ok();
+	store_check_moved(&st);
+	store_check_files(&st);
+	while (ns.n_probes < 2)
+		uv_run(&loop, UV_RUN_ONCE);
+	store_check_moved(&st);
+	while (ns.n_probes < 3)
+		uv_run(&loop, UV_RUN_ONCE);
+	ck_assert_uint_eq(ns.n_modes, 3);
+	ck_assert_int_eq(ns.modes[0], RESCAN_PROBE_MOVED);
+	ck_assert_int_eq(ns.modes[1], RESCAN_PROBE);
+	ck_assert_int_eq(ns.modes[2], RESCAN_PROBE_MOVED);
+	close_store();
+}
+END_TEST
+
 /* Append payloads to the log as one batch, as a daemon would have. */
 static void write_log(const char *const *payloads)
 {
@@ -1259,6 +1287,7 @@ int main(void)
 	tcase_add_test(tc, test_unknown_kind_refused);
 	tcase_add_test(tc, test_tree_yielded);
 	tcase_add_test(tc, test_probe_before_the_writer);
+	tcase_add_test(tc, test_probe_of_the_moved_or_of_every_file);
 	tcase_add_test(tc, test_old_decision_log_replays);
 	suite_add_tcase(s, tc);
 	return run_suite(s);

@@ -18,9 +18,9 @@ floor (shared/reference/git-floor.md):
             the file writer's pass the sync waits for), p50/p99 of --reps
 
 and the daemon's first commit of the whole tree (start-up scan included),
-RSS at rest and during commits, and what a user's own `git status` costs:
-right after each of the daemon's commits (racy git: how many of those
-rewrote .git/index) and at rest.
+its RSS between syncs, during commits and after 5 s idle, and what a
+user's own `git status` costs: right after each of the daemon's commits
+(racy git: how many of those rewrote .git/index) and at rest.
 The tree is laid out as the daemon writes it: .vector-memory/x-NNNNN/
 y-Y-z-Z.json, 20 files per directory, ~500-byte decisions. Prints
 figures; never fails on time. Needs python3-pygit2 (Debian).
@@ -249,7 +249,8 @@ def main():
           "cheapest sync) | durable floor (+ syncfs) | durable floor (+ "
           "fsync of its objects) | vmemd git.sync p50 / "
           "p99 | vs floor | vs durable floor | vs git | first commit | RSS "
-          "rest / during sync (MB) | user's git status after a sync "
+          "rest / during sync / after 5 s idle (MB) | user's git status "
+          "after a sync "
           "(index rewritten) | at rest |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
           "---|")
@@ -257,7 +258,8 @@ def main():
         print("| {n:,} | {git:.0f} ms | {tree:.1f} ms | {own:.1f} ms | "
               "{upd:.1f} ms | {lg2:.1f} ms | {floor:.1f} ms | {dfloor:.1f} ms"
               " | {ffloor:.1f} ms | {p50:.1f} / {p99:.1f} ms | {rf:.2f}x | {rd:.2f}x | "
-              "{rg:.1f}x faster | {first:.1f} s | {rest:.0f} / {during:.0f} | "
+              "{rg:.1f}x faster | {first:.1f} s | {rest:.0f} / {during:.0f} / "
+              "{rested:.0f} | "
               "{after:.0f} ms ({racy}/{reps}) | {status:.0f} ms |"
               .format(**r))
 
@@ -343,6 +345,10 @@ def run_size(a, rng, tmp, n):
             syncs.append(ms)
             after.append(ms_status)
             racy += index_stamp(root) != before
+    # "At rest" above is between syncs that come back to back; after a
+    # rest the daemon gives freed memory back (daemon/service/trim.h).
+    time.sleep(5)
+    rested = rss_kib(d.pid)
     c.call("server.shutdown")
     d.wait()
     del version
@@ -415,17 +421,18 @@ def run_size(a, rng, tmp, n):
                ffloor=ffloor,
                p50=p50, p99=p99, rf=p50 / floor, rd=p50 / dfloor,
                rg=med(gitc) / p50, first=first, rest=rest / 1024,
-               during=during / 1024, status=status,
+               during=during / 1024, rested=rested / 1024, status=status,
                after=statistics.median(after), racy=racy, reps=len(after))
     print("  git add+commit %.0f ms | tree-only %.1f ms | own sync %.1f ms | "
           "update-index %.1f ms | libgit2 index %.1f ms | durable floor "
           "%.1f ms (syncfs), %.1f ms (fsync of its objects) | vmemd git.sync p50 %.1f p99 %.1f ms (%.2fx the floor, "
           "%.2fx the durable floor, %.1fx faster than git) | RSS %.0f MB at "
-          "rest, %.0f MB during syncs | git status after a sync %.0f ms "
+          "rest, %.0f MB during syncs, %.0f MB after 5 s idle | git status after a sync %.0f ms "
           "(index rewritten %d/%d), at rest %.0f ms"
           % (row["git"], row["tree"], row["own"], row["upd"], row["lg2"],
              dfloor, ffloor, p50, p99, row["rf"], row["rd"], row["rg"], row["rest"],
-             row["during"], row["after"], racy, len(after), status),
+             row["during"], row["rested"], row["after"], racy, len(after),
+             status),
           flush=True)
     if not a.keep:
         shutil.rmtree(root, ignore_errors=True)

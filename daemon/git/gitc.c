@@ -170,6 +170,12 @@ int gitc_open(struct gitc **out, const char *workdir,
 	/* libgit2 keeps every pack it has read open (no limit by default);
 	 * big commits add a pack each, so bound the descriptors it holds. */
 	git_libgit2_opts(GIT_OPT_SET_MWINDOW_FILE_LIMIT, (size_t)GITC_PACK_FDS);
+	/* Every id our trees take is of an object we have just written or
+	 * of an entry already in a tree: libgit2's check that it exists
+	 * (a header read for each, of a loose file or from a pack) would
+	 * read a first commit's every blob back, and leave its packs mapped
+	 * and resident (30 MB after 100,000 decisions). */
+	git_libgit2_opts(GIT_OPT_ENABLE_STRICT_OBJECT_CREATION, 0);
 	g = calloc(1, sizeof(*g));
 	if (!g) {
 		ret = -ENOMEM;

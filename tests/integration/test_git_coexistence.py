@@ -855,6 +855,7 @@ class Writers:
         self.case, self.stop = case, threading.Event()
         self.first_z1 = {}  # z=1 coordinate -> the first ack
         self.deleted = set()  # coordinates with an acknowledged delete
+        self.clone_deleted = set()  # ... by the clone's writer
         # coordinate -> the content of a store in flight, or None for a
         # delete: a read may see it before its writer records the answer
         self.in_flight = {}
@@ -899,6 +900,9 @@ class Writers:
                                       -32003):
                         self.errors.append("%s: %s" % (c, e))
                     continue
+                if i is None and rec is None:
+                    with self.lock:
+                        self.clone_deleted.add(c)
                 if i is not None:
                     with self.lock:
                         self.in_flight.pop(c, None)
@@ -917,6 +921,10 @@ class Writers:
     def snapshot(self):
         with self.lock:
             return dict(self.first_z1), set(self.deleted)
+
+    def deleted_in_the_clone(self):
+        with self.lock:
+            return set(self.clone_deleted)
 
     def marks(self):
         """Where each coordinate's history stands now."""
@@ -1332,10 +1340,13 @@ class ScriptedUser(Coexist):
                            bad)
         # 3. user commits delete only decisions someone deleted
         first_z1, deleted = self.w.snapshot()
+        clone_deleted = self.w.deleted_in_the_clone()
         # who made each commit: the committer (a rebase re-commits the
-        # daemon's commits as the user)
-        for line in self.git("log", "--format=%H %cn", "HEAD").splitlines():
-            cid, author = line.split(" ", 1)
+        # daemon's commits as the user); its author says whose change a
+        # rebase replayed
+        for line in self.git("log", "--format=%H%x09%cn%x09%an",
+                             "HEAD").splitlines():
+            cid, author, original = line.split("\t", 2)
             if cid in self.checked_commits:
                 continue
             self.checked_commits.add(cid)
@@ -1347,9 +1358,15 @@ class ScriptedUser(Coexist):
                 m = re.match(r"\.vector-memory/x-(\d+)/y-(\d)-z-(\d)",
                              path)
                 c = m and tuple(int(v) for v in m.groups())
+                # (a rebase without --rebase-merges replays the commits a
+                # merge brought from the clone one by one, the clone
+                # daemon's deletions among them: those are not the user's)
+                replayed_clone_delete = original != vt.USER[0] and \
+                    c in clone_deleted
                 if author == vt.USER[0] and st == "D" and c and \
                         c not in deleted and c[0] not in USER_X and \
                         self.user.get(*c) is not None and \
+                        not replayed_clone_delete and \
                         not self.deleted_by_the_other_side(cid, path):
                     self.violation("a user commit deletes a decision",
                                    (op, cid, path))

@@ -961,15 +961,7 @@ int decision_parse(const char *text, size_t len, int max_x,
 	int ret;
 
 	memset(out, 0, sizeof(*out));
-	/* The quick loader's tree is jansson's when it gives one; what is
-	 * not an object is left to jansson too, for jansson's message. */
-	obj = fastjson_load(text, len);
-	if (obj && !json_is_object(obj)) {
-		json_decref(obj);
-		obj = NULL;
-	}
-	if (!obj)
-		obj = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+	obj = fastjson_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
 	if (!obj) {
 		set_msg(msg, "invalid JSON at line %d column %d: %.80s",
 			err.line, err.column, err.text);

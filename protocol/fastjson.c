@@ -409,3 +409,16 @@ json_t *fastjson_load(const char *text, size_t len)
 	free(lx.scratch);
 	return v;
 }
+
+json_t *fastjson_loadb(const char *text, size_t len, size_t flags,
+		       json_error_t *err)
+{
+	json_t *v = fastjson_load(text, len);
+
+	if (v && !(flags & JSON_DECODE_ANY) && !json_is_object(v) &&
+	    !json_is_array(v)) {
+		json_decref(v);
+		v = NULL;
+	}
+	return v ? v : json_loadb(text, len, flags, err);
+}

@@ -25,4 +25,14 @@
  * here (or out of memory); then ask jansson. */
 json_t *fastjson_load(const char *text, size_t len);
 
+/*
+ * json_loadb(text, len, flags, err) with the quick loader first: its tree
+ * when it gives one json_loadb would give (a top level other than an
+ * object or an array only with JSON_DECODE_ANY), else jansson's result
+ * and err (err is set only when NULL is returned). A new reference or
+ * NULL.
+ */
+json_t *fastjson_loadb(const char *text, size_t len, size_t flags,
+		       json_error_t *err);
+
 #endif

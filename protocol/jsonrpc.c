@@ -227,11 +227,8 @@ int rpc_parse(const char *line, size_t len, size_t max_depth, json_t **doc,
 		*msg = "Invalid Request: nesting too deep";
 		return RPC_INVALID_REQUEST;
 	}
-	root = fastjson_load(line, len);
-	if (!root)
-		root = json_loadb(line, len,
-				  JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
-				  &err);
+	root = fastjson_loadb(line, len,
+			      JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &err);
 	if (!root && json_error_code(&err) == json_error_numeric_overflow) {
 		size_t wide_len;
 		char *wide = widen_big_integers(line, len, &wide_len);

@@ -899,14 +899,10 @@ static int signature(git_signature **sig, git_repository *repo,
  * for what it leaves. */
 static char *agent_of(const struct item *it)
 {
-	json_t *doc = fastjson_load(it->bytes, it->len);
-	const char *a;
-	char *r;
+	json_t *doc = fastjson_loadb(it->bytes, it->len, 0, NULL);
+	const char *a = json_string_value(json_object_get(doc, "agent_id"));
+	char *r = a ? strdup(a) : NULL;
 
-	if (!doc)
-		doc = json_loadb(it->bytes, it->len, 0, NULL);
-	a = json_string_value(json_object_get(doc, "agent_id"));
-	r = a ? strdup(a) : NULL;
 	json_decref(doc);
 	return r;
 }

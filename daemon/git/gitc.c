@@ -5,13 +5,12 @@
  * A commit follows git's lock protocol end to end. The files of the batch
  * are read from the working tree and written as blobs first (no lock
  * needed). Then index.lock is taken (O_EXCL; held by someone else: the
- * commit is deferred), and held while the commit is built on the branch
- * tip with treebuilders (the big .vector-memory tree kept in memory
- * between commits) and its objects made durable, the new index is
- * prepared from the index as it is now (gitidx.c), the branch is moved
- * under its own ref lock with a compare-and-swap against that tip
- * (rebuilt on the new tip when it moved), and finally the prepared index
- * is renamed over the index. A
+ * commit is deferred), and held while the new index is prepared from the
+ * index as it is now (gitidx.c), the commit is built on the branch tip
+ * with treebuilders (the big .vector-memory tree kept in memory between
+ * commits), the branch is moved under its own ref lock with a
+ * compare-and-swap against that tip (rebuilt on the new tip when it
+ * moved), and finally the prepared index is renamed over the index. A
  * user's git command meanwhile fails on the lock as it would against any
  * other git process, and nothing of it is lost; an index that cannot be
  * prepared stops the commit before the branch moves.
@@ -960,62 +959,14 @@ static unsigned new_index_version(git_repository *repo, bool *want_git)
 }
 
 /*
- * The new index, prepared in index.lock once per commit: after the
- * commit's objects are durable, never before. syncfs() flushes every
- * dirty page of the file system, and a prepared index is the whole index
- * (10 MB at 100,000 decisions, ~1 ms of syncfs a megabyte). Written after,
- * it goes to the disk when it is renamed over the index (ext4 starts the
- * writeback of a file renamed over another) and is clean long before the
- * next commit's syncfs.
- */
-struct index_step {
-	struct gitidx_ctx ic;
-	struct gitlock *lock;
-	const struct gitidx_update *up;
-	size_t n;
-	struct gitidx_result ir;
-	bool done;
-	int rc; /* of the one preparation */
-	struct gitc_result *res;
-};
-
-/* 0 (prepared), 1 with why (a conflict) or -errno (errmsg); a second call
- * gives the first one's answer. */
-static int index_step(struct gitc *g, struct index_step *st, char *why,
-		      size_t whyn, char *errmsg, size_t errn)
-{
-	struct gitc_result *res = st->res;
-	int rc;
-
-	if (st->done)
-		return st->rc;
-	st->done = true;
-	rc = st->rc = gitidx_sync(&st->ic, st->lock, &g->mark, st->up, st->n,
-				  &st->ir, errmsg, errn);
-	res->index_way =
-		st->ir.way == GITIDX_GIT ? GITC_INDEX_GIT : GITC_INDEX_OWN;
-	snprintf(res->index_why, sizeof(res->index_why), "%s", st->ir.why);
-	if (rc < 0) {
-		res->index_error = true;
-		return rc;
-	}
-	if (st->ir.conflict) {
-		errmsg_set(why, whyn, "conflict in %s", st->ir.conflict_path);
-		return st->rc = 1;
-	}
-	hook(g, GITC_STEP_INDEX_READY);
-	return 0;
-}
-
-/*
- * Under index.lock: build on the tip, prepare the index (ix) and move the
- * branch, rebuilt when the tip moved. 0 with *cid (zero when the tree
- * stays as it is), 1 with why, or -errno.
+ * Under index.lock: build on the tip and move the branch, rebuilt when the
+ * tip moved. 0 with *cid (zero when the tree stays as it is), 1 with why,
+ * or -errno.
  */
 static int commit_tries(struct gitc *g, struct item **its, size_t n,
 			const char *message, const git_signature *sig,
-			struct index_step *ix, git_oid *cid, char *why,
-			size_t whyn, char *errmsg, size_t errn)
+			git_oid *cid, char *why, size_t whyn, char *errmsg,
+			size_t errn)
 {
 	git_reference *head = NULL;
 	git_commit *tip = NULL;
@@ -1075,8 +1026,7 @@ static int commit_tries(struct gitc *g, struct item **its, size_t n,
 		}
 		if (!any || (tip_tree &&
 			     git_oid_equal(&tree_id, git_tree_id(tip_tree)))) {
-			/* nothing differs from the tip; the index may */
-			rc = index_step(g, ix, why, whyn, errmsg, errn);
+			rc = 0; /* nothing differs from the tip */
 			break;
 		}
 		if (!message) {
@@ -1100,9 +1050,6 @@ static int commit_tries(struct gitc *g, struct item **its, size_t n,
 			rc = git_fail(e, "creating the commit", errmsg, errn);
 			break;
 		}
-		rc = index_step(g, ix, why, whyn, errmsg, errn);
-		if (rc != 0)
-			break;
 		hook(g, GITC_STEP_BEFORE_CAS);
 		rc = move_branch(g, branch, unborn ? NULL : &tip_id, cid, sig,
 				 errmsg, errn);
@@ -1114,7 +1061,7 @@ static int commit_tries(struct gitc *g, struct item **its, size_t n,
 			rc = 1;
 		}
 	}
-	if (rc == -EAGAIN && tries == MAX_TRIES)
+	if (rc == -EAGAIN)
 		errmsg_set(errmsg, errn,
 			   "the branch kept moving during %d attempts",
 			   MAX_TRIES);
@@ -1234,7 +1181,8 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		   struct gitc_change *ch, size_t n, const char *message,
 		   struct gitc_result *res, char *errmsg, size_t errn)
 {
-	struct index_step ix = {0};
+	struct gitidx_ctx ic = {0};
+	struct gitidx_result ir;
 	struct gitidx_update *up = NULL;
 	struct item *its = NULL, **sorted = NULL;
 	git_signature *sig = NULL;
@@ -1347,18 +1295,28 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		memcpy(up[i].oid, sorted[i]->id.id, 20);
 		up[i].st = sorted[i]->st;
 	}
-	ix.ic.gitdir = g->gitdir;
-	ix.ic.workdir = g->workdir;
-	ix.ic.state = g->state;
-	ix.ic.git = "git";
-	ix.ic.new_version = new_index_version(g->repo, &ix.ic.force_git);
-	ix.ic.forced = g->way_forced;
-	ix.ic.force_way = g->way;
-	ix.lock = &il;
-	ix.up = up;
-	ix.n = ni;
-	ix.res = res;
-	rc = commit_tries(g, sorted, ni, message, sig, &ix, &cid, res->deferred,
+	ic.gitdir = g->gitdir;
+	ic.workdir = g->workdir;
+	ic.state = g->state;
+	ic.git = "git";
+	ic.new_version = new_index_version(g->repo, &ic.force_git);
+	ic.forced = g->way_forced;
+	ic.force_way = g->way;
+	rc = gitidx_sync(&ic, &il, &g->mark, up, ni, &ir, errmsg, errn);
+	res->index_way = ir.way == GITIDX_GIT ? GITC_INDEX_GIT : GITC_INDEX_OWN;
+	snprintf(res->index_why, sizeof(res->index_why), "%s", ir.why);
+	if (rc < 0) {
+		res->index_error = true;
+		goto out;
+	}
+	if (ir.conflict) {
+		errmsg_set(res->deferred, sizeof(res->deferred),
+			   "conflict in %s", ir.conflict_path);
+		rc = 1;
+		goto out;
+	}
+	hook(g, GITC_STEP_INDEX_READY);
+	rc = commit_tries(g, sorted, ni, message, sig, &cid, res->deferred,
 			  sizeof(res->deferred), errmsg, errn);
 	if (rc != 0)
 		goto out;
@@ -1367,7 +1325,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		res->committed_at = (int64_t)sig->when.time;
 		hook(g, GITC_STEP_MOVED);
 	}
-	if (ix.ir.changed) {
+	if (ir.changed) {
 		rc = gitlock_commit(&il, false);
 		if (rc < 0) {
 			/* The branch moved; the index could not follow. The

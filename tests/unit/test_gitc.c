@@ -596,46 +596,6 @@ START_TEST(test_lock_held_throughout)
 }
 END_TEST
 
-/* How many commit objects the repository holds when the new index is
- * prepared. */
-static int commits_at_index;
-
-static void count_commits(void *ctx, enum gitc_step step)
-{
-	(void)ctx;
-	if (step == GITC_STEP_INDEX_READY)
-		commits_at_index = atoi(
-			out("git cat-file --batch-all-objects "
-			    "--batch-check='%%(objecttype)' | grep -c commit"));
-}
-
-/*
- * The index is prepared once the commit's objects are written (and made
- * durable): a syncfs() after it would flush the whole index with them.
- */
-START_TEST(test_index_prepared_after_objects)
-{
-	struct gitc_result res;
-	struct gitc_change c;
-	char buf[512];
-
-	c = put(5, 2, 1, "one", buf, sizeof(buf));
-	commit_ok(&c, 1, NULL, &res);
-	ck_assert_str_eq(out("git cat-file --batch-all-objects "
-			     "--batch-check='%%(objecttype)' | grep -c commit"),
-			 "1\n");
-	commits_at_index = 0;
-	gitc_set_hook(g, count_commits, NULL);
-	c = put(5, 2, 1, "two", buf, sizeof(buf));
-	commit_ok(&c, 1, NULL, &res);
-	gitc_set_hook(g, NULL, NULL);
-	ck_assert_int_eq(commits_at_index, 2);
-	ck_assert(res.index_written);
-	ck_assert_str_eq(out("git status --porcelain"), "");
-	fsck_clean();
-}
-END_TEST
-
 /* The index's version and extension signatures, "2 TREE UNTR". */
 static const char *index_shape(void)
 {
@@ -1582,7 +1542,6 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_defer_cherry_pick_and_rebase);
 	tcase_add_test(tc, test_defer_index_lock);
 	tcase_add_test(tc, test_lock_held_throughout);
-	tcase_add_test(tc, test_index_prepared_after_objects);
 	tcase_add_test(tc, test_worktree);
 	tcase_add_test(tc, test_open_errors);
 	tcase_add_test(tc, test_index_v2);

@@ -106,14 +106,36 @@ static void debounce_cb(uv_timer_t *t)
 	w->changed(w->ctx);
 }
 
+static void lock_check_cb(uv_check_t *c)
+{
+	struct watch *w = c->data;
+
+	uv_check_stop(c);
+	w->lock_pending = false;
+	if (w->lock_event)
+		w->lock_event(w->ctx);
+}
+
+static bool is_lock(const char *file)
+{
+	size_t len = file ? strlen(file) : 0;
+
+	return len > 5 && strcmp(file + len - 5, ".lock") == 0;
+}
+
 static void event_cb(uv_fs_event_t *h, const char *file, int events, int status)
 {
 	struct watch *w = h->data;
 
-	(void)file;
 	(void)events;
 	if (status < 0)
 		return;
+	/* Reported after this iteration's events (uv_check), so a burst of
+	 * them is looked at once, as the tree is then. */
+	if (w->lock_event && !w->lock_pending && is_lock(file)) {
+		w->lock_pending = true;
+		uv_check_start(&w->lock_check, lock_check_cb);
+	}
 	uv_timer_start(&w->debounce, debounce_cb, DEBOUNCE_MS, 0);
 }
 
@@ -144,9 +166,11 @@ int watch_start(struct watch *w, uv_loop_t *loop, const char *gitdir,
 		return -ENOMEM;
 	}
 	uv_timer_init(loop, &w->debounce);
+	uv_check_init(loop, &w->lock_check);
 	uv_fs_event_init(loop, &w->gitdir_ev);
 	uv_fs_event_init(loop, &w->ref_ev);
 	w->debounce.data = w->gitdir_ev.data = w->ref_ev.data = w;
+	w->lock_check.data = w;
 	w->started = true;
 	rc = uv_fs_event_start(&w->gitdir_ev, event_cb, w->gitdir, 0);
 	watch_settle(w);
@@ -161,6 +185,7 @@ void watch_stop(struct watch *w)
 	uv_close((uv_handle_t *)&w->gitdir_ev, NULL);
 	uv_close((uv_handle_t *)&w->ref_ev, NULL);
 	uv_close((uv_handle_t *)&w->debounce, NULL);
+	uv_close((uv_handle_t *)&w->lock_check, NULL);
 	free(w->gitdir);
 	free(w->commondir);
 	w->gitdir = w->commondir = NULL;

@@ -4,7 +4,10 @@
  * debounced, then a signature of those three (their bytes or stat) is
  * compared with the last one the daemon settled on; only a difference is
  * reported. The daemon settles after its own commits and reloads, so its
- * own changes are not reported back to it. Loop thread only.
+ * own changes are not reported back to it. A lock file coming or going is
+ * also reported at once (lock_event): git gives the working tree back
+ * when it removes its lock, and a debounce would keep the daemon waiting
+ * 100 ms more. Loop thread only.
  */
 #ifndef VMEM_DAEMON_WATCH_H
 #define VMEM_DAEMON_WATCH_H
@@ -28,6 +31,12 @@ struct watch {
 	watch_fn changed;
 	watch_fn touched; /* after any event settles, changed or not (may be
 			     NULL; set after watch_start) */
+	/* A lock file ("*.lock": index.lock, a ref's lock) came or went:
+	 * at once, once per loop iteration that saw one, not after the
+	 * debounce (may be NULL; set after watch_start). */
+	watch_fn lock_event;
+	uv_check_t lock_check;
+	bool lock_pending;
 	void *ctx;
 	bool started;
 };

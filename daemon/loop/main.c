@@ -504,6 +504,19 @@ static void touched_cb(void *ctx)
 	conflicts_check_yield(&d->conflicts);
 }
 
+/* A lock came or went in the git directory. While the tree is left to
+ * git, look at once whether git gave it back: the look after the watch's
+ * debounce comes 100 ms after git's last event, and a write or a sync
+ * right after a git command (a user's git status) would wait for it and
+ * for the look at the files that follows. */
+static void lock_event_cb(void *ctx)
+{
+	struct daemon *d = ctx;
+
+	if (d->conflicts.yield[0])
+		conflicts_check_yield(&d->conflicts);
+}
+
 /* Git gave the working tree back: write what waited, look at the files
  * git may have written (created, removed or renamed: how git writes
  * them; a change of the index or HEAD brings a look at every file,
@@ -1180,6 +1193,7 @@ int main(int argc, char **argv)
 			 "after a checkout or a pull",
 			 d->repo.gitdir, uv_strerror(rc));
 	d->watch.touched = touched_cb;
+	d->watch.lock_event = lock_event_cb;
 	d->gitq.committed = committed_cb;
 	d->gitq.committed_ctx = &d->watch;
 	d->gitq.deferral = deferral_cb;

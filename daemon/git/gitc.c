@@ -1315,6 +1315,11 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		rc = 1;
 		goto out;
 	}
+	/* Its writeback starts now and runs while the commit is built,
+	 * not inside the syncfs() that makes the commit's objects durable
+	 * (the whole index: 10 MB at 100,000 decisions). Best effort. */
+	if (ir.changed)
+		(void)sync_file_range(il.fd, 0, 0, SYNC_FILE_RANGE_WRITE);
 	hook(g, GITC_STEP_INDEX_READY);
 	rc = commit_tries(g, sorted, ni, message, sig, &cid, res->deferred,
 			  sizeof(res->deferred), errmsg, errn);

@@ -215,7 +215,9 @@ static int lines_with(const char *shard, const char *s)
 	FILE *f;
 	int n = 0;
 
-	snprintf(path, sizeof(path), "%s/%s", shard_dir, shard);
+	if (snprintf(path, sizeof(path), "%s/%s", shard_dir, shard) >=
+	    (int)sizeof(path))
+		return -1;
 	f = fopen(path, "r");
 	if (!f)
 		return -1;

@@ -884,6 +884,11 @@ static int load_top_entry(struct load *l, int vfd, const struct dirent *de,
 		return quarantine(l, vfd, name, name,
 				  "not an issue directory x-NNN");
 	}
+	/* git's unmerged files are reported whatever their directory */
+	if (l->h.clean && l->qc.mode == VMDIR_PROBE &&
+	    !(l->unmerged && l->unmerged->n) &&
+	    l->h.clean(l->h.ctx, vfd, x, name))
+		return 0;
 	if (xdir_known(l, vfd, name, x))
 		return 0;
 	xfd = openat(vfd, name,

@@ -136,6 +136,16 @@ typedef bool (*vmdir_known_fn)(void *ctx, const struct coord *c,
 typedef bool (*vmdir_dir_fn)(void *ctx, int x, const struct vmdir_stamp *stamp,
 			     bool settled);
 
+/*
+ * For a probe (VMDIR_PROBE, no unmerged files; other scans do not ask):
+ * directory x, named name in vfd (the .vector-memory being listed), is
+ * about to be looked at. true when the caller knows by other means than
+ * its stamp (inotify, xwatch.h) that nothing touched it since a scan found
+ * it whole: it is then neither statted nor listed, its files taken as
+ * known.
+ */
+typedef bool (*vmdir_clean_fn)(void *ctx, int vfd, int x, const char *name);
+
 #define VMDIR_SETTLED_NS 2000000000LL
 
 /* What a scan calls back with ctx; NULL: not called (known: every file
@@ -144,6 +154,7 @@ struct vmdir_scan_hooks {
 	vmdir_load_fn loaded; /* a decision read */
 	vmdir_known_fn known;
 	vmdir_dir_fn dir;
+	vmdir_clean_fn clean;
 	void *ctx;
 };
 

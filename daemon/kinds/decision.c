@@ -634,6 +634,7 @@ struct rescan_job {
 	/* per x: the directories as last seen whole, for a probe of the
 	 * moved only (else NULL); and as this scan found them (worker) */
 	struct vmdir_stamp *dirs, *dirs_seen;
+	struct xwatch_scan xs;	    /* what inotify says of each directory */
 	uint8_t *present;	    /* per slot: the index holds a decision */
 	struct vmdir_stamp *stamps; /* per slot: as last seen */
 	uint8_t *seen;		    /* per slot: found on disk (worker) */
@@ -657,6 +658,7 @@ static void rescan_job_free(struct rescan_job *j)
 	free(j->seen);
 	free(j->dirs);
 	free(j->dirs_seen);
+	xwatch_scan_done(&j->xs);
 	for (size_t i = 0; j->z1 && i < j->n_slots; i++)
 		free(j->z1[i]);
 	free(j->z1);
@@ -711,7 +713,7 @@ static int rescan_begin(struct store_kind *k, enum rescan_mode mode, void **out)
 		j->dirs = moved ? malloc(n_dirs * sizeof(*j->dirs)) : NULL;
 	}
 	if (j && (!j->present || !j->seen || !j->stamps || !j->dirs_seen ||
-		  (moved && !j->dirs) ||
+		  (moved && !j->dirs) || xwatch_begin(&ds->xw, &j->xs) < 0 ||
 		  (ds->conflicts && !j->probe && z1_snapshot(ds, j) < 0))) {
 		rescan_job_free(j);
 		j = NULL;
@@ -745,21 +747,45 @@ static bool known_cb(void *ctx, const struct coord *c,
 	return true;
 }
 
+/* Directory x's files are taken as known: all its slots seen. */
+static void dir_known(struct rescan_job *j, int x)
+{
+	size_t first = index_slot(&j->ds->index, &(struct coord){x, 1, 1});
+
+	memset(j->seen + first, 1, VMEM_MAX_Y * VMEM_MAX_Z);
+}
+
+/* What inotify says of a directory: a probe of the moved skips one
+ * nothing touched since a scan found it whole (its stamp stays the one
+ * last seen whole). Every directory looked at is watched. */
+static bool clean_cb(void *ctx, int vfd, int x, const char *name)
+{
+	struct rescan_job *j = ctx;
+
+	if (xwatch_look(&j->ds->xw, &j->xs, vfd, x, name) != XWATCH_CLEAN ||
+	    !j->dirs)
+		return false;
+	j->dirs_seen[x] = j->dirs[x];
+	dir_known(j, x);
+	return true;
+}
+
 /* A directory's stamp: kept when settled; a probe of the moved skips the
- * directory when it kept the one last seen whole (its slots all seen). */
+ * directory when it kept the one last seen whole (its slots all seen),
+ * unless inotify saw something touch it (a file written in place keeps
+ * its directory's stamp). */
 static bool dir_cb(void *ctx, int x, const struct vmdir_stamp *stamp,
 		   bool settled)
 {
 	struct rescan_job *j = ctx;
-	size_t first;
 
 	if (settled)
 		j->dirs_seen[x] = *stamp;
 	if (!j->dirs || !settled || j->dirs[x].ino == 0 ||
-	    !stamp_eq(&j->dirs[x], stamp))
+	    !stamp_eq(&j->dirs[x], stamp) ||
+	    (j->xs.top_same && j->xs.state[x] == XWATCH_TOUCHED))
 		return false;
-	first = index_slot(&j->ds->index, &(struct coord){x, 1, 1});
-	memset(j->seen + first, 1, VMEM_MAX_Y * VMEM_MAX_Z);
+	dir_known(j, x);
 	return true;
 }
 
@@ -813,6 +839,7 @@ static int rescan(struct store_kind *k, void *job,
 				.loaded = changed_cb,
 				.known = known_cb,
 				.dir = dir_cb,
+				.clean = clean_cb,
 				.ctx = j,
 			},
 			&j->unmerged, rep, errmsg, n);
@@ -1015,6 +1042,7 @@ static int rescan_end(struct store_kind *k, void *job, int rc, bool probe,
 	if (rc == 0 && !changed)
 		memcpy(ds->dirstamps, j->dirs_seen,
 		       ((size_t)ds->max_x + 1) * sizeof(*ds->dirstamps));
+	xwatch_end(&ds->xw, &j->xs, rc == 0 && !changed);
 	rescan_job_free(j);
 	return changed;
 }
@@ -1048,6 +1076,7 @@ int decisions_init(struct decisions *ds, const char *root,
 	int rc;
 
 	memset(ds, 0, sizeof(*ds));
+	ds->xw.fd = -1;
 	ds->snap_stale = SIZE_MAX;
 	ds->sk.kind = &decision_kind;
 	ds->max_x = max_x;
@@ -1067,7 +1096,7 @@ int decisions_init(struct decisions *ds, const char *root,
 	ds->dirstamps = calloc((size_t)max_x + 1, sizeof(*ds->dirstamps));
 	if (!ds->dirty || !ds->dirty_list || !ds->stamps || !ds->dirstamps)
 		return -ENOMEM;
-	return 0;
+	return xwatch_init(&ds->xw, max_x);
 }
 
 void decisions_use_conflicts(struct decisions *ds, struct conflicts *cf,
@@ -1088,6 +1117,7 @@ void decisions_done(struct decisions *ds)
 	free(ds->stamps);
 	free(ds->dirstamps);
 	free(ds->replayed);
+	xwatch_done(&ds->xw);
 	ds->dirty = NULL;
 	ds->dirty_list = NULL;
 	ds->stamps = NULL;

@@ -24,6 +24,7 @@
 #include "protocol/decision.h"
 #include "store.h"
 #include "vmdir.h"
+#include "xwatch.h"
 
 extern const struct kind decision_kind;
 
@@ -44,6 +45,10 @@ struct decisions {
 	 * found every file there as stamps says, else zero; a probe of the
 	 * moved (RESCAN_PROBE_MOVED) skips a directory that kept it. */
 	struct vmdir_stamp *dirstamps;
+	/* Per x: whether anything touched its directory since a scan found
+	 * it whole (inotify): a probe of the moved skips the untouched
+	 * without a stat, and lists the touched whatever their stamp. */
+	struct xwatch xw;
 	/* How far the state directory's index snapshot is from the index:
 	 * the files a start from it would read (changed since it was saved,
 	 * or not in it) plus the slots changed since this start; SIZE_MAX:

@@ -796,6 +796,53 @@ class Yield(Coexist):
         self.assertEqual(conn.get(6, 2, 2), kept)
         self.assertIsNone(conn.call("server.health")["files_wait_for_git"])
 
+    def hold_index_lock(self, conn, while_held=lambda: None):
+        # As a git command holds it: the daemon leaves the tree, and once
+        # the lock is gone it looks where files may have changed.
+        lock = os.path.join(self.repo.gitdir, "index.lock")
+        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        try:
+            self.assertTrue(wait_until(
+                lambda: conn.call("server.health")["files_wait_for_git"],
+                WAIT))
+            while_held()
+        finally:
+            os.unlink(lock)
+        self.assertTrue(wait_until(
+            lambda: conn.call("server.health")["files_wait_for_git"] is None,
+            WAIT))
+
+    def test_a_file_written_in_place_while_git_held_the_index_is_seen(self):
+        # A file rewritten in place (its inode and its directory's stamp
+        # kept) while git held index.lock: the directory's stamp says
+        # nothing moved, but inotify saw the write, so the look after the
+        # lock lists that directory too.
+        conn = self.connect("w")
+        conn.store(6, 1, 2, "before")
+        self.sync(conn)
+        # x-006's stamp settles (vmdir.h: two seconds), and a first look
+        # after a git command records it and watches the directory.
+        time.sleep(2.5)
+        self.hold_index_lock(conn)
+        conn.store(8, 1, 2, "elsewhere")
+        self.sync(conn)  # after the look: the writer waits for it
+        path = self.repo.decision_path(6, 1, 2)
+        ino = os.stat(path).st_ino
+        dir_stamp = os.stat(os.path.dirname(path)).st_mtime_ns
+
+        def rewrite():
+            with open(path, "r+b") as f:
+                f.truncate(0)
+                f.write(self.decision_text(6, 1, 2, "written in place"))
+
+        self.hold_index_lock(conn, rewrite)
+        self.assertEqual(os.stat(path).st_ino, ino)
+        self.assertEqual(os.stat(os.path.dirname(path)).st_mtime_ns,
+                         dir_stamp)
+        self.assertTrue(wait_until(
+            lambda: conn.get(6, 1, 2)["content"] == "written in place",
+            WAIT))
+
     def test_a_file_git_is_writing_is_not_quarantined(self):
         # While git has the tree, a look at the files (each change in the
         # git directory asks for one) moves nothing: git may be writing a

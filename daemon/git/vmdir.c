@@ -752,6 +752,16 @@ static int list_sorted(int dfd, struct dirent ***list)
 	return n < 0 ? -errno : n;
 }
 
+/* The same in the directory's own order: for a probe, which loads
+ * nothing (sorting 50,000 x-NNN names by version took a tenth of a probe
+ * after a git status at 1,000,000 decisions). */
+static int list_unsorted(int dfd, struct dirent ***list)
+{
+	int n = scandirat(dfd, ".", list, not_dots, NULL);
+
+	return n < 0 ? -errno : n;
+}
+
 static void list_free(struct dirent **list, int n)
 {
 	for (int i = 0; i < n; i++)
@@ -1076,7 +1086,8 @@ int vmdir_scan(struct vmdir *d, enum vmdir_scan_mode mode,
 		errmsg_set(errmsg, errn, "out of memory");
 		goto out;
 	}
-	n = list_sorted(vfd, &list);
+	n = mode == VMDIR_PROBE ? list_unsorted(vfd, &list)
+				: list_sorted(vfd, &list);
 	if (n < 0) {
 		ret = n;
 		n = 0;

@@ -777,19 +777,15 @@ class Yield(Coexist):
         conn.store(6, 1, 2, "removed by git")
         kept = conn.store(6, 2, 2, "kept")
         self.sync(conn)
-        lock = os.path.join(self.repo.gitdir, "index.lock")
-        os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        try:
-            self.assertTrue(wait_until(
-                lambda: conn.call("server.health")["files_wait_for_git"],
-                WAIT))
+
+        def git_writes():
             os.unlink(self.repo.decision_path(6, 1, 2))
             new = self.repo.decision_path(7, 3, 2)
             os.makedirs(os.path.dirname(new))
             with open(new, "wb") as f:
                 f.write(self.decision_text(7, 3, 2, "created by git"))
-        finally:
-            os.unlink(lock)
+
+        self.hold_index_lock(conn, git_writes)
         self.assertTrue(wait_until(
             lambda: not conn.exists(6, 1, 2), WAIT))
         self.assertEqual(conn.get(7, 3, 2)["content"], "created by git")

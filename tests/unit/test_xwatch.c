@@ -102,6 +102,15 @@ static const char *two(bool whole)
 	return out;
 }
 
+/* Both directories watched (first scan), found whole since (second),
+ * clean (third). */
+static void watched_and_clean(void)
+{
+	ck_assert_str_eq(two(true), "UU");
+	ck_assert_str_eq(two(true), "UU");
+	ck_assert_str_eq(two(true), "CC");
+}
+
 START_TEST(test_clean_after_a_whole_scan_after_the_watch)
 {
 	ck_assert_str_eq(two(true), "UU"); /* watches added */
@@ -138,9 +147,7 @@ START_TEST(test_every_kind_of_write_touches)
 		"echo edited >> .vector-memory/x-001/y-1-z-2.json",
 	};
 
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
 		sh(writes[i]);
 		ck_assert_msg(strcmp(two(true), "TC") == 0, "after write %zu",
@@ -157,9 +164,7 @@ START_TEST(test_write_during_a_scan)
 	struct xwatch_scan s;
 	int vfd;
 
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	vfd = open(top, O_RDONLY | O_DIRECTORY);
 	ck_assert_int_eq(xwatch_begin(&w, &s), 0);
 	ck_assert_int_eq(xwatch_look(&w, &s, vfd, 1, "x-001"), XWATCH_CLEAN);
@@ -176,9 +181,7 @@ END_TEST
  * whole scan after the loss. */
 START_TEST(test_overflow)
 {
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	for (int i = 0; i < 9000; i++) {
 		char f[160];
 		int fd;
@@ -200,9 +203,7 @@ END_TEST
  * anew. */
 START_TEST(test_directory_replaced)
 {
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	sh("rm -r .vector-memory/x-002 && mkdir .vector-memory/x-002");
 	ck_assert_str_eq(two(true), "CU");
 	ck_assert_str_eq(two(true), "CU");
@@ -214,14 +215,10 @@ END_TEST
  * names, other directories, no event on their watches): all unknown. */
 START_TEST(test_top_replaced)
 {
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	sh("mv .vector-memory old && mkdir -p .vector-memory/x-001 "
 	   ".vector-memory/x-002");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	/* the old ones are not watched any more */
 	sh("echo x > old/x-001/y-5-z-2.json");
 	ck_assert_str_eq(two(true), "CC");
@@ -235,9 +232,7 @@ START_TEST(test_directory_not_seen)
 {
 	char states[MAX_X + 2];
 
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "UU");
-	ck_assert_str_eq(two(true), "CC");
+	watched_and_clean();
 	sh("mv .vector-memory/x-002 .vector-memory/elsewhere");
 	ck_assert_str_eq(two(true), "C-");
 	sh("mkdir .vector-memory/x-002");

@@ -6,8 +6,6 @@
 #include "xwatch.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +28,7 @@ int xwatch_init(struct xwatch *w, int max_x)
 	size_t n = (size_t)max_x + 1;
 
 	memset(w, 0, sizeof(*w));
+	w->fd = -1; /* until inotify_init1: xwatch_done closes it */
 	w->max_x = max_x;
 	w->wd_of = malloc(n * sizeof(*w->wd_of));
 	w->added = calloc(n, sizeof(*w->added));
@@ -37,7 +36,6 @@ int xwatch_init(struct xwatch *w, int max_x)
 	w->whole = calloc(n, sizeof(*w->whole));
 	if (!w->wd_of || !w->added || !w->touched || !w->whole) {
 		xwatch_done(w);
-		w->fd = -1;
 		return -ENOMEM;
 	}
 	for (size_t x = 0; x < n; x++)
@@ -162,7 +160,7 @@ enum xwatch_state xwatch_look(const struct xwatch *w, struct xwatch_scan *s,
 			      top.st_dev == w->top_dev;
 	}
 	s->seen[x] = 1;
-	st = s->top_same ? (enum xwatch_state)s->state[x] : XWATCH_UNKNOWN;
+	st = xwatch_said(s, x);
 	if (st == XWATCH_CLEAN || s->full || (s->top_same && w->wd_of[x] >= 0))
 		return st;
 	/* The directory vfd holds, not whatever the path names now. */
@@ -189,6 +187,13 @@ enum xwatch_state xwatch_look(const struct xwatch *w, struct xwatch_scan *s,
 	}
 	s->added[s->n_added++] = (struct xwatch_added){x, wd};
 	return st;
+}
+
+enum xwatch_state xwatch_said(const struct xwatch_scan *s, int x)
+{
+	/* another .vector-memory than the last whole scan's: its
+	 * directories are others, whatever their names */
+	return s->top_same ? (enum xwatch_state)s->state[x] : XWATCH_UNKNOWN;
 }
 
 /* Room in x_of for wd. */

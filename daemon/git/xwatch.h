@@ -88,6 +88,10 @@ int xwatch_begin(struct xwatch *w, struct xwatch_scan *s);
 enum xwatch_state xwatch_look(const struct xwatch *w, struct xwatch_scan *s,
 			      int vfd, int x, const char *name);
 
+/* The scan's thread: what xwatch_look answers for x (unknown before the
+ * scan's first look, or in another .vector-memory). */
+enum xwatch_state xwatch_said(const struct xwatch_scan *s, int x);
+
 /*
  * Loop: the scan ended; whole: it found every directory as the caller
  * knows it (nothing changed, nothing failed), so each watched one it

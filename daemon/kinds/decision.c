@@ -783,7 +783,7 @@ static bool dir_cb(void *ctx, int x, const struct vmdir_stamp *stamp,
 		j->dirs_seen[x] = *stamp;
 	if (!j->dirs || !settled || j->dirs[x].ino == 0 ||
 	    !stamp_eq(&j->dirs[x], stamp) ||
-	    (j->xs.top_same && j->xs.state[x] == XWATCH_TOUCHED))
+	    xwatch_said(&j->xs, x) == XWATCH_TOUCHED)
 		return false;
 	dir_known(j, x);
 	return true;

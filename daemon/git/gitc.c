@@ -1135,6 +1135,13 @@ static int write_blobs(struct gitc *g, struct item **its, size_t n,
 	e = git_repository_odb(&odb, g->repo);
 	if (e < 0)
 		return git_fail(e, "the object database", errmsg, errn);
+	/* The packs as they are now, once: an object missing is no reason
+	 * to read the pack directory again (libgit2 does that for each
+	 * miss, and in a first commit every object misses). A pack someone
+	 * adds meanwhile costs at most a copy of its objects in ours. */
+	e = git_odb_refresh(odb);
+	if (e < 0)
+		rc = git_fail(e, "the object database", errmsg, errn);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (!its[i]->present)
 			continue;
@@ -1143,7 +1150,8 @@ static int write_blobs(struct gitc *g, struct item **its, size_t n,
 		if (e < 0)
 			rc = git_fail(e, "hashing a blob", errmsg, errn);
 		else
-			its[i]->packed = !git_odb_exists(odb, &its[i]->id);
+			its[i]->packed = !git_odb_exists_ext(
+				odb, &its[i]->id, GIT_ODB_LOOKUP_NO_REFRESH);
 	}
 	/* Each content once: the same bytes at two paths are one object. */
 	qsort(its, n, sizeof(*its), oid_cmp);
@@ -1159,11 +1167,12 @@ static int write_blobs(struct gitc *g, struct item **its, size_t n,
 	}
 	snprintf(packdir, sizeof(packdir), "%sobjects/pack", g->commondir);
 	if (rc == 0 && count)
-		rc = gitpack_begin(&pack, odb, packdir, count, errmsg, errn);
+		rc = gitpack_begin(&pack, packdir, count, errmsg, errn);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (its[i]->packed)
-			rc = gitpack_add(pack, GIT_OBJECT_BLOB, its[i]->bytes,
-					 its[i]->len, errmsg, errn);
+			rc = gitpack_add(pack, GIT_OBJECT_BLOB, &its[i]->id,
+					 its[i]->bytes, its[i]->len, errmsg,
+					 errn);
 		free(its[i]->bytes);
 		its[i]->bytes = NULL;
 	}

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "fdio.h"
 #include "gitproc.h"
 
 #define ENTRY_FIXED 62 /* stat data, oid, flags */
@@ -269,28 +270,11 @@ struct out {
 	int err;
 };
 
-static int write_all(int fd, const void *p, size_t len)
-{
-	const char *c = p;
-
-	while (len) {
-		ssize_t w = write(fd, c, len);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		c += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
 static void out_flush(struct out *o)
 {
 	if (o->err || !o->n)
 		return;
-	o->err = write_all(o->fd, o->buf, o->n);
+	o->err = fdio_write(o->fd, o->buf, o->n);
 	o->n = 0;
 }
 
@@ -301,7 +285,7 @@ static void out_put(struct out *o, const void *p, size_t len)
 	if (len >= OUT_BUF / 2) {
 		out_flush(o);
 		if (!o->err)
-			o->err = write_all(o->fd, p, len);
+			o->err = fdio_write(o->fd, p, len);
 		return;
 	}
 	if (o->n + len > OUT_BUF)

@@ -27,6 +27,7 @@
 #include <zlib.h>
 
 #include "errmsg.h"
+#include "fdio.h"
 
 #define CHUNK	  (1 << 20) /* bytes written at a time */
 #define PACK_MODE 0444	    /* as git leaves its packs */
@@ -104,20 +105,12 @@ static int out_open(struct out *o, const char *dir, const char *name,
 static int write_all(struct out *o, const unsigned char *d, size_t len,
 		     char *errmsg, size_t errn)
 {
-	while (len) {
-		ssize_t w = write(o->fd, d, len);
+	int rc = fdio_write(o->fd, d, len);
 
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			if (w == 0)
-				errno = EIO;
-			return os_fail("writing", o->path, errmsg, errn);
-		}
-		d += w;
-		len -= (size_t)w;
-	}
-	return 0;
+	if (rc < 0)
+		errmsg_set(errmsg, errn, "writing %s: %s", o->path,
+			   strerror(-rc));
+	return rc;
 }
 
 static int out_flush(struct out *o, char *errmsg, size_t errn)

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "fdio.h"
 
 #define ARGS_MAX 24
 #define OURS	 5 /* variables child_env may add */
@@ -87,21 +88,6 @@ static void env_free(char **env, size_t first)
 	for (size_t i = first; env[i]; i++)
 		free(env[i]);
 	free(env);
-}
-
-static int write_all(int fd, const char *p, size_t len)
-{
-	while (len) {
-		ssize_t w = write(fd, p, len);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		len -= (size_t)w;
-	}
-	return 0;
 }
 
 /* The content of a memory file, NUL-terminated (malloc'd). */
@@ -217,7 +203,7 @@ static int run(const char *prog, const char *const *argv, char *const *env,
 	in[0] = -1;
 	/* A child that exits early makes this fail with EPIPE (SIGPIPE is
 	 * ignored by the daemon); its exit status says what went wrong. */
-	(void)write_all(in[1], input ? input : "", inlen);
+	(void)fdio_write(in[1], input ? input : "", inlen);
 	close(in[1]);
 	in[1] = -1;
 	if (cancel_fd) {

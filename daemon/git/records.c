@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "fdio.h"
 #include "protocol/conflict.h"
 
 static atomic_ulong tmp_counter;
@@ -38,21 +39,6 @@ static int open_dir(const struct statedir *sd, bool create,
 	return statedir_sub(sd, CONFLICT_DIRNAME, create, dir, errmsg, errn);
 }
 
-static int write_all(int fd, const char *p, size_t n)
-{
-	while (n) {
-		ssize_t r = write(fd, p, n);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
 int records_write(const struct statedir *sd, const char *name, const char *text,
 		  size_t len, char *errmsg, size_t errn)
 {
@@ -72,7 +58,7 @@ int records_write(const struct statedir *sd, const char *name, const char *text,
 		rc = -errno;
 		goto fail;
 	}
-	rc = write_all(fd, text, len);
+	rc = fdio_write(fd, text, len);
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
 	if (close(fd) < 0 && rc == 0)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "fdio.h"
 #include "protocol/fnv.h"
 
 static atomic_ulong tmp_counter;
@@ -316,9 +317,9 @@ static int append_one(const struct shards *s, int efd, struct shard_append *op,
 	if (rc < 0)
 		goto fail;
 	if (newline && len > 0)
-		rc = vmdir_write_all(fd, "\n", 1);
+		rc = fdio_write(fd, "\n", 1);
 	if (rc == 0)
-		rc = vmdir_write_all(fd, data, len);
+		rc = fdio_write(fd, data, len);
 	if (rc == 0 && sync && fdatasync(fd) < 0)
 		rc = -errno;
 	if (rc == 0 && sync && (made_file || made_dir) && fsync(segfd) < 0)
@@ -495,7 +496,7 @@ static int rewrite(struct scan *sc, int segfd, const char *name,
 	if (rc == 0 && sc->s->file_mode && fchmod(fd, sc->s->file_mode) < 0)
 		rc = -errno;
 	if (rc == 0)
-		rc = vmdir_write_all(fd, text, len);
+		rc = fdio_write(fd, text, len);
 	if (rc == 0 && fdatasync(fd) < 0)
 		rc = -errno;
 	if (fd >= 0 && close(fd) < 0 && rc == 0)

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "errmsg.h"
+#include "fdio.h"
 #include "markers.h"
 
 #define FILE_MAX       (1024 * 1024)
@@ -152,22 +153,6 @@ static int xdir_parse(const char *name, int max_x, int *x)
 	return 0;
 }
 
-int vmdir_write_all(int fd, const char *buf, size_t len)
-{
-	ssize_t r;
-
-	while (len) {
-		r = write(fd, buf, len);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		buf += r;
-		len -= (size_t)r;
-	}
-	return 0;
-}
-
 /*
  * Read a regular file of expect bytes (as fstat said; at most FILE_MAX)
  * into buf, -EFBIG if it turns out longer than FILE_MAX. Stopping at the
@@ -224,7 +209,7 @@ static int copy_file(int sdfd, const char *name, int qfd, const char *qname)
 		}
 		if (r == 0)
 			break;
-		ret = vmdir_write_all(out, buf, (size_t)r);
+		ret = fdio_write(out, buf, (size_t)r);
 		if (ret < 0)
 			goto out;
 	}
@@ -552,7 +537,7 @@ int vmdir_quarantine_write(struct vmdir_quarantine *qc, const char *rel,
 			   strerror(-ret));
 		return ret;
 	}
-	ret = vmdir_write_all(fd, data, len);
+	ret = fdio_write(fd, data, len);
 	if (ret == 0 && fsync(fd) < 0)
 		ret = -errno;
 	if (close(fd) < 0 && ret == 0)
@@ -1340,7 +1325,7 @@ static int write_durable(int dfd, const char *name, const char *tag,
 	if (mode && fchmod(fd, mode) < 0)
 		ret = -errno;
 	if (ret == 0)
-		ret = vmdir_write_all(fd, text, len);
+		ret = fdio_write(fd, text, len);
 	if (ret == 0)
 		backdate(fd, dfd, name, changed_ns, started_ns);
 	if (ret == 0 && sync && fdatasync(fd) < 0)

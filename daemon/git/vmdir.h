@@ -319,10 +319,6 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 int vmdir_open_subdir(int dfd, const char *name, bool create, mode_t mode,
 		      bool *made);
 
-/* write(2) all of buf, going on after EINTR and short writes. 0 or
- * -errno. */
-int vmdir_write_all(int fd, const char *buf, size_t len);
-
 /* Make every earlier vmdir_apply durable (syncfs). 0 or -errno. */
 int vmdir_sync(struct vmdir *d, char *errmsg, size_t errn);
 

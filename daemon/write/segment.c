@@ -15,6 +15,7 @@
 #include "crc32c.h"
 #include "grow.h"
 #include "errmsg.h"
+#include "fdio.h"
 #include "statedir.h"
 
 #define SEG_MAGIC   0x47534d56u /* "VMSG" */
@@ -167,25 +168,6 @@ static void make_record(uint8_t *p, uint64_t seq, const uint8_t *key,
 }
 
 /* ---- files ---- */
-
-static int write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-	const uint8_t *p = buf;
-	ssize_t w;
-
-	while (len) {
-		w = pwrite(fd, p, len, (off_t)off);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += w;
-		len -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
 
 /* ---- the key table: open addressing, linear probing ---- */
 
@@ -384,7 +366,7 @@ static int create_segment(struct segstore *s, uint64_t id, char *msg,
 	if (g.fd < 0)
 		return g.fd;
 	make_header(h, id, 0, s->next_seq);
-	ret = write_all(g.fd, h, SEG_HDR, 0);
+	ret = fdio_pwrite(g.fd, h, SEG_HDR, 0);
 	if (ret == 0 && fdatasync(g.fd) < 0)
 		ret = -errno;
 	if (ret == 0)
@@ -423,7 +405,7 @@ static int rotate(struct segstore *s, char *msg, size_t msglen)
 
 	if (a && !a->sealed) {
 		make_seal(seal, s->next_seq, a->size);
-		ret = write_all(a->fd, seal, sizeof(seal), a->size);
+		ret = fdio_pwrite(a->fd, seal, sizeof(seal), a->size);
 		if (ret == 0 && fdatasync(a->fd) < 0)
 			ret = -errno;
 		if (ret < 0) {
@@ -963,7 +945,7 @@ int segstore_apply(struct segstore *s, const struct seg_op *ops, size_t n,
 			    ops[i].del ? 0 : (uint32_t)ops[i].len);
 		off += SEG_REC_HDR + (ops[i].del ? 0 : ops[i].len);
 	}
-	ret = write_all(a->fd, buf, total, a->size);
+	ret = fdio_pwrite(a->fd, buf, total, a->size);
 	if (ret < 0) {
 		errmsg_set(msg, msglen, "append to segment: %s",
 			   strerror(-ret));
@@ -1166,7 +1148,7 @@ int segcompact_run(struct seg_compact *c, char *msg, size_t msglen)
 		goto out;
 	}
 	make_header(h, c->out, c->victim, 0);
-	ret = write_all(c->out_fd, h, SEG_HDR, 0);
+	ret = fdio_pwrite(c->out_fd, h, SEG_HDR, 0);
 	for (off = SEG_HDR; ret == 0 && off < c->size; off += rl) {
 		rl = record_at(map, c->size, off);
 		if (!rl) {
@@ -1197,14 +1179,14 @@ int segcompact_run(struct seg_compact *c, char *msg, size_t msglen)
 		if (!p->kept)
 			continue;
 		p->newoff = pos;
-		ret = write_all(c->out_fd, map + off, rl, pos);
+		ret = fdio_pwrite(c->out_fd, map + off, rl, pos);
 		pos += rl;
 	}
 	if (ret == 0) {
 		uint8_t seal[SEG_REC_HDR + SEAL_LEN];
 
 		make_seal(seal, c->seal_seq, pos);
-		ret = write_all(c->out_fd, seal, sizeof(seal), pos);
+		ret = fdio_pwrite(c->out_fd, seal, sizeof(seal), pos);
 		pos += sizeof(seal);
 	}
 	if (ret < 0) {

@@ -21,6 +21,7 @@
 
 #include "crc32c.h"
 #include "errmsg.h"
+#include "fdio.h"
 
 #define WAL_MAGIC 0x32574d56u /* "VMW2" */
 /* Records of version 0.1.0, before batches had an end mark: each counts as
@@ -380,24 +381,6 @@ out:
 	return ret;
 }
 
-/* pwrite all of buf at off. 0 or -errno (-EIO for a zero write). */
-static int write_all_at(int fd, const void *buf, size_t len, uint64_t off)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t r = pwrite(fd, (const char *)buf + done, len - done,
-				   (off_t)(off + done));
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
 /* Zero-fill the file from from to the next WAL_GROW boundary. */
 static int grow(struct wal *w, uint64_t from)
 {
@@ -407,7 +390,7 @@ static int grow(struct wal *w, uint64_t from)
 	for (uint64_t off = from; off < to;) {
 		size_t n = to - off < sizeof(zeros) ? (size_t)(to - off)
 						    : sizeof(zeros);
-		int ret = write_all_at(w->fd, zeros, n, off);
+		int ret = fdio_pwrite(w->fd, zeros, n, off);
 
 		if (ret < 0)
 			return ret;
@@ -447,7 +430,7 @@ int wal_append(struct wal *w, const struct iovec *payloads, size_t n)
 		rec_header(p, batch, (uint32_t)payloads[i].iov_len, i == n - 1);
 		p += WAL_HDR + payloads[i].iov_len;
 	}
-	ret = write_all_at(w->fd, buf, total, w->end);
+	ret = fdio_pwrite(w->fd, buf, total, w->end);
 	if (ret == 0 && w->end + total > w->size)
 		ret = grow(w, w->end + total);
 	if (ret < 0)
@@ -509,7 +492,7 @@ int wal_cut_head(struct wal *w, uint64_t head)
 		fd = -1;
 		goto out;
 	}
-	ret = write_all_at(fd, tail, len, 0);
+	ret = fdio_pwrite(fd, tail, len, 0);
 	if (ret == 0 && fdatasync(fd) < 0)
 		ret = -errno;
 	if (ret == 0)

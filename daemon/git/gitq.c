@@ -385,6 +385,45 @@ static void job_work_cb(uv_work_t *req)
 	free(ch);
 }
 
+/* The index a commit replaced, closed on a pool thread: the last close
+ * frees its pages (25-55 ms for a 100 MB index), after the syncs the
+ * commit served are answered rather than before. */
+struct replaced {
+	uv_work_t req;
+	int fd;
+};
+
+static void replaced_work_cb(uv_work_t *req)
+{
+	struct replaced *r = req->data;
+
+	close(r->fd);
+}
+
+static void replaced_after_cb(uv_work_t *req, int status)
+{
+	(void)status;
+	free(req->data);
+}
+
+static void close_replaced(struct gitq *q, int fd)
+{
+	struct replaced *r;
+
+	if (fd < 0)
+		return;
+	r = malloc(sizeof(*r));
+	if (r) {
+		r->fd = fd;
+		r->req.data = r;
+		if (uv_queue_work(q->loop, &r->req, replaced_work_cb,
+				  replaced_after_cb) == 0)
+			return;
+		free(r);
+	}
+	close(fd);
+}
+
 /* Answer the syncs the finished job covers. */
 static void answer_syncs(struct gitq *q, uint64_t seq, int code,
 			 const char *msg, const struct gitq_batch *b)
@@ -579,6 +618,7 @@ static void job_after_cb(uv_work_t *req, int status)
 			kick(q, q->waiters || q->idle_cb ? 0 : q->delay_ms);
 		}
 	}
+	close_replaced(q, j->res.replaced_fd);
 	items_free(j->items, j->n);
 	free(j->message);
 	free(j);
@@ -667,8 +707,10 @@ static void job_start(struct gitq *q)
 	}
 	q->wait_pass = 0;
 	j = calloc(1, sizeof(*j));
-	if (j)
+	if (j) {
+		j->res.replaced_fd = -1; /* until a commit says otherwise */
 		j->items = calloc(n, sizeof(*j->items));
+	}
 	if (!j || !j->items)
 		goto fail;
 	for (size_t i = 0; i < q->n_pending; i++) {

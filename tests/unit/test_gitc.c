@@ -974,6 +974,42 @@ START_TEST(test_big_batch_packed)
 }
 END_TEST
 
+/* The index a commit replaces is handed to the caller of gitc_commit_as
+ * still open (its last close frees its pages, off the sync's path);
+ * gitc_commit closes it itself. */
+START_TEST(test_replaced_index_held_open)
+{
+	struct gitc_result res;
+	struct gitc_change c;
+	struct stat before, held, after;
+	char buf[512], index[128];
+
+	snprintf(index, sizeof(index), "%s/.git/index", tmpdir);
+	c = put(2, 1, 2, "first", buf, sizeof(buf));
+	commit_ok(&c, 1, NULL, &res);
+	ck_assert_int_eq(res.replaced_fd, -1);
+	ck_assert_int_eq(stat(index, &before), 0);
+	c = put(2, 1, 2, "second", buf, sizeof(buf));
+	ck_assert_int_eq(gitc_commit_as(g, NULL, &c, 1, NULL, &res, errmsg,
+					sizeof(errmsg)),
+			 0);
+	ck_assert(res.index_written);
+	ck_assert_int_ge(res.replaced_fd, 0);
+	ck_assert_int_eq(fstat(res.replaced_fd, &held), 0);
+	ck_assert_int_eq(stat(index, &after), 0);
+	ck_assert_uint_eq(held.st_ino, before.st_ino);
+	ck_assert_uint_ne(after.st_ino, before.st_ino);
+	ck_assert_uint_eq(held.st_nlink, 0); /* replaced, not yet freed */
+	ck_assert_int_eq(close(res.replaced_fd), 0);
+	/* nothing to commit: nothing replaced */
+	ck_assert_int_eq(gitc_commit_as(g, NULL, &c, 1, NULL, &res, errmsg,
+					sizeof(errmsg)),
+			 0);
+	ck_assert_int_eq(res.replaced_fd, -1);
+	ck_assert_str_eq(out("git status --porcelain"), "");
+}
+END_TEST
+
 /* Both ways stage the same entries. */
 START_TEST(test_index_ways_agree)
 {
@@ -1554,6 +1590,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_index_split_file_changed);
 	tcase_add_test(tc, test_index_ways_agree);
 	tcase_add_test(tc, test_big_batch_packed);
+	tcase_add_test(tc, test_replaced_index_held_open);
 	tcase_add_test(tc, test_index_v4_random);
 	tcase_add_test(tc, test_racy_user_entry_smudged);
 	tcase_add_test(tc, test_index_conflict_defers);

@@ -386,8 +386,9 @@ static void job_work_cb(uv_work_t *req)
 }
 
 /* The index a commit replaced, closed on a pool thread: the last close
- * frees its pages (25-55 ms for a 100 MB index), after the syncs the
- * commit served are answered rather than before. */
+ * frees its pages (tens of ms for a 100 MB index), after the syncs the
+ * commit served are answered rather than before. Only when no job can
+ * be queued (out of memory) is it closed here, on the loop. */
 struct replaced {
 	uv_work_t req;
 	int fd;

@@ -90,15 +90,21 @@ struct gitc {
 	bool vm_valid;
 };
 
-/* One path of a commit, as read from the working tree. */
+/* One path of a commit, as read from the working tree. A first commit
+ * holds one per file until the index is written: no more than that
+ * needs. */
 struct item {
-	char *full;		/* ".vector-memory/" + path (owned) */
+	/* As the index must have it: u.path is ".vector-memory/" + path
+	 * (owned), u.present and u.st are the file's, u.oid is id once the
+	 * index is brought in line. */
+	struct gitidx_update u;
 	struct gitc_change *ch; /* NULL for metadata.json added by us */
-	bool present;
-	char *bytes; /* owned, until its blob is written */
+	char *bytes;		/* owned, until its blob is written */
 	size_t len;
-	char *agent; /* a decision's agent_id, for the message (owned) */
-	struct stat st;
+	/* A decision's agent_id for the message (owned; NULL: none), read
+	 * only for the paths a message may name (agent_read). */
+	char *agent;
+	bool agent_read;
 	git_oid id;
 	bool packed; /* its blob goes into the batch's pack */
 	bool changed;
@@ -339,7 +345,7 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 			nd > 0 ? ", " : "vector-memory: ", ns,
 			ns == 1 ? "" : "s");
 	fputs("\n", f);
-	for (i = 0; i < n; i++) {
+	for (i = 0; i < n && i < GITC_MESSAGE_PATHS; i++) {
 		if (i == 0)
 			fputs("\n", f);
 		if (l[i].deleted)
@@ -350,6 +356,8 @@ char *gitc_message(const struct gitc_msgline *l, size_t n)
 		else
 			fprintf(f, "%s\n", l[i].path);
 	}
+	if (n > GITC_MESSAGE_PATHS)
+		fprintf(f, "and %zu more\n", n - GITC_MESSAGE_PATHS);
 	if (ferror(f)) {
 		fclose(f);
 		free(buf);
@@ -494,7 +502,7 @@ static bool same_stat(const struct stat *a, const struct stat *b)
  */
 static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 {
-	struct stat after;
+	struct stat st, after;
 	int fd = -1, rc = 0;
 
 	for (int tries = 0; tries < READ_TRIES; tries++) {
@@ -502,41 +510,41 @@ static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 
 		free(it->bytes);
 		it->bytes = NULL;
-		it->present = false;
-		fd = open_beneath(g, it->full);
+		it->u.present = false;
+		fd = open_beneath(g, it->u.path);
 		if (fd < 0) {
 			if (errno == ENOENT)
 				return 0;
 			rc = -errno;
-			errmsg_set(errmsg, errn, "%s: %s", it->full,
+			errmsg_set(errmsg, errn, "%s: %s", it->u.path,
 				   errno == ELOOP || errno == EXDEV
 					   ? "a symbolic link is in the way"
 					   : strerror(errno));
 			return rc;
 		}
-		if (fstat(fd, &it->st) < 0 || !S_ISREG(it->st.st_mode) ||
-		    (size_t)it->st.st_size > FILE_MAX) {
-			rc = S_ISREG(it->st.st_mode) ? -EFBIG : -EINVAL;
-			errmsg_set(errmsg, errn, "%s: %s", it->full,
+		if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+		    (size_t)st.st_size > FILE_MAX) {
+			rc = S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+			errmsg_set(errmsg, errn, "%s: %s", it->u.path,
 				   rc == -EFBIG ? "too large to commit"
 						: "not a regular file");
 			goto out;
 		}
-		it->bytes = malloc((size_t)it->st.st_size + 1);
+		it->bytes = malloc((size_t)st.st_size + 1);
 		if (!it->bytes) {
 			rc = -ENOMEM;
 			errmsg_set(errmsg, errn, "out of memory");
 			goto out;
 		}
-		while (got <= (size_t)it->st.st_size) {
+		while (got <= (size_t)st.st_size) {
 			ssize_t r = read(fd, it->bytes + got,
-					 (size_t)it->st.st_size + 1 - got);
+					 (size_t)st.st_size + 1 - got);
 
 			if (r < 0 && errno == EINTR)
 				continue;
 			if (r < 0) {
 				rc = -errno;
-				errmsg_set(errmsg, errn, "%s: %s", it->full,
+				errmsg_set(errmsg, errn, "%s: %s", it->u.path,
 					   strerror(errno));
 				goto out;
 			}
@@ -550,16 +558,16 @@ static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 		}
 		close(fd);
 		fd = -1;
-		if (got == (size_t)it->st.st_size &&
-		    same_stat(&it->st, &after)) {
+		if (got == (size_t)st.st_size && same_stat(&st, &after)) {
+			gitidx_stat_of(&st, &it->u.st);
 			it->len = got;
-			it->present = true;
+			it->u.present = true;
 			return 0;
 		}
 	}
 	rc = -EAGAIN;
 	errmsg_set(errmsg, errn, "%s kept changing while it was read",
-		   it->full);
+		   it->u.path);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -597,7 +605,7 @@ static int edit(git_repository *repo, git_treebuilder *b, struct item **its,
 	int rc = 0;
 
 	while (i < n && rc == 0) {
-		const char *p = its[i]->full + off, *slash = strchr(p, '/');
+		const char *p = its[i]->u.path + off, *slash = strchr(p, '/');
 		size_t clen = slash ? (size_t)(slash - p) : strlen(p), k;
 		char name[NAME_MAX + 1];
 		const git_tree_entry *e;
@@ -612,7 +620,7 @@ static int edit(git_repository *repo, git_treebuilder *b, struct item **its,
 		if (!slash) {
 			struct item *it = its[i++];
 
-			if (it->present) {
+			if (it->u.present) {
 				it->changed =
 					!e ||
 					git_tree_entry_filemode(e) !=
@@ -632,7 +640,7 @@ static int edit(git_repository *repo, git_treebuilder *b, struct item **its,
 		}
 		/* The run of items inside directory name. */
 		for (k = i; k < n; k++) {
-			const char *q = its[k]->full + off;
+			const char *q = its[k]->u.path + off;
 
 			if (strncmp(q, name, clen) != 0 || q[clen] != '/')
 				break;
@@ -894,12 +902,10 @@ static int signature(git_signature **sig, git_repository *repo,
 	return git_signature_now(sig, FALLBACK_NAME, FALLBACK_EMAIL);
 }
 
-/* The agent a decision file names (malloc'd), or NULL. The quick
- * loader first (a first commit of 1,000,000 files parses each), jansson
- * for what it leaves. */
-static char *agent_of(const struct item *it)
+/* The agent a decision's bytes name (malloc'd), or NULL. */
+static char *agent_of(const char *bytes, size_t len)
 {
-	json_t *doc = fastjson_loadb(it->bytes, it->len, 0, NULL);
+	json_t *doc = fastjson_loadb(bytes, len, 0, NULL);
 	const char *a = json_string_value(json_object_get(doc, "agent_id"));
 	char *r = a ? strdup(a) : NULL;
 
@@ -907,8 +913,15 @@ static char *agent_of(const struct item *it)
 	return r;
 }
 
+/* Does the message name it's agent: a present decision with a change? */
+static bool agent_wanted(const struct item *it)
+{
+	return it->ch && it->u.present &&
+	       path_coord(it->u.path + strlen(VM_PREFIX), &(struct coord){0});
+}
+
 /* The generated message for the changed items (malloc'd). */
-static char *message_of(struct item **its, size_t n)
+static char *message_of(git_repository *repo, struct item **its, size_t n)
 {
 	struct gitc_msgline *l = calloc(n ? n : 1, sizeof(*l));
 	size_t k = 0;
@@ -917,11 +930,27 @@ static char *message_of(struct item **its, size_t n)
 	if (!l)
 		return NULL;
 	for (size_t i = 0; i < n; i++) {
-		if (!its[i]->changed || !its[i]->ch)
+		struct item *it = its[i];
+
+		if (!it->changed || !it->ch)
 			continue;
-		l[k].path = its[i]->full + strlen(VM_PREFIX);
-		l[k].deleted = !its[i]->present;
-		l[k].agent = its[i]->agent; /* borrowed */
+		/* Read from the files for the first paths of the batch; a
+		 * path named here after unchanged ones may lack it: its
+		 * blob is read back (rare: a pack stays mapped after). */
+		if (k < GITC_MESSAGE_PATHS && !it->agent_read &&
+		    agent_wanted(it)) {
+			git_blob *blob = NULL;
+
+			if (git_blob_lookup(&blob, repo, &it->id) == 0)
+				it->agent = agent_of(
+					git_blob_rawcontent(blob),
+					(size_t)git_blob_rawsize(blob));
+			git_blob_free(blob);
+			it->agent_read = true;
+		}
+		l[k].path = it->u.path + strlen(VM_PREFIX);
+		l[k].deleted = !it->u.present;
+		l[k].agent = it->agent; /* borrowed */
 		k++;
 	}
 	m = gitc_message(l, k);
@@ -931,8 +960,8 @@ static char *message_of(struct item **its, size_t n)
 
 static int item_cmp(const void *a, const void *b)
 {
-	return strcmp((*(struct item *const *)a)->full,
-		      (*(struct item *const *)b)->full);
+	return strcmp((*(struct item *const *)a)->u.path,
+		      (*(struct item *const *)b)->u.path);
 }
 
 /* The version of a new index, as git would pick it. */
@@ -1030,7 +1059,7 @@ static int commit_tries(struct gitc *g, struct item **its, size_t n,
 			break;
 		}
 		if (!message) {
-			msg = message_of(its, n);
+			msg = message_of(g->repo, its, n);
 			if (!msg) {
 				errmsg_set(errmsg, errn, "out of memory");
 				rc = -ENOMEM;
@@ -1079,7 +1108,7 @@ static int commit_tries(struct gitc *g, struct item **its, size_t n,
 static void items_free(struct item *its, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		free(its[i].full);
+		free((char *)its[i].u.path); /* owned: see struct item */
 		free(its[i].bytes);
 		free(its[i].agent);
 	}
@@ -1095,11 +1124,11 @@ static int oid_cmp(const void *a, const void *b)
 /*
  * The blobs of the present items: loose objects, or for a big batch one
  * pack of those the repository lacks (each content once). The files'
- * bytes are released once written; a decision's agent is kept for the
- * message. 0 or -errno (errmsg).
+ * bytes are released once written. The agents of the first *agents
+ * decisions are read for the message on the way. 0 or -errno (errmsg).
  */
 static int write_blobs(struct gitc *g, struct item **its, size_t n,
-		       char *errmsg, size_t errn)
+		       size_t *agents, char *errmsg, size_t errn)
 {
 	struct gitpack *pack = NULL;
 	git_odb *odb = NULL;
@@ -1110,16 +1139,16 @@ static int write_blobs(struct gitc *g, struct item **its, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		struct item *it = its[i];
 
-		if (!it->present)
-			continue;
-		present++;
-		if (it->ch && path_coord(it->full + strlen(VM_PREFIX),
-					 &(struct coord){0}))
-			it->agent = agent_of(it);
+		present += it->u.present;
+		if (*agents && agent_wanted(it)) {
+			it->agent = agent_of(it->bytes, it->len);
+			it->agent_read = true;
+			(*agents)--;
+		}
 	}
 	if (present < PACK_MIN) {
 		for (size_t i = 0; i < n; i++) {
-			if (!its[i]->present)
+			if (!its[i]->u.present)
 				continue;
 			e = git_blob_create_from_buffer(&its[i]->id, g->repo,
 							its[i]->bytes,
@@ -1143,7 +1172,7 @@ static int write_blobs(struct gitc *g, struct item **its, size_t n,
 	if (e < 0)
 		rc = git_fail(e, "the object database", errmsg, errn);
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (!its[i]->present)
+		if (!its[i]->u.present)
 			continue;
 		e = git_odb_hash(&its[i]->id, its[i]->bytes, its[i]->len,
 				 GIT_OBJECT_BLOB);
@@ -1192,13 +1221,13 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 {
 	struct gitidx_ctx ic = {0};
 	struct gitidx_result ir;
-	struct gitidx_update *up = NULL;
+	const struct gitidx_update **up = NULL;
 	struct item *its = NULL, **sorted = NULL;
 	git_signature *sig = NULL;
 	struct gitlock il;
 	char index[PATH_MAX];
 	bool have_meta = false;
-	size_t ni = 0;
+	size_t ni = 0, agents = GITC_MESSAGE_PATHS;
 	git_oid cid;
 	int rc, e;
 
@@ -1222,26 +1251,27 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	}
 	for (size_t i = 0; i <= n; i++) {
 		const char *path = i < n ? ch[i].path : METADATA;
+		char *full;
 
 		if (i == n && have_meta)
 			break;
 		have_meta |= strcmp(path, METADATA) == 0;
-		if (asprintf(&its[ni].full, VM_PREFIX "%s", path) < 0) {
-			its[ni].full = NULL;
+		if (asprintf(&full, VM_PREFIX "%s", path) < 0) {
 			rc = -ENOMEM;
 			errmsg_set(errmsg, errn, "out of memory");
 			goto out;
 		}
+		its[ni].u.path = full;
 		its[ni].ch = i < n ? &ch[i] : NULL;
 		sorted[ni] = &its[ni];
 		ni++;
 	}
 	qsort(sorted, ni, sizeof(*sorted), item_cmp);
 	for (size_t i = 1; i < ni; i++)
-		if (strcmp(sorted[i - 1]->full, sorted[i]->full) == 0) {
+		if (strcmp(sorted[i - 1]->u.path, sorted[i]->u.path) == 0) {
 			rc = -EINVAL;
 			errmsg_set(errmsg, errn, "%s named twice",
-				   sorted[i]->full);
+				   sorted[i]->u.path);
 			goto out;
 		}
 	/* Read and written in slices, so a first commit of the whole
@@ -1254,7 +1284,8 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 			if (rc < 0)
 				goto out;
 		}
-		rc = write_blobs(g, sorted + start, end - start, errmsg, errn);
+		rc = write_blobs(g, sorted + start, end - start, &agents,
+				 errmsg, errn);
 		if (rc < 0)
 			goto out;
 	}
@@ -1263,7 +1294,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		size_t k = 0;
 
 		for (size_t i = 0; i < ni; i++)
-			if (sorted[i]->ch || sorted[i]->present)
+			if (sorted[i]->ch || sorted[i]->u.present)
 				sorted[k++] = sorted[i];
 		ni = k;
 	}
@@ -1300,10 +1331,8 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 		goto out;
 	}
 	for (size_t i = 0; i < ni; i++) {
-		up[i].path = sorted[i]->full;
-		up[i].present = sorted[i]->present;
-		memcpy(up[i].oid, sorted[i]->id.id, 20);
-		up[i].st = sorted[i]->st;
+		memcpy(sorted[i]->u.oid, sorted[i]->id.id, 20);
+		up[i] = &sorted[i]->u;
 	}
 	ic.gitdir = g->gitdir;
 	ic.workdir = g->workdir;
@@ -1360,7 +1389,7 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	}
 	for (size_t i = 0; i < ni; i++)
 		if (its[i].ch) {
-			its[i].ch->present = its[i].present;
+			its[i].ch->present = its[i].u.present;
 			its[i].ch->changed = res->commit[0] && its[i].changed;
 		}
 out:

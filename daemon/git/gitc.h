@@ -72,15 +72,20 @@ struct gitc_msgline {
 	bool deleted;
 };
 
+/* The paths a generated message names; the rest are counted. */
+#define GITC_MESSAGE_PATHS 100
+
 /*
  * The generated message for a batch: subject
  * "vector-memory: N decisions (x A-B, y C-D, z E-F)" (N counts the
  * decision files, the ranges are over them; a single value prints as
  * "x 5"), followed by ", K experience shards" when the batch holds some
  * (a batch of shards only: "vector-memory: K experience shards"), a
- * blank line, then one line per path: "x-005/y-2-z-1.json by
- * AGENT", another path as itself, either with " deleted" for a deletion.
- * malloc'd, caller frees; NULL on allocation failure.
+ * blank line, then one line per path for the first GITC_MESSAGE_PATHS
+ * of them: "x-005/y-2-z-1.json by AGENT", another path as itself,
+ * either with " deleted" for a deletion; then "and M more" for the
+ * others (their agents are not read). malloc'd, caller frees; NULL on
+ * allocation failure.
  */
 char *gitc_message(const struct gitc_msgline *l, size_t n);
 

@@ -300,19 +300,19 @@ static void put_entry(struct out *o, unsigned version, const struct nbuf *prev,
 {
 	unsigned char h[ENTRY_FIXED + 16];
 	size_t namelen = strlen(u->path), common = 0;
-	const struct stat *st = &u->st;
+	const struct gitidx_stat *st = &u->st;
 	static const unsigned char zeros[8];
 
-	put32(h, (uint32_t)st->st_ctim.tv_sec);
-	put32(h + 4, (uint32_t)st->st_ctim.tv_nsec);
-	put32(h + 8, (uint32_t)st->st_mtim.tv_sec);
-	put32(h + 12, (uint32_t)st->st_mtim.tv_nsec);
-	put32(h + 16, (uint32_t)st->st_dev);
-	put32(h + 20, (uint32_t)st->st_ino);
+	put32(h, (uint32_t)st->ctime_sec);
+	put32(h + 4, st->ctime_nsec);
+	put32(h + 8, (uint32_t)st->mtime_sec);
+	put32(h + 12, st->mtime_nsec);
+	put32(h + 16, (uint32_t)st->dev);
+	put32(h + 20, (uint32_t)st->ino);
 	put32(h + 24, MODE_FILE);
-	put32(h + 28, (uint32_t)st->st_uid);
-	put32(h + 32, (uint32_t)st->st_gid);
-	put32(h + 36, (uint32_t)st->st_size);
+	put32(h + 28, st->uid);
+	put32(h + 32, st->gid);
+	put32(h + 36, (uint32_t)st->size);
 	memcpy(h + 40, u->oid, 20);
 	h[60] = (unsigned char)((namelen < F_NAMEMASK ? namelen : F_NAMEMASK) >>
 				8);
@@ -381,25 +381,23 @@ static bool entry_same(const struct idx *x, const struct ent *e,
 		       const struct gitidx_update *u)
 {
 	const unsigned char *p = x->p + e->off;
-	const struct stat *st = &u->st;
+	const struct gitidx_stat *st = &u->st;
 
 	return (e->flags & ~F_NAMEMASK) == 0 &&
-	       be32(p) == (uint32_t)st->st_ctim.tv_sec &&
-	       be32(p + 4) == (uint32_t)st->st_ctim.tv_nsec &&
-	       be32(p + 8) == (uint32_t)st->st_mtim.tv_sec &&
-	       be32(p + 12) == (uint32_t)st->st_mtim.tv_nsec &&
-	       be32(p + 16) == (uint32_t)st->st_dev &&
-	       be32(p + 20) == (uint32_t)st->st_ino &&
-	       be32(p + 24) == MODE_FILE &&
-	       be32(p + 28) == (uint32_t)st->st_uid &&
-	       be32(p + 32) == (uint32_t)st->st_gid &&
-	       be32(p + 36) == (uint32_t)st->st_size &&
+	       be32(p) == (uint32_t)st->ctime_sec &&
+	       be32(p + 4) == st->ctime_nsec &&
+	       be32(p + 8) == (uint32_t)st->mtime_sec &&
+	       be32(p + 12) == st->mtime_nsec &&
+	       be32(p + 16) == (uint32_t)st->dev &&
+	       be32(p + 20) == (uint32_t)st->ino && be32(p + 24) == MODE_FILE &&
+	       be32(p + 28) == st->uid && be32(p + 32) == st->gid &&
+	       be32(p + 36) == (uint32_t)st->size &&
 	       memcmp(p + 40, u->oid, 20) == 0;
 }
 
 /* Does some update path lie under directory dir ("a/b/", "" for all)? */
-static bool under(const struct gitidx_update *u, size_t n, const char *dir,
-		  size_t dlen)
+static bool under(const struct gitidx_update *const *u, size_t n,
+		  const char *dir, size_t dlen)
 {
 	size_t lo = 0, hi = n;
 
@@ -408,13 +406,13 @@ static bool under(const struct gitidx_update *u, size_t n, const char *dir,
 	while (lo < hi) { /* first path >= dir */
 		size_t mid = (lo + hi) / 2;
 
-		if (strncmp(u[mid].path, dir, dlen) < 0 &&
-		    strcmp(u[mid].path, dir) < 0)
+		if (strncmp(u[mid]->path, dir, dlen) < 0 &&
+		    strcmp(u[mid]->path, dir) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo < n && strncmp(u[lo].path, dir, dlen) == 0;
+	return lo < n && strncmp(u[lo]->path, dir, dlen) == 0;
 }
 
 /*
@@ -422,7 +420,7 @@ static bool under(const struct gitidx_update *u, size_t n, const char *dir,
  * invalidated (entry count -1, no id), into a malloc'd buffer.
  */
 static int tree_rewrite(const unsigned char *data, size_t len,
-			const struct gitidx_update *u, size_t n,
+			const struct gitidx_update *const *u, size_t n,
 			unsigned char **outp, size_t *outn)
 {
 	/* Per depth: the directory path so far and the children left. */
@@ -522,7 +520,7 @@ static int tree_rewrite(const unsigned char *data, size_t len,
  * false when every update is already there. res->conflict when a path of
  * ours has unmerged entries (nothing of use is written then).
  */
-static int own_write(const struct idx *x, const struct gitidx_update *u,
+static int own_write(const struct idx *x, const struct gitidx_update *const *u,
 		     size_t n, struct out *o, bool *changed,
 		     struct gitidx_result *res)
 {
@@ -557,8 +555,8 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 		else if (j >= n)
 			c = -1;
 		else
-			c = name_cmp(e.name, e.namelen, u[j].path,
-				     strlen(u[j].path));
+			c = name_cmp(e.name, e.namelen, u[j]->path,
+				     strlen(u[j]->path));
 		if (c < 0) {
 			/* Not ours: copied (v4: re-encoded once after a
 			 * change, its predecessor being another; smudged if
@@ -594,10 +592,10 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 				res->conflict = true;
 				snprintf(res->conflict_path,
 					 sizeof(res->conflict_path), "%s",
-					 u[j].path);
+					 u[j]->path);
 				goto out;
 			}
-			same = !had && u[j].present && entry_same(x, &e, &u[j]);
+			same = !had && u[j]->present && entry_same(x, &e, u[j]);
 			had = true;
 			off = e.end;
 			i++;
@@ -607,17 +605,17 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 				if (rc < 0)
 					goto out;
 				have = true;
-				c = name_cmp(e.name, e.namelen, u[j].path,
-					     strlen(u[j].path));
+				c = name_cmp(e.name, e.namelen, u[j]->path,
+					     strlen(u[j]->path));
 			}
 		}
-		if (had != u[j].present || (had && !same))
+		if (had != u[j]->present || (had && !same))
 			*changed = true;
-		if (u[j].present) {
-			put_entry(o, x->version, &out_prev, &u[j]);
+		if (u[j]->present) {
+			put_entry(o, x->version, &out_prev, u[j]);
 			if (x->version == 4 &&
-			    nbuf_set(&out_prev, 0, u[j].path,
-				     strlen(u[j].path)) < 0) {
+			    nbuf_set(&out_prev, 0, u[j]->path,
+				     strlen(u[j]->path)) < 0) {
 				rc = -ENOMEM;
 				goto out;
 			}
@@ -627,7 +625,7 @@ static int own_write(const struct idx *x, const struct gitidx_update *u,
 		 * read (u[j]'s if it had entries); it can be copied as it is
 		 * only if that is also the last name written. */
 		if (x->version == 4 && had &&
-		    nbuf_set(&in_last, 0, u[j].path, strlen(u[j].path)) < 0) {
+		    nbuf_set(&in_last, 0, u[j]->path, strlen(u[j]->path)) < 0) {
 			rc = -ENOMEM;
 			goto out;
 		}
@@ -742,7 +740,7 @@ out:
 }
 
 static int own_sync(const struct gitidx_ctx *c, const struct idx *x,
-		    struct gitlock *lock, const struct gitidx_update *u,
+		    struct gitlock *lock, const struct gitidx_update *const *u,
 		    size_t n, struct gitidx_result *res, char *errmsg,
 		    size_t errn)
 {
@@ -791,23 +789,27 @@ static bool unchanged(const char *workdir, const struct gitidx_update *u)
 {
 	char full[PATH_MAX];
 	struct stat st;
+	struct gitidx_stat now;
 	int r;
 
 	snprintf(full, sizeof(full), "%s%s", workdir, u->path);
 	r = lstat(full, &st);
 	if (!u->present)
 		return r < 0 && errno == ENOENT;
-	return r == 0 && st.st_ino == u->st.st_ino &&
-	       st.st_size == u->st.st_size &&
-	       st.st_mtim.tv_sec == u->st.st_mtim.tv_sec &&
-	       st.st_mtim.tv_nsec == u->st.st_mtim.tv_nsec &&
-	       st.st_ctim.tv_sec == u->st.st_ctim.tv_sec &&
-	       st.st_ctim.tv_nsec == u->st.st_ctim.tv_nsec;
+	if (r < 0)
+		return false;
+	gitidx_stat_of(&st, &now);
+	return now.ino == u->st.ino && now.size == u->st.size &&
+	       now.mtime_sec == u->st.mtime_sec &&
+	       now.mtime_nsec == u->st.mtime_nsec &&
+	       now.ctime_sec == u->st.ctime_sec &&
+	       now.ctime_nsec == u->st.ctime_nsec;
 }
 
 static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
-		    struct gitmark *m, const struct gitidx_update *u, size_t n,
-		    struct gitidx_result *res, char *errmsg, size_t errn)
+		    struct gitmark *m, const struct gitidx_update *const *u,
+		    size_t n, struct gitidx_result *res, char *errmsg,
+		    size_t errn)
 {
 	static const char *const update[] = {
 		"update-index", "--add", "--remove", "-z", "--stdin", NULL};
@@ -870,7 +872,7 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
-		fwrite(u[i].path, 1, strlen(u[i].path) + 1, f);
+		fwrite(u[i]->path, 1, strlen(u[i]->path) + 1, f);
 	if (fclose(f) != 0) {
 		f = NULL;
 		rc = -ENOMEM;
@@ -891,14 +893,14 @@ static int git_sync(const struct gitidx_ctx *c, struct gitlock *lock,
 	for (size_t i = 0; i < n; i++) {
 		char hex[41];
 
-		if (unchanged(c->workdir, &u[i]))
+		if (unchanged(c->workdir, u[i]))
 			continue;
 		for (int b = 0; b < 20; b++)
-			snprintf(hex + 2 * b, 3, "%02x", u[i].oid[b]);
-		if (u[i].present)
-			fprintf(f, "100644 %s\t%s%c", hex, u[i].path, 0);
+			snprintf(hex + 2 * b, 3, "%02x", u[i]->oid[b]);
+		if (u[i]->present)
+			fprintf(f, "100644 %s\t%s%c", hex, u[i]->path, 0);
 		else
-			fprintf(f, "0 %040d\t%s%c", 0, u[i].path, 0);
+			fprintf(f, "0 %040d\t%s%c", 0, u[i]->path, 0);
 	}
 	if (fclose(f) != 0) {
 		f = NULL;
@@ -934,9 +936,22 @@ out:
 	return rc;
 }
 
+void gitidx_stat_of(const struct stat *st, struct gitidx_stat *out)
+{
+	out->ctime_sec = (int64_t)st->st_ctim.tv_sec;
+	out->ctime_nsec = (uint32_t)st->st_ctim.tv_nsec;
+	out->mtime_sec = (int64_t)st->st_mtim.tv_sec;
+	out->mtime_nsec = (uint32_t)st->st_mtim.tv_nsec;
+	out->dev = (uint64_t)st->st_dev;
+	out->ino = (uint64_t)st->st_ino;
+	out->size = (uint64_t)st->st_size;
+	out->uid = (uint32_t)st->st_uid;
+	out->gid = (uint32_t)st->st_gid;
+}
+
 int gitidx_sync(const struct gitidx_ctx *c, struct gitlock *lock,
-		struct gitmark *m, const struct gitidx_update *u, size_t n,
-		struct gitidx_result *res, char *errmsg, size_t errn)
+		struct gitmark *m, const struct gitidx_update *const *u,
+		size_t n, struct gitidx_result *res, char *errmsg, size_t errn)
 {
 	char path[PATH_MAX];
 	void *map = MAP_FAILED;

@@ -26,17 +26,31 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #include "gitlock.h"
 #include "statedir.h"
+
+/* What the index keeps of a file's stat, and what tells the file again:
+ * a third of a struct stat, for a commit that holds one per path (a
+ * first commit of 1,000,000 decisions). */
+struct gitidx_stat {
+	int64_t ctime_sec, mtime_sec;
+	uint32_t ctime_nsec, mtime_nsec;
+	uint64_t dev, ino, size;
+	uint32_t uid, gid;
+};
+
+/* st as the index keeps it. */
+void gitidx_stat_of(const struct stat *st, struct gitidx_stat *out);
 
 /* One path of ours, as it must be in the index. */
 struct gitidx_update {
 	const char *path; /* in the working tree: ".vector-memory/x-005/..." */
 	bool present;	  /* false: no entry for the path */
 	unsigned char oid[20]; /* the committed blob */
-	struct stat st;	       /* of the file whose bytes make oid */
+	struct gitidx_stat st; /* of the file whose bytes make oid */
 };
 
 enum gitidx_way {
@@ -69,16 +83,17 @@ extern const char *const gitidx_private_files[];
 
 /*
  * Write into lock (index.lock, held and empty) the index as it is now on
- * disk with each update applied, updates sorted by path (byte order) and
- * distinct; record what the lock then is in the marker m. On return 0,
- * res says whether the lock holds a changed index (if not, the caller
- * releases it: the index stays as it is). res->conflict (return 0, lock
- * unchanged): a path of ours has unmerged entries, nothing was written.
- * -errno with errmsg when the index cannot be brought in line.
+ * disk with each update applied, the n updates (pointers, so a caller's
+ * records can hold them) sorted by path (byte order) and distinct; record what
+ * the lock then is in the marker m. On return 0, res says whether the lock
+ * holds a changed index (if not, the caller releases it: the index stays as it
+ * is). res->conflict (return 0, lock unchanged): a path of ours has unmerged
+ * entries, nothing was written. -errno with errmsg when the index cannot be
+ * brought in line.
  */
 int gitidx_sync(const struct gitidx_ctx *c, struct gitlock *lock,
-		struct gitmark *m, const struct gitidx_update *u, size_t n,
-		struct gitidx_result *res, char *errmsg, size_t errn);
+		struct gitmark *m, const struct gitidx_update *const *u,
+		size_t n, struct gitidx_result *res, char *errmsg, size_t errn);
 
 /*
  * What the index at path is, for reports and the benchmark: its version

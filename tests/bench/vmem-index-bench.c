@@ -22,8 +22,8 @@
 
 static int cmp(const void *a, const void *b)
 {
-	return strcmp(((const struct gitidx_update *)a)->path,
-		      ((const struct gitidx_update *)b)->path);
+	return strcmp((*(const struct gitidx_update *const *)a)->path,
+		      (*(const struct gitidx_update *const *)b)->path);
 }
 
 static double now_ms(void)
@@ -42,6 +42,7 @@ int main(int argc, char **argv)
 	struct gitidx_ctx c = {0};
 	struct gitidx_result res;
 	struct gitidx_update *u;
+	const struct gitidx_update **up;
 	struct statedir sd;
 	struct gitmark m;
 	struct gitlock l;
@@ -68,12 +69,21 @@ int main(int argc, char **argv)
 	}
 	n = argc - first;
 	u = calloc((size_t)n, sizeof(*u));
+	up = calloc((size_t)n, sizeof(*up));
+	if (!u || !up) {
+		fprintf(stderr, "out of memory\n");
+		return 1;
+	}
 	for (int i = 0; i < n; i++) {
+		struct stat st;
 		git_oid id;
 
 		u[i].path = argv[first + i];
+		up[i] = &u[i];
 		snprintf(full, sizeof(full), "%s%s", workdir, u[i].path);
-		u[i].present = lstat(full, &u[i].st) == 0;
+		u[i].present = lstat(full, &st) == 0;
+		if (u[i].present)
+			gitidx_stat_of(&st, &u[i].st);
 		if (u[i].present) {
 			if (git_odb_hashfile(&id, full, GIT_OBJECT_BLOB) < 0) {
 				fprintf(stderr, "cannot hash %s\n", full);
@@ -82,7 +92,7 @@ int main(int argc, char **argv)
 			memcpy(u[i].oid, id.id, 20);
 		}
 	}
-	qsort(u, (size_t)n, sizeof(*u), cmp);
+	qsort(up, (size_t)n, sizeof(*up), cmp);
 	c.gitdir = gitdir;
 	c.workdir = workdir;
 	c.state = &sd;
@@ -97,7 +107,7 @@ int main(int argc, char **argv)
 	t0 = now_ms();
 	rc = gitlock_take(&l, index, &m);
 	if (rc == 0)
-		rc = gitidx_sync(&c, &l, &m, u, (size_t)n, &res, errmsg,
+		rc = gitidx_sync(&c, &l, &m, up, (size_t)n, &res, errmsg,
 				 sizeof(errmsg));
 	if (rc == 0 && !dry && res.changed)
 		rc = gitlock_commit(&l, false);
@@ -110,6 +120,7 @@ int main(int argc, char **argv)
 	}
 	printf("%s %.2f %s\n", res.way == GITIDX_GIT ? "git" : "own", t1 - t0,
 	       res.why[0] ? res.why : "-");
+	free(up);
 	free(u);
 	statedir_done(&sd);
 	git_libgit2_shutdown();

@@ -233,6 +233,36 @@ START_TEST(test_message)
 }
 END_TEST
 
+/* A batch of more paths than a message names: the first are listed,
+ * the others counted, the subject covers them all. */
+START_TEST(test_message_bounded)
+{
+	static char names[GITC_MESSAGE_PATHS + 2][32];
+	struct gitc_msgline l[GITC_MESSAGE_PATHS + 2] = {0};
+	char *m, *p;
+	size_t lines = 0;
+
+	for (int i = 0; i < GITC_MESSAGE_PATHS + 2; i++) {
+		snprintf(names[i], sizeof(names[i]), "x-%03d/y-1-z-2.json",
+			 i + 1);
+		l[i].path = names[i];
+		l[i].agent = i < GITC_MESSAGE_PATHS ? "alice" : NULL;
+	}
+	m = gitc_message(l, GITC_MESSAGE_PATHS + 2);
+	ck_assert_ptr_nonnull(m);
+	ck_assert_ptr_nonnull(strstr(m, "vector-memory: 102 decisions "
+					"(x 1-102, y 1, z 2)\n\n"
+					"x-001/y-1-z-2.json by alice\n"));
+	ck_assert_ptr_nonnull(strstr(m, "\nx-100/y-1-z-2.json by alice\n"
+					"and 2 more\n"));
+	ck_assert_ptr_null(strstr(m, "x-101"));
+	for (p = m; *p; p++)
+		lines += *p == '\n';
+	ck_assert_uint_eq(lines, 2 + GITC_MESSAGE_PATHS + 1);
+	free(m);
+}
+END_TEST
+
 START_TEST(test_unborn_root_commit)
 {
 	struct gitc_result res;
@@ -953,7 +983,10 @@ START_TEST(test_big_batch_packed)
 		coord_path(&at, bpaths[i], sizeof(bpaths[i]));
 		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", bpaths[i]);
 		/* every tenth file holds the same bytes as the one before */
-		dtext(at.x, at.y, at.z, "many", buf, sizeof(buf));
+		snprintf(buf, sizeof(buf),
+			 "{\n  \"content\": \"many\",\n  \"agent_id\": "
+			 "\"agent-%d\"\n}\n",
+			 i);
 		if (i % 10 == 9)
 			snprintf(buf, sizeof(buf), "same\n");
 		if (i % 10 == 8)
@@ -970,6 +1003,52 @@ START_TEST(test_big_batch_packed)
 	ck_assert_str_eq(out("git cat-file -p HEAD:.vector-memory/x-001/"
 			     "y-3-z-2.json"),
 			 "same\n");
+	/* The message names the first 100 paths, their agents read back
+	 * from the pack, and counts the others. */
+	ck_assert_str_eq(out("git log -1 --format=%%B | sed -n '1p;3,5p;11p'"),
+			 "vector-memory: 400 decisions (x 1-20, y 1-5, z 1-4)\n"
+			 "x-001/y-1-z-1.json by agent-0\n"
+			 "x-001/y-1-z-2.json by agent-1\n"
+			 "x-001/y-1-z-3.json by agent-2\n"
+			 "x-001/y-3-z-1.json by unknown\n");
+	ck_assert_str_eq(out("git log -1 --format=%%B | sed -n '102,$p'"),
+			 "x-005/y-5-z-4.json by unknown\n"
+			 "and 300 more\n\n");
+	fsck_clean();
+}
+END_TEST
+
+/* The agents of the paths a message names are read from the files on the
+ * way; when unchanged paths come first, those named after them are read
+ * back from their blobs. */
+START_TEST(test_message_agents_read_back)
+{
+	static char bpaths[GITC_MESSAGE_PATHS + 2][32];
+	struct gitc_change c[GITC_MESSAGE_PATHS + 2];
+	struct gitc_result res;
+	char buf[512];
+
+	for (int i = 0; i < GITC_MESSAGE_PATHS + 2; i++) {
+		struct coord at = {i / 20 + 1, (i % 20) / 4 + 1, i % 4 + 1};
+		char rel[80];
+
+		coord_path(&at, bpaths[i], sizeof(bpaths[i]));
+		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", bpaths[i]);
+		snprintf(buf, sizeof(buf),
+			 "{\n  \"content\": \"c\",\n  \"agent_id\": "
+			 "\"agent-%d\"\n}\n",
+			 i);
+		write_file(rel, buf);
+		c[i] = (struct gitc_change){bpaths[i], false, false};
+	}
+	commit_ok(c, 2, NULL, &res); /* the first two, committed alone */
+	commit_ok(c, GITC_MESSAGE_PATHS + 2, NULL, &res);
+	ck_assert(!c[0].changed && !c[1].changed && c[2].changed);
+	ck_assert_str_eq(out("git log -1 --format=%%B | sed -n '3p;100,$p'"),
+			 "x-001/y-1-z-3.json by agent-2\n"
+			 "x-005/y-5-z-4.json by agent-99\n"
+			 "x-006/y-1-z-1.json by agent-100\n"
+			 "x-006/y-1-z-2.json by agent-101\n\n");
 	fsck_clean();
 }
 END_TEST
@@ -1563,6 +1642,7 @@ static Suite *gitc_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_message);
+	tcase_add_test(tc, test_message_bounded);
 	tcase_add_test(tc, test_unborn_root_commit);
 	tcase_add_test(tc, test_second_commit_and_message);
 	tcase_add_test(tc, test_noop_commit);
@@ -1590,6 +1670,7 @@ static Suite *gitc_suite(void)
 	tcase_add_test(tc, test_index_split_file_changed);
 	tcase_add_test(tc, test_index_ways_agree);
 	tcase_add_test(tc, test_big_batch_packed);
+	tcase_add_test(tc, test_message_agents_read_back);
 	tcase_add_test(tc, test_replaced_index_held_open);
 	tcase_add_test(tc, test_index_v4_random);
 	tcase_add_test(tc, test_racy_user_entry_smudged);

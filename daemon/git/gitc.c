@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "errmsg.h"
 #include "gitc.h"
 #include "gitidx.h"
@@ -61,10 +62,8 @@
  * commit are SHA-1 ids that hardly compress, and gc packs them anyway. */
 #define LOOSE_LEVEL    1 /* Z_BEST_SPEED */
 #define LOOSE_PRIORITY 3 /* above libgit2's own loose (1) and pack (2) */
-/* From this many new files on, a batch's blobs go into one pack. */
+/* From this many paths in a batch on, its new blobs go into one pack. */
 #define PACK_MIN 256
-/* Files read (and their bytes held) at a time: one pack each. */
-#define READ_SLICE 65536
 /* A git command running longer than this is a reader (a pager), no
  * operation about to take index.lock or move the branch: commits do not
  * wait for it. */
@@ -99,14 +98,11 @@ struct item {
 	 * index is brought in line. */
 	struct gitidx_update u;
 	struct gitc_change *ch; /* NULL for metadata.json added by us */
-	char *bytes;		/* owned, until its blob is written */
-	size_t len;
 	/* A decision's agent_id for the message (owned; NULL: none), read
 	 * only for the paths a message may name (agent_read). */
 	char *agent;
 	bool agent_read;
 	git_oid id;
-	bool packed; /* its blob goes into the batch's pack */
 	bool changed;
 };
 
@@ -497,10 +493,12 @@ static bool same_stat(const struct stat *a, const struct stat *b)
 }
 
 /*
- * The bytes of the working file of it (or its absence), with the stat of
- * exactly those bytes: read again if the file changed while being read.
+ * The bytes of the working file of it into b (or its absence), with the
+ * stat of exactly those bytes: read again if the file changed while
+ * being read.
  */
-static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
+static int read_item(struct gitc *g, struct item *it, struct buf *b,
+		     char *errmsg, size_t errn)
 {
 	struct stat st, after;
 	int fd = -1, rc = 0;
@@ -508,8 +506,7 @@ static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 	for (int tries = 0; tries < READ_TRIES; tries++) {
 		size_t got = 0;
 
-		free(it->bytes);
-		it->bytes = NULL;
+		b->len = 0;
 		it->u.present = false;
 		fd = open_beneath(g, it->u.path);
 		if (fd < 0) {
@@ -530,14 +527,13 @@ static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 						: "not a regular file");
 			goto out;
 		}
-		it->bytes = malloc((size_t)st.st_size + 1);
-		if (!it->bytes) {
+		if (!buf_reserve(b, (size_t)st.st_size + 1)) {
 			rc = -ENOMEM;
 			errmsg_set(errmsg, errn, "out of memory");
 			goto out;
 		}
 		while (got <= (size_t)st.st_size) {
-			ssize_t r = read(fd, it->bytes + got,
+			ssize_t r = read(fd, b->data + got,
 					 (size_t)st.st_size + 1 - got);
 
 			if (r < 0 && errno == EINTR)
@@ -560,7 +556,7 @@ static int read_item(struct gitc *g, struct item *it, char *errmsg, size_t errn)
 		fd = -1;
 		if (got == (size_t)st.st_size && same_stat(&st, &after)) {
 			gitidx_stat_of(&st, &it->u.st);
-			it->len = got;
+			b->len = got;
 			it->u.present = true;
 			return 0;
 		}
@@ -1109,109 +1105,84 @@ static void items_free(struct item *its, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free((char *)its[i].u.path); /* owned: see struct item */
-		free(its[i].bytes);
 		free(its[i].agent);
 	}
 	free(its);
 }
 
-static int oid_cmp(const void *a, const void *b)
-{
-	return git_oid_cmp(&(*(struct item *const *)a)->id,
-			   &(*(struct item *const *)b)->id);
-}
-
 /*
- * The blobs of the present items: loose objects, or for a big batch one
- * pack of those the repository lacks (each content once). The files'
- * bytes are released once written. The agents of the first *agents
- * decisions are read for the message on the way. 0 or -errno (errmsg).
+ * Where a commit's blobs go, each as its file is read (no file's bytes
+ * are held after): loose objects, or for a big batch one pack of those
+ * the repository lacks, each content once.
  */
-static int write_blobs(struct gitc *g, struct item **its, size_t n,
-		       size_t *agents, char *errmsg, size_t errn)
+struct blobs {
+	git_odb *odb;	      /* the packs as they were at the start */
+	struct gitpack *pack; /* NULL: loose objects */
+	size_t agents;	      /* decisions whose agent is still to read */
+};
+
+static int blobs_begin(struct gitc *g, struct blobs *b, bool packed,
+		       char *errmsg, size_t errn)
 {
-	struct gitpack *pack = NULL;
-	git_odb *odb = NULL;
 	char packdir[PATH_MAX];
-	size_t present = 0, count = 0;
-	int rc = 0, e;
+	int e;
 
-	for (size_t i = 0; i < n; i++) {
-		struct item *it = its[i];
-
-		present += it->u.present;
-		if (*agents && agent_wanted(it)) {
-			it->agent = agent_of(it->bytes, it->len);
-			it->agent_read = true;
-			(*agents)--;
-		}
-	}
-	if (present < PACK_MIN) {
-		for (size_t i = 0; i < n; i++) {
-			if (!its[i]->u.present)
-				continue;
-			e = git_blob_create_from_buffer(&its[i]->id, g->repo,
-							its[i]->bytes,
-							its[i]->len);
-			if (e < 0)
-				return git_fail(e, "writing a blob", errmsg,
-						errn);
-			free(its[i]->bytes);
-			its[i]->bytes = NULL;
-		}
+	memset(b, 0, sizeof(*b));
+	b->agents = GITC_MESSAGE_PATHS;
+	if (!packed)
 		return 0;
-	}
-	e = git_repository_odb(&odb, g->repo);
+	e = git_repository_odb(&b->odb, g->repo);
 	if (e < 0)
 		return git_fail(e, "the object database", errmsg, errn);
 	/* The packs as they are now, once: an object missing is no reason
 	 * to read the pack directory again (libgit2 does that for each
 	 * miss, and in a first commit every object misses). A pack someone
 	 * adds meanwhile costs at most a copy of its objects in ours. */
-	e = git_odb_refresh(odb);
+	e = git_odb_refresh(b->odb);
 	if (e < 0)
-		rc = git_fail(e, "the object database", errmsg, errn);
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (!its[i]->u.present)
-			continue;
-		e = git_odb_hash(&its[i]->id, its[i]->bytes, its[i]->len,
-				 GIT_OBJECT_BLOB);
-		if (e < 0)
-			rc = git_fail(e, "hashing a blob", errmsg, errn);
-		else
-			its[i]->packed = !git_odb_exists_ext(
-				odb, &its[i]->id, GIT_ODB_LOOKUP_NO_REFRESH);
-	}
-	/* Each content once: the same bytes at two paths are one object. */
-	qsort(its, n, sizeof(*its), oid_cmp);
-	for (size_t i = 0, last = SIZE_MAX; i < n && rc == 0; i++) {
-		if (!its[i]->packed)
-			continue;
-		if (last != SIZE_MAX &&
-		    git_oid_equal(&its[last]->id, &its[i]->id))
-			its[i]->packed = false;
-		else
-			last = i;
-		count += its[i]->packed;
-	}
+		return git_fail(e, "the object database", errmsg, errn);
 	snprintf(packdir, sizeof(packdir), "%sobjects/pack", g->commondir);
-	if (rc == 0 && count)
-		rc = gitpack_begin(&pack, packdir, count, errmsg, errn);
-	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (its[i]->packed)
-			rc = gitpack_add(pack, GIT_OBJECT_BLOB, &its[i]->id,
-					 its[i]->bytes, its[i]->len, errmsg,
-					 errn);
-		free(its[i]->bytes);
-		its[i]->bytes = NULL;
+	return gitpack_begin(&b->pack, packdir, errmsg, errn);
+}
+
+/* The blob of it, whose bytes are data (len). 0 or -errno (errmsg). */
+static int blob_write(struct gitc *g, struct blobs *b, struct item *it,
+		      const char *data, size_t len, char *errmsg, size_t errn)
+{
+	int e;
+
+	if (b->agents && agent_wanted(it)) {
+		it->agent = agent_of(data, len);
+		it->agent_read = true;
+		b->agents--;
 	}
-	if (rc == 0 && pack)
-		rc = gitpack_commit(pack, errmsg, errn);
-	if (rc == 0 && pack && git_odb_refresh(odb) < 0)
-		rc = git_fail(GIT_ERROR, "the new pack", errmsg, errn);
-	gitpack_free(pack);
-	git_odb_free(odb);
-	qsort(its, n, sizeof(*its), item_cmp);
+	if (!b->pack) {
+		e = git_blob_create_from_buffer(&it->id, g->repo, data, len);
+		return e < 0 ? git_fail(e, "writing a blob", errmsg, errn) : 0;
+	}
+	e = git_odb_hash(&it->id, data, len, GIT_OBJECT_BLOB);
+	if (e < 0)
+		return git_fail(e, "hashing a blob", errmsg, errn);
+	if (git_odb_exists_ext(b->odb, &it->id, GIT_ODB_LOOKUP_NO_REFRESH))
+		return 0;
+	e = gitpack_add(b->pack, GIT_OBJECT_BLOB, &it->id, data, len, errmsg,
+			errn);
+	return e < 0 ? e : 0;
+}
+
+/* Finish (ok) or give up the pack; the odb sees it. 0 or -errno. */
+static int blobs_end(struct blobs *b, bool ok, char *errmsg, size_t errn)
+{
+	int rc = 0;
+
+	if (ok && b->pack && gitpack_count(b->pack)) {
+		rc = gitpack_commit(b->pack, errmsg, errn);
+		if (rc == 0 && git_odb_refresh(b->odb) < 0)
+			rc = git_fail(GIT_ERROR, "the new pack", errmsg, errn);
+	}
+	gitpack_free(b->pack);
+	git_odb_free(b->odb);
+	memset(b, 0, sizeof(*b));
 	return rc;
 }
 
@@ -1227,7 +1198,9 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 	struct gitlock il;
 	char index[PATH_MAX];
 	bool have_meta = false;
-	size_t ni = 0, agents = GITC_MESSAGE_PATHS;
+	struct blobs blobs;
+	struct buf bytes = {0};
+	size_t ni = 0;
 	git_oid cid;
 	int rc, e;
 
@@ -1274,21 +1247,22 @@ int gitc_commit_as(struct gitc *g, const struct gitc_ident *who,
 				   sorted[i]->u.path);
 			goto out;
 		}
-	/* Read and written in slices, so a first commit of the whole
-	 * memory holds one slice of file bytes at a time (one pack each). */
-	for (size_t start = 0; start < ni; start += READ_SLICE) {
-		size_t end = start + READ_SLICE < ni ? start + READ_SLICE : ni;
-
-		for (size_t i = start; i < end; i++) {
-			rc = read_item(g, sorted[i], errmsg, errn);
-			if (rc < 0)
-				goto out;
-		}
-		rc = write_blobs(g, sorted + start, end - start, &agents,
-				 errmsg, errn);
-		if (rc < 0)
-			goto out;
+	/* Each file read and its blob written in turn: a first commit of
+	 * the whole memory holds one file's bytes at a time. */
+	rc = blobs_begin(g, &blobs, ni >= PACK_MIN, errmsg, errn);
+	for (size_t i = 0; i < ni && rc == 0; i++) {
+		rc = read_item(g, sorted[i], &bytes, errmsg, errn);
+		if (rc == 0 && sorted[i]->u.present)
+			rc = blob_write(g, &blobs, sorted[i], bytes.data,
+					bytes.len, errmsg, errn);
 	}
+	if (rc < 0)
+		(void)blobs_end(&blobs, false, NULL, 0);
+	else
+		rc = blobs_end(&blobs, true, errmsg, errn);
+	buf_done(&bytes);
+	if (rc < 0)
+		goto out;
 	/* metadata.json is added when there, never removed by us */
 	{
 		size_t k = 0;

@@ -11,6 +11,7 @@
 #include "protocol/decision.h"
 #include "protocol/errors.h"
 #include "protocol/fastjson.h"
+#include "protocol/jsonstr.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -757,7 +758,7 @@ out:
 	return s;
 }
 
-/* A growing output string for the compact writer. */
+/* A growing output string for the file form. */
 struct out {
 	char *s;
 	size_t len, cap;
@@ -787,100 +788,103 @@ static void out_put(struct out *o, const char *p, size_t n)
 	o->s[o->len] = '\0';
 }
 
-/* A JSON string escaped exactly as jansson's dump does without
- * JSON_ENSURE_ASCII, so both writers give the same bytes. */
-static void out_string(struct out *o, const char *p, size_t n)
-{
-	size_t run = 0;
-
-	out_put(o, "\"", 1);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)p[i];
-		char esc[8];
-
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		out_put(o, p + run, i - run);
-		run = i + 1;
-		switch (c) {
-		case '"':
-			out_put(o, "\\\"", 2);
-			break;
-		case '\\':
-			out_put(o, "\\\\", 2);
-			break;
-		case '\b':
-			out_put(o, "\\b", 2);
-			break;
-		case '\f':
-			out_put(o, "\\f", 2);
-			break;
-		case '\n':
-			out_put(o, "\\n", 2);
-			break;
-		case '\r':
-			out_put(o, "\\r", 2);
-			break;
-		case '\t':
-			out_put(o, "\\t", 2);
-			break;
-		default:
-			snprintf(esc, sizeof(esc), "\\u%04X", c);
-			out_put(o, esc, 6);
-		}
-	}
-	out_put(o, p + run, n - run);
-	out_put(o, "\"", 1);
-}
-
 /*
  * The compact form is written directly rather than through json_t
  * objects: it is made for every decision loaded at start-up and every
  * write, and building and dumping a jansson tree costs several times more.
+ * Its length is counted first, so each record is one allocation of the
+ * right size (a buffer grown by doubling left holes between records).
  */
-char *decision_dump_compact(const struct decision *d, size_t *len)
+
+/* The head of the compact form, up to the content: written to num. */
+static int compact_head(const struct decision *d, char num[96])
 {
-	struct out o = {0};
+	return snprintf(num, 96,
+			"{\"coordinate\":{\"x\":%d,\"y\":%d,\"z\":%d},"
+			"\"content\":",
+			d->coord.x, d->coord.y, d->coord.z);
+}
+
+/* ... and its tail, from the version on. */
+static int compact_tail(const struct decision *d, char num[96])
+{
+	return snprintf(num, 96, ",\"version\":%lld}", (long long)d->version);
+}
+
+size_t decision_compact_len(const struct decision *d)
+{
+	char num[96];
+	size_t n = (size_t)compact_head(d, num) + (size_t)compact_tail(d, num);
+	const char *key;
+	json_t *val;
+
+	n += json_str_len(d->content, d->content_len);
+	n += 13 + json_str_len(d->timestamp, strlen(d->timestamp));
+	n += 12 + json_str_len(d->agent_id, strlen(d->agent_id));
+	n += 17;
+	if (!d->issue_context)
+		return n + 4;
+	n += 2 + (json_object_size(d->issue_context)
+			  ? json_object_size(d->issue_context) - 1
+			  : 0);
+	json_object_foreach(d->issue_context, key, val)
+	{
+		n += json_str_len(key, strlen(key)) + 1;
+		n += json_str_len(json_string_value(val),
+				  json_string_length(val));
+	}
+	return n;
+}
+
+char *decision_write_compact(const struct decision *d, char *o)
+{
 	char num[96];
 	const char *key;
 	json_t *val;
 	bool first = true;
+	int k;
 
-	snprintf(num, sizeof(num),
-		 "{\"coordinate\":{\"x\":%d,\"y\":%d,\"z\":%d},\"content\":",
-		 d->coord.x, d->coord.y, d->coord.z);
-	out_put(&o, num, strlen(num));
-	out_string(&o, d->content, d->content_len);
-	out_put(&o, ",\"timestamp\":", 13);
-	out_string(&o, d->timestamp, strlen(d->timestamp));
-	out_put(&o, ",\"agent_id\":", 12);
-	out_string(&o, d->agent_id, strlen(d->agent_id));
-	out_put(&o, ",\"issue_context\":", 17);
+	k = compact_head(d, num);
+	o = (char *)memcpy(o, num, (size_t)k) + k;
+	o = json_str_put(o, d->content, d->content_len);
+	o = (char *)memcpy(o, ",\"timestamp\":", 13) + 13;
+	o = json_str_put(o, d->timestamp, strlen(d->timestamp));
+	o = (char *)memcpy(o, ",\"agent_id\":", 12) + 12;
+	o = json_str_put(o, d->agent_id, strlen(d->agent_id));
+	o = (char *)memcpy(o, ",\"issue_context\":", 17) + 17;
 	if (!d->issue_context) {
-		out_put(&o, "null", 4);
+		o = (char *)memcpy(o, "null", 4) + 4;
 	} else {
-		out_put(&o, "{", 1);
+		*o++ = '{';
 		json_object_foreach(d->issue_context, key, val)
 		{
 			if (!first)
-				out_put(&o, ",", 1);
+				*o++ = ',';
 			first = false;
-			out_string(&o, key, strlen(key));
-			out_put(&o, ":", 1);
-			out_string(&o, json_string_value(val),
-				   json_string_length(val));
+			o = json_str_put(o, key, strlen(key));
+			*o++ = ':';
+			o = json_str_put(o, json_string_value(val),
+					 json_string_length(val));
 		}
-		out_put(&o, "}", 1);
+		*o++ = '}';
 	}
-	snprintf(num, sizeof(num), ",\"version\":%lld}", (long long)d->version);
-	out_put(&o, num, strlen(num));
-	if (o.failed) {
-		free(o.s);
+	k = compact_tail(d, num);
+	o = (char *)memcpy(o, num, (size_t)k) + k;
+	*o = '\0';
+	return o;
+}
+
+char *decision_dump_compact(const struct decision *d, size_t *len)
+{
+	size_t n = decision_compact_len(d);
+	char *s = malloc(n + 1);
+
+	if (!s)
 		return NULL;
-	}
+	decision_write_compact(d, s);
 	if (len)
-		*len = o.len;
-	return o.s;
+		*len = n;
+	return s;
 }
 
 static void out_indent(struct out *o, int depth)

@@ -132,6 +132,12 @@ int decision_from_json(const json_t *obj, int max_x, struct decision *out,
  */
 char *decision_dump_compact(const struct decision *d, size_t *len);
 
+/* The same form written in place, for a caller that sizes its own
+ * memory: its length, then the bytes at o (room for that length and a
+ * NUL after, which is written); returns the end of the JSON. */
+size_t decision_compact_len(const struct decision *d);
+char *decision_write_compact(const struct decision *d, char *o);
+
 /*
  * The exact file form: two-space indentation, keys in record order, UTF-8
  * unescaped, final newline. malloc'd, caller frees; NULL on failure.

@@ -31,16 +31,42 @@ static size_t escaped_len(const char *s)
 	return i;
 }
 
+/* Fill in r's header from its JSON (len bytes, NUL after): false when
+ * it has no content member. */
+static bool record_init(struct record *r, const struct coord *c,
+			int64_t version, size_t len)
+{
+	/* The coordinate object holds only integers, so the first match is
+	 * the content member. */
+	const char *key = strstr(r->json, content_key);
+
+	if (!key)
+		return false;
+	r->coord = *c;
+	r->refs = 1;
+	r->version = version;
+	r->json_len = len;
+	r->content_off = (uint32_t)(key - r->json) + sizeof(content_key) - 1;
+	r->content_esc_len = (uint32_t)escaped_len(r->json + r->content_off);
+	return true;
+}
+
 struct record *record_new(const struct decision *d)
 {
+	/* Written in place: no buffer freed beside each record. */
+	size_t len = decision_compact_len(d);
 	struct record *r;
-	size_t len;
-	char *json = decision_dump_compact(d, &len);
 
-	if (!json)
+	if (len >= UINT32_MAX)
 		return NULL;
-	r = record_from_compact(&d->coord, d->version, json, len);
-	free(json);
+	r = malloc(sizeof(*r) + len + 1);
+	if (!r)
+		return NULL;
+	decision_write_compact(d, r->json); /* escaped: no NUL inside */
+	if (!record_init(r, &d->coord, d->version, len)) {
+		free(r);
+		return NULL;
+	}
 	return r;
 }
 
@@ -48,7 +74,6 @@ struct record *record_from_compact(const struct coord *c, int64_t version,
 				   const char *json, size_t len)
 {
 	struct record *r;
-	const char *key;
 
 	if (len >= UINT32_MAX || memchr(json, '\0', len))
 		return NULL;
@@ -57,19 +82,10 @@ struct record *record_from_compact(const struct coord *c, int64_t version,
 		return NULL;
 	memcpy(r->json, json, len);
 	r->json[len] = '\0';
-	/* The coordinate object holds only integers, so the first match is
-	 * the content member. */
-	key = strstr(r->json, content_key);
-	if (!key) {
+	if (!record_init(r, c, version, len)) {
 		free(r);
 		return NULL;
 	}
-	r->coord = *c;
-	r->refs = 1;
-	r->version = version;
-	r->json_len = len;
-	r->content_off = (uint32_t)(key - r->json) + sizeof(content_key) - 1;
-	r->content_esc_len = (uint32_t)escaped_len(r->json + r->content_off);
 	return r;
 }
 

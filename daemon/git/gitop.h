@@ -13,7 +13,8 @@
  * working tree but not yet created its lock or state files (see
  * docs/operations.md, "Working beside git").
  *
- * Blocking only in the sense of a few lstat calls: safe on any thread.
+ * Blocking only in the sense of a directory listing and a few lstat
+ * calls: safe on any thread.
  */
 #ifndef VMEM_DAEMON_GITOP_H
 #define VMEM_DAEMON_GITOP_H
@@ -24,10 +25,10 @@
 /*
  * True when an operation is in progress in the tree whose git directory
  * is gitdir (no trailing slash needed), with why ("merge in progress",
- * "index.lock is held by another process", ...) in why (n bytes). An
- * lstat failure other than "does not exist" counts as in progress (we
- * cannot tell), with the error in why. Our own commit's index.lock
- * (gitlock_ours) is no git operation.
+ * "index.lock is held by another process", ...) in why (n bytes). A
+ * git directory that cannot be listed, or a state file that cannot be
+ * looked at, counts as in progress (we cannot tell), with the error in
+ * why. Our own commit's index.lock (gitlock_ours) is no git operation.
  */
 bool gitop_busy(const char *gitdir, char *why, size_t n);
 

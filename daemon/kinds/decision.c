@@ -417,11 +417,10 @@ long decisions_save_snapshot(struct decisions *ds, bool *saved, size_t *stale,
  * deletion when json is NULL. */
 struct writer_item {
 	struct coord coord;
-	char *json;
-	size_t json_len;
-	int64_t changed_ns; /* our last write or removal of its file */
-	char *file;	    /* filled by the worker */
-	size_t file_len;
+	/* The record to write (a reference: records are immutable, so the
+	 * worker reads it while the loop goes on), NULL for a removal. */
+	struct record *rec;
+	int64_t changed_ns;	   /* our last write or removal of its file */
 	struct vmdir_stamp stamp;  /* of the file written (worker) */
 	struct vmdir_stamp expect; /* of the file as we last saw it */
 	bool held;		   /* conflicted: held, its file left alone */
@@ -436,12 +435,11 @@ struct snapshot {
 	char yield[CONFLICTS_YIELD_LEN]; /* git had the tree (worker) */
 };
 
+/* Loop thread (the records' counts are the loop's). */
 static void snapshot_free(struct snapshot *sn)
 {
-	for (size_t i = 0; i < sn->n; i++) {
-		free(sn->items[i].json);
-		free(sn->items[i].file);
-	}
+	for (size_t i = 0; i < sn->n; i++)
+		record_free(sn->items[i].rec);
 	free(sn->items);
 	free(sn);
 }
@@ -481,13 +479,9 @@ static int snapshot(struct store_kind *k, void **out)
 			conflicts_has(ds->conflicts, slot) ||
 			(ds->unmerged &&
 			 unmerged_find(ds->unmerged, &sn->items[i].coord));
-		if (!r)
-			continue;
-		sn->items[i].json = strdup(r->json);
-		sn->items[i].json_len = r->json_len;
-		if (!sn->items[i].json) {
-			snapshot_free(sn);
-			return -ENOMEM;
+		if (r) {
+			record_ref((struct record *)r);
+			sn->items[i].rec = (struct record *)r;
 		}
 	}
 	for (size_t i = 0; i < n; i++)
@@ -497,13 +491,18 @@ static int snapshot(struct store_kind *k, void **out)
 	return 0;
 }
 
+/* Files rendered and written at a time: a pass of 100,000 decisions
+ * held all their texts at once (93 MB). */
+#define WRITE_CHUNK 1024
+
 /*
  * Blocking: render the file text of each item (re-indenting the cached
  * compact record, no parsing) and write the files (durably with sync,
- * see vmdir_apply). Conflicted items, and those whose file turns out to
- * hold conflict markers, are kept as held versions (conflicts_hold)
- * instead; while git has the tree (checked first, then between files)
- * no file is written and the items are left (KIND_LEFT).
+ * see vmdir_apply), WRITE_CHUNK at a time. Conflicted items, and those
+ * whose file turns out to hold conflict markers, are kept as held
+ * versions (conflicts_hold) instead; while git has the tree (checked
+ * first, then between files) no file is written and the items are left
+ * (KIND_LEFT).
  */
 static int write_files(struct store_kind *k, void *snap, bool sync,
 		       char *errmsg, size_t errn)
@@ -512,11 +511,14 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 	struct conflicts *cf = ds->conflicts;
 	struct snapshot *sn = snap;
 	struct writer_item *items = sn->items;
-	struct vmdir_op *ops = calloc(sn->n ? sn->n : 1, sizeof(*ops));
-	size_t *op_of = calloc(sn->n ? sn->n : 1, sizeof(*op_of)), n_ops = 0;
+	size_t cap = sn->n < WRITE_CHUNK ? (sn->n ? sn->n : 1) : WRITE_CHUNK;
+	struct vmdir_op *ops = malloc(cap * sizeof(*ops));
+	size_t *op_of = malloc(cap * sizeof(*op_of)), n_ops;
 	bool yield =
 		cf && conflicts_yield_check(cf, sn->yield, sizeof(sn->yield));
-	bool left = false;
+	/* One chunk syncs as vmdir_apply does; more are flushed at once
+	 * after the last. */
+	bool whole = sn->n <= WRITE_CHUNK, left = false;
 	int rc = 0;
 
 	if (!ops || !op_of) {
@@ -524,44 +526,54 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < sn->n; i++) {
-		struct vmdir_op *op = &ops[n_ops];
+	for (size_t next = 0; rc == 0 && next < sn->n;) {
+		memset(ops, 0, cap * sizeof(*ops));
+		for (n_ops = 0; rc == 0 && next < sn->n && n_ops < cap;
+		     next++) {
+			struct writer_item *it = &items[next];
+			struct vmdir_op *op = &ops[n_ops];
 
-		if (items[i].held || yield) {
-			items[i].left = !items[i].held;
-			continue;
+			if (it->held || yield) {
+				it->left = !it->held;
+				continue;
+			}
+			op_of[n_ops++] = next;
+			op->coord = it->coord;
+			op->guard = cf != NULL;
+			op->expect = it->expect;
+			op->changed_ns = it->changed_ns;
+			if (!it->rec)
+				continue;
+			op->text = decision_file_from_compact(
+				it->rec->json, it->rec->json_len, &op->len);
+			if (!op->text) {
+				errmsg_set(errmsg, errn, "out of memory");
+				rc = -ENOMEM;
+			}
 		}
-		op_of[n_ops++] = i;
-		op->coord = items[i].coord;
-		op->guard = cf != NULL;
-		op->expect = items[i].expect;
-		op->changed_ns = items[i].changed_ns;
-		if (!items[i].json)
-			continue;
-		items[i].file = decision_file_from_compact(
-			items[i].json, items[i].json_len, &items[i].file_len);
-		if (!items[i].file) {
-			errmsg_set(errmsg, errn, "out of memory");
-			rc = -ENOMEM;
-			goto out;
-		}
-		op->text = items[i].file;
-		op->len = items[i].file_len;
-	}
-	if (n_ops) /* (nothing to create while git has the tree) */
-		rc = vmdir_apply(&ds->dir, ops, n_ops, sync, errmsg, errn);
-	for (size_t i = 0; rc == 0 && i < n_ops; i++) {
-		struct writer_item *it = &items[op_of[i]];
+		if (rc == 0 && n_ops) /* (none while git has the tree) */
+			rc = vmdir_apply(&ds->dir, ops, n_ops, sync && whole,
+					 errmsg, errn);
+		for (size_t i = 0; i < n_ops; i++) {
+			struct writer_item *it = &items[op_of[i]];
 
-		it->stamp = ops[i].stamp;
-		it->conflicted = it->held = ops[i].skipped;
-		it->left = ops[i].interrupted;
-		it->superseded = ops[i].superseded;
+			free((char *)ops[i].text);
+			if (rc < 0)
+				continue;
+			it->stamp = ops[i].stamp;
+			it->conflicted = it->held = ops[i].skipped;
+			it->left = ops[i].interrupted;
+			it->superseded = ops[i].superseded;
+		}
 	}
+	if (rc == 0 && sync && !whole)
+		rc = vmdir_sync(&ds->dir, errmsg, errn);
 	for (size_t i = 0; rc == 0 && i < sn->n; i++) {
 		left |= items[i].left;
 		if (items[i].held)
-			rc = conflicts_hold(cf, &items[i].coord, items[i].json,
+			rc = conflicts_hold(cf, &items[i].coord,
+					    items[i].rec ? items[i].rec->json
+							 : NULL,
 					    errmsg, errn);
 	}
 	/* Interrupted on the way: say why. */
@@ -595,7 +607,7 @@ static void written(struct store_kind *k, void *snap, int rc)
 			 * the files takes it (ours is kept in a record, see
 			 * on_replacing) */
 			probe = true;
-		} else if (!it->held && (!ds->dirty[slot] || !it->json)) {
+		} else if (!it->held && (!ds->dirty[slot] || !it->rec)) {
 			/* What we wrote is what a rescan will find, unless
 			 * a newer write is already on its way; a removal's
 			 * time is kept anyway, so the file written next there

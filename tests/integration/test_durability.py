@@ -237,6 +237,34 @@ class Replay(vt.VmemTestCase):
                         self.repo.temp_files())
         self.assertOnlyDecisionFiles()
 
+    def test_big_pass_written_in_chunks(self):
+        """More decisions in one writer pass than it renders at a time
+        (1,024): every file is written, by the pass and by the start-up
+        replay after a kill -9."""
+        conn = self.connect(agent_id="wal")
+        recs = []
+        for y in (1, 2, 3):
+            recs += conn.call("decision.store_many", {"items": [
+                {"coordinate": vt.coord(x, y, 2),
+                 "content": "chunked %d %d" % (x, y)}
+                for x in range(1, 1001)]})
+        self.daemon.kill()
+        self.daemon.start()
+        for rec in recs:
+            self.assertFileMatches(rec)
+        conn = self.connect(agent_id="wal")
+        recs = []
+        for y in (1, 2, 3):
+            recs += conn.call("decision.store_many", {"items": [
+                {"coordinate": vt.coord(x, y, 2),
+                 "content": "again %d %d" % (x, y), "overwrite": True}
+                for x in range(1, 1001)]})
+        for rec in recs:
+            self.assertFileMatches(rec, timeout=30)
+        self.assertTrue(vt.wait_until(lambda: not self.repo.temp_files()),
+                        self.repo.temp_files())
+        self.assertOnlyDecisionFiles()
+
     def test_torn_log_tail_cut(self):
         conn = self.connect(agent_id="wal")
         recs = [conn.store(x, 1, 4, "before the tear %d" % x)

@@ -966,6 +966,30 @@ static bool pack_mapped(void)
 	return found;
 }
 
+/* Decision files at the first n coordinates in (x, y, z) order, 20 a
+ * directory, the i-th by agent-<i>; with same, the last two of every ten
+ * hold the same bytes, "same\n". Their changes in c, their paths in
+ * names. */
+static void put_many(int n, char (*names)[32], struct gitc_change *c, bool same)
+{
+	for (int i = 0; i < n; i++) {
+		struct coord at = {i / 20 + 1, (i % 20) / 4 + 1, i % 4 + 1};
+		char rel[80], buf[128];
+
+		coord_path(&at, names[i], 32);
+		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", names[i]);
+		if (same && i % 10 >= 8)
+			snprintf(buf, sizeof(buf), "same\n");
+		else
+			snprintf(buf, sizeof(buf),
+				 "{\n  \"content\": \"c\",\n  \"agent_id\": "
+				 "\"agent-%d\"\n}\n",
+				 i);
+		write_file(rel, buf);
+		c[i] = (struct gitc_change){names[i], false, false};
+	}
+}
+
 /* A batch of many new files goes into one pack (each content once),
  * which the commit does not read back: no check that each blob exists
  * maps the pack (its pages would stay resident). */
@@ -974,26 +998,8 @@ START_TEST(test_big_batch_packed)
 	static char bpaths[400][32];
 	struct gitc_change c[400];
 	struct gitc_result res;
-	char buf[512];
 
-	for (int i = 0; i < 400; i++) {
-		struct coord at = {i / 20 + 1, (i % 20) / 4 + 1, i % 4 + 1};
-		char rel[80];
-
-		coord_path(&at, bpaths[i], sizeof(bpaths[i]));
-		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", bpaths[i]);
-		/* every tenth file holds the same bytes as the one before */
-		snprintf(buf, sizeof(buf),
-			 "{\n  \"content\": \"many\",\n  \"agent_id\": "
-			 "\"agent-%d\"\n}\n",
-			 i);
-		if (i % 10 == 9)
-			snprintf(buf, sizeof(buf), "same\n");
-		if (i % 10 == 8)
-			snprintf(buf, sizeof(buf), "same\n");
-		write_file(rel, buf);
-		c[i] = (struct gitc_change){bpaths[i], false, false};
-	}
+	put_many(400, bpaths, c, true);
 	commit_ok(c, 400, NULL, &res);
 	ck_assert(!pack_mapped());
 	ck_assert_str_eq(out("git count-objects -v | sed -n 's/^packs: //p'"),
@@ -1026,21 +1032,8 @@ START_TEST(test_message_agents_read_back)
 	static char bpaths[GITC_MESSAGE_PATHS + 2][32];
 	struct gitc_change c[GITC_MESSAGE_PATHS + 2];
 	struct gitc_result res;
-	char buf[512];
 
-	for (int i = 0; i < GITC_MESSAGE_PATHS + 2; i++) {
-		struct coord at = {i / 20 + 1, (i % 20) / 4 + 1, i % 4 + 1};
-		char rel[80];
-
-		coord_path(&at, bpaths[i], sizeof(bpaths[i]));
-		snprintf(rel, sizeof(rel), ".vector-memory/%.31s", bpaths[i]);
-		snprintf(buf, sizeof(buf),
-			 "{\n  \"content\": \"c\",\n  \"agent_id\": "
-			 "\"agent-%d\"\n}\n",
-			 i);
-		write_file(rel, buf);
-		c[i] = (struct gitc_change){bpaths[i], false, false};
-	}
+	put_many(GITC_MESSAGE_PATHS + 2, bpaths, c, false);
 	commit_ok(c, 2, NULL, &res); /* the first two, committed alone */
 	commit_ok(c, GITC_MESSAGE_PATHS + 2, NULL, &res);
 	ck_assert(!c[0].changed && !c[1].changed && c[2].changed);

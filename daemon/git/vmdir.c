@@ -1448,8 +1448,6 @@ int vmdir_apply(struct vmdir *d, struct vmdir_op *ops, size_t n, bool sync,
 				ops[k].interrupted = true;
 			break;
 		}
-		if (d->progress && i && i % VMDIR_PROGRESS_FILES == 0)
-			d->progress(d->progress_ctx, i, n, i);
 		if (!coord_valid(&ops[i].coord, d->max_x) ||
 		    coord_path(&ops[i].coord, rel, sizeof(rel)) < 0) {
 			ret = -EINVAL;

@@ -58,9 +58,9 @@ struct vmdir {
 	/* Start-up progress, NULL otherwise (it runs on the caller's thread,
 	 * so it is cleared before writes go to the thread pool): after each
 	 * entry of .vector-memory a load handles (done and total entries,
-	 * and the decision files loaded so far), and every
-	 * VMDIR_PROGRESS_FILES files an apply writes (done and total files,
-	 * files = done). */
+	 * and the decision files loaded so far). A caller applying many
+	 * files in several calls reports them through it too (done and
+	 * total files, files = done). */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 uint64_t files);
 	void *progress_ctx;
@@ -69,8 +69,6 @@ struct vmdir {
 	 * it settled (vmdir_dir_fn): VMDIR_SETTLED_NS (tests shorten it). */
 	int64_t settled_ns;
 };
-
-#define VMDIR_PROGRESS_FILES 1024
 
 /* One quarantined file, reported by vmdir_load. */
 struct vmdir_quarantined {

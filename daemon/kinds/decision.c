@@ -491,8 +491,9 @@ static int snapshot(struct store_kind *k, void **out)
 	return 0;
 }
 
-/* Files rendered and written at a time: a pass of 100,000 decisions
- * held all their texts at once (93 MB). */
+/* Files rendered and written at a time (a pass of 100,000 decisions
+ * held all their texts at once, 93 MB), and how often the start-up
+ * replay reports its progress. */
 #define WRITE_CHUNK 1024
 
 /*
@@ -565,6 +566,10 @@ static int write_files(struct store_kind *k, void *snap, bool sync,
 			it->left = ops[i].interrupted;
 			it->superseded = ops[i].superseded;
 		}
+		/* (the start-up replay's: on the caller's thread) */
+		if (rc == 0 && ds->dir.progress && next < sn->n)
+			ds->dir.progress(ds->dir.progress_ctx, next, sn->n,
+					 next);
 	}
 	if (rc == 0 && sync && !whole)
 		rc = vmdir_sync(&ds->dir, errmsg, errn);

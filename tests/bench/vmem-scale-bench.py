@@ -301,6 +301,7 @@ def run_size(args, n, tmp, empty_rss):
     idle, busy = stall_figure(d, args.stall_stores)
     r["stall"] = (pct(idle, 0.5), pct(idle, 0.99), pct(busy, 0.5),
                   pct(busy, 0.99))
+    r["rss_pre_sync"] = d.rss()
     stop, peak = threading.Event(), []
     th = threading.Thread(target=sample_peak, args=(d.proc.pid, stop, peak))
     th.start()
@@ -385,6 +386,14 @@ def print_results(rows):
                   r["anon_rest"] / 1e6, r["anon_restart"] / 1e6,
                   ratio(r["anon_rest"], r["content"]),
                   ratio(r["anon_restart"], r["content"])))
+    print()
+    print("The first sync against the RSS just before it (issue 17: at "
+          "most 1.2x):")
+    for r in rows:
+        print("  {:>9,}: {:.1f} MB before, {:.1f} MB at its peak: "
+              "{:.2f}x".format(r["n"], r["rss_pre_sync"] / 1e6,
+                               r["rss_sync"] / 1e6,
+                               r["rss_sync"] / r["rss_pre_sync"]))
     print()
     print("Search round trips through the socket, limit 100, ms "
           "(p50 / p99):")

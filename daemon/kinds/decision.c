@@ -413,12 +413,11 @@ long decisions_save_snapshot(struct decisions *ds, bool *saved, size_t *stale,
 
 /* ---- materialisation ---- */
 
-/* One coordinate handed to the file writer: its compact JSON, or a
- * deletion when json is NULL. */
+/* One coordinate handed to the file writer: its record, or a deletion. */
 struct writer_item {
 	struct coord coord;
 	/* The record to write (a reference: records are immutable, so the
-	 * worker reads it while the loop goes on), NULL for a removal. */
+	 * worker reads it while the loop goes on), NULL for a deletion. */
 	struct record *rec;
 	int64_t changed_ns;	   /* our last write or removal of its file */
 	struct vmdir_stamp stamp;  /* of the file written (worker) */
@@ -466,7 +465,7 @@ static int snapshot(struct store_kind *k, void **out)
 	sn->n = n;
 	for (size_t i = 0; i < n; i++) {
 		size_t slot = ds->dirty_list[i];
-		const struct record *r = ds->index.slots[slot];
+		struct record *r = ds->index.slots[slot];
 
 		sn->items[i].coord = index_coord(&ds->index, slot);
 		/* A file we know of that is gone when written again was
@@ -480,8 +479,8 @@ static int snapshot(struct store_kind *k, void **out)
 			(ds->unmerged &&
 			 unmerged_find(ds->unmerged, &sn->items[i].coord));
 		if (r) {
-			record_ref((struct record *)r);
-			sn->items[i].rec = (struct record *)r;
+			record_ref(r);
+			sn->items[i].rec = r;
 		}
 	}
 	for (size_t i = 0; i < n; i++)

@@ -909,7 +909,7 @@ static char *agent_of(const char *bytes, size_t len)
 	return r;
 }
 
-/* Does the message name it's agent: a present decision with a change? */
+/* Does the message name its agent: a present decision with a change? */
 static bool agent_wanted(const struct item *it)
 {
 	return it->ch && it->u.present &&

@@ -47,7 +47,11 @@ struct gitq_path {
 static struct gitq_path tombstone;
 
 struct gitq_item {
-	char *path;   /* (owned) */
+	/* Its entry in the table (not copied: a first commit takes every
+	 * path), kept there while the job holds it (P_COMMITTING) and until
+	 * the job is done with it (forget_settled). The worker reads only
+	 * its path, which never changes. */
+	struct gitq_path *e;
 	bool changed; /* it differed from HEAD and was committed */
 };
 
@@ -358,13 +362,6 @@ size_t gitq_pending(const struct gitq *q)
 	return q->n_pending + q->in_flight;
 }
 
-static void items_free(struct gitq_item *items, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(items[i].path);
-	free(items);
-}
-
 /* Blocking: the commit of what the working tree holds at the paths. */
 static void job_work_cb(uv_work_t *req)
 {
@@ -377,7 +374,7 @@ static void job_work_cb(uv_work_t *req)
 		return;
 	}
 	for (size_t i = 0; i < j->n; i++)
-		ch[i].path = j->items[i].path;
+		ch[i].path = j->items[i].e->path;
 	j->rc = gitc_commit_as(j->q->gitc, &j->ident, ch, j->n, j->message,
 			       &j->res, j->errmsg, sizeof(j->errmsg));
 	for (size_t i = 0; i < j->n; i++)
@@ -452,7 +449,8 @@ static void batch_of(const struct gitq_job *j, struct gitq_batch *b,
 	b->committed_at = j->res.committed_at;
 	b->coords = coords;
 	for (size_t i = 0; i < j->n; i++) {
-		const char *path = j->items[i].path, *slash = strchr(path, '/');
+		const char *path = j->items[i].e->path,
+			   *slash = strchr(path, '/');
 		struct coord c;
 		char dir[32];
 
@@ -478,20 +476,27 @@ static void batch_of(const struct gitq_job *j, struct gitq_batch *b,
 }
 
 /* The job's paths are no longer in a commit being made; put them back
- * as pending (failure), or forget those not marked since (success). */
+ * as pending (failure). */
 static void settle_items(struct gitq *q, const struct gitq_job *j, bool again)
 {
 	for (size_t i = 0; i < j->n; i++) {
-		struct gitq_path *e = find(q, j->items[i].path);
+		struct gitq_path *e = j->items[i].e;
 
-		if (!e)
-			continue;
 		e->flags &= (uint8_t)~P_COMMITTING;
 		if (again)
 			set_pending(q, e);
-		else if (!e->flags)
-			drop(q, e);
 	}
+}
+
+/* The job is done with its paths: forget those neither pending nor in a
+ * commit (not marked again since), and the job's list. */
+static void forget_settled(struct gitq *q, struct gitq_job *j)
+{
+	for (size_t i = 0; i < j->n; i++)
+		if (!j->items[i].e->flags)
+			drop(q, j->items[i].e);
+	free(j->items);
+	j->items = NULL;
 }
 
 /* The retry delay after a deferral or a failure, doubling up to max. */
@@ -620,7 +625,7 @@ static void job_after_cb(uv_work_t *req, int status)
 		}
 	}
 	close_replaced(q, j->res.replaced_fd);
-	items_free(j->items, j->n);
+	forget_settled(q, j);
 	free(j->message);
 	free(j);
 	if (idle && q->idle_cb) {
@@ -719,10 +724,7 @@ static void job_start(struct gitq *q)
 
 		if (!ready(q, e, all))
 			continue;
-		j->items[j->n].path = strdup(e->path);
-		if (!j->items[j->n].path)
-			goto fail;
-		j->n++;
+		j->items[j->n++].e = e;
 	}
 	/* Taken paths leave the pending list; the others keep their
 	 * order. */
@@ -752,8 +754,8 @@ static void job_start(struct gitq *q)
 	q->in_flight = j->n;
 	return;
 fail:
-	if (j && j->items)
-		items_free(j->items, j->n);
+	if (j)
+		free(j->items);
 	free(j);
 	kick(q, RETRY_MAX_MS);
 }

@@ -31,6 +31,8 @@
 #define WAL_MAX_PAYLOAD (64u * 1024 * 1024)
 /* The file grows ahead of the log by zero-filled steps of this size. */
 #define WAL_GROW (1u << 20)
+/* What a cut of the log's head copies at a time. */
+#define WAL_COPY_CHUNK (1u << 20)
 /* In the length field: the last record of its batch. */
 #define WAL_LAST 0x80000000u
 
@@ -451,12 +453,39 @@ out:
 	return ret;
 }
 
+/* Copy len bytes of from, starting at off, to the start of to, a chunk
+ * at a time (the tail of a log can be hundreds of megabytes). */
+static int copy_range(int from, uint64_t off, int to, uint64_t len)
+{
+	unsigned char *buf = malloc(WAL_COPY_CHUNK);
+	uint64_t done = 0;
+	int ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (ret == 0 && done < len) {
+		size_t want = len - done < WAL_COPY_CHUNK ? (size_t)(len - done)
+							  : WAL_COPY_CHUNK;
+		ssize_t n = pread(from, buf, want, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			break;
+		}
+		ret = fdio_pwrite(to, buf, (size_t)n, done);
+		done += (uint64_t)n;
+	}
+	free(buf);
+	return ret;
+}
+
 int wal_cut_head(struct wal *w, uint64_t head)
 {
-	unsigned char *tail = NULL;
-	size_t len, got = 0;
 	char tmp[WAL_NAME_MAX + 8];
-	int fd = -1, ret;
+	uint64_t len;
+	int fd, ret;
 
 	if (w->fd < 0)
 		return -EBADF;
@@ -466,51 +495,27 @@ int wal_cut_head(struct wal *w, uint64_t head)
 		return 0;
 	if (head == w->end)
 		return wal_truncate(w);
-	len = (size_t)(w->end - head);
-	tail = malloc(len);
-	if (!tail) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	while (got < len) {
-		ssize_t n = pread(w->fd, tail + got, len - got,
-				  (off_t)(head + got));
-
-		if (n <= 0) {
-			ret = n < 0 ? -errno : -EIO;
-			if (n < 0 && errno == EINTR)
-				continue;
-			goto out;
-		}
-		got += (size_t)n;
-	}
+	len = w->end - head;
 	tmp_name(w, tmp, sizeof(tmp));
 	fd = statedir_open(w->dir, tmp, O_RDWR | O_CREAT | O_TRUNC, 0600, NULL,
 			   0);
-	if (fd < 0) {
-		ret = fd;
-		fd = -1;
-		goto out;
-	}
-	ret = fdio_pwrite(fd, tail, len, 0);
+	if (fd < 0)
+		return fd;
+	ret = copy_range(w->fd, head, fd, len);
 	if (ret == 0 && fdatasync(fd) < 0)
 		ret = -errno;
 	if (ret == 0)
 		ret = statedir_rename(w->dir, tmp, w->name);
 	if (ret < 0) {
 		(void)statedir_unlink(w->dir, tmp);
-		goto out;
+		close(fd);
+		return ret;
 	}
 	/* The new log is in place but maybe not its name: keep it. */
 	ret = statedir_sync(w->dir);
 	close(w->fd);
 	w->fd = fd;
-	fd = -1;
 	w->end = w->size = len;
-out:
-	if (fd >= 0)
-		close(fd);
-	free(tail);
 	return ret;
 }
 

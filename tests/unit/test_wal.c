@@ -585,6 +585,38 @@ START_TEST(test_cut_head)
 }
 END_TEST
 
+/* A tail of several megabytes is copied a chunk at a time, byte for
+ * byte (records that straddle the chunks included). */
+START_TEST(test_cut_head_big_tail)
+{
+	enum { N = 24, LEN = 300001 };
+	static char text[N][LEN + 1];
+	struct wal w;
+	struct seen s = {0};
+	uint64_t head;
+
+	for (int i = 0; i < N; i++) {
+		for (int k = 0; k < LEN; k++)
+			text[i][k] = (char)('a' + (k * 7 + i) % 26);
+		text[i][LEN] = '\0';
+	}
+	ck_assert_int_eq(wal_open(&w, &sd, "wal", NULL, NULL, NULL, 0), 0);
+	append(&w, (const char *const[]){"first", NULL});
+	head = w.end;
+	for (int i = 0; i < N; i++)
+		append(&w, (const char *const[]){text[i], NULL});
+	ck_assert_int_eq(wal_cut_head(&w, head), 0);
+	ck_assert_uint_gt(w.end, 6u << 20);
+	wal_close(&w);
+	ck_assert_int_eq(reopen(&w, &s, NULL, NULL, 0), 0);
+	ck_assert_uint_eq(s.n, N);
+	for (int i = 0; i < N; i++)
+		ck_assert_str_eq(s.rec[i], text[i]);
+	wal_close(&w);
+	seen_free(&s);
+}
+END_TEST
+
 /* A flipped byte in the last batch (several records) counts as torn: the
  * batch goes whole. */
 START_TEST(test_last_batch_flip_is_torn)
@@ -858,6 +890,7 @@ static Suite *wal_suite(void)
 	tcase_add_test(tc, test_torn_before_zeros);
 	tcase_add_test(tc, test_damage_in_first_record);
 	tcase_add_test(tc, test_cut_head);
+	tcase_add_test(tc, test_cut_head_big_tail);
 	tcase_add_test(tc, test_last_batch_flip_is_torn);
 	tcase_add_test(tc, test_stale_batch_is_torn);
 	tcase_add_test(tc, test_next_batch_continues);

@@ -21,20 +21,65 @@ struct sync_call {
 	struct call *call;
 };
 
-static json_t *batch_json(const struct gitq_batch *b)
-{
-	json_t *coords = json_array();
+/*
+ * A git.sync's answer, {commit, decisions, coordinates, ranges}, written
+ * a slice at a time from a copy of the batch: a first commit of the whole
+ * memory lists every decision (a million coordinates, 20 MB of text).
+ */
+struct sync_answer {
+	struct gitq_batch b; /* coords: ours */
+	size_t next;	     /* coordinates written */
+	bool opened;
+};
 
-	for (size_t i = 0; coords && i < b->n; i++)
-		json_array_append_new(coords, coord_to_json(&b->coords[i]));
-	return json_pack("{s:o,s:I,s:o,s:o}", "commit",
-			 b->commit[0] ? json_string(b->commit) : json_null(),
-			 "decisions", (json_int_t)b->n, "coordinates", coords,
-			 "ranges",
-			 b->n ? json_pack("{s:[i,i],s:[i,i],s:[i,i]}", "x",
-					  b->min.x, b->max.x, "y", b->min.y,
-					  b->max.y, "z", b->min.z, b->max.z)
-			      : json_null());
+static void sync_answer_free(void *ctx)
+{
+	struct sync_answer *a = ctx;
+
+	free(a->b.coords);
+	free(a);
+}
+
+static int sync_produce(struct call *call, void *ctx, struct buf *out)
+{
+	struct sync_answer *a = ctx;
+	const struct gitq_batch *b = &a->b;
+	size_t start = out->len;
+	char t[192];
+	int k;
+
+	(void)call;
+	if (!a->opened) {
+		k = snprintf(t, sizeof(t),
+			     "{\"commit\":%s%s%s,\"decisions\":%zu,"
+			     "\"coordinates\":[",
+			     b->commit[0] ? "\"" : "",
+			     b->commit[0] ? b->commit : "null",
+			     b->commit[0] ? "\"" : "", b->n);
+		if (!buf_append(out, t, (size_t)k))
+			return -ENOMEM;
+		a->opened = true;
+	}
+	while (a->next < b->n && out->len - start < SLICE_BYTES) {
+		const struct coord *c = &b->coords[a->next];
+
+		k = snprintf(t, sizeof(t), "%s{\"x\":%d,\"y\":%d,\"z\":%d}",
+			     a->next ? "," : "", c->x, c->y, c->z);
+		if (!buf_append(out, t, (size_t)k))
+			return -ENOMEM;
+		a->next++;
+	}
+	if (a->next < b->n)
+		return 0;
+	if (b->n)
+		k = snprintf(t, sizeof(t),
+			     "],\"ranges\":{\"x\":[%d,%d],\"y\":[%d,%d],"
+			     "\"z\":[%d,%d]}}",
+			     b->min.x, b->max.x, b->min.y, b->max.y, b->min.z,
+			     b->max.z);
+	else
+		k = snprintf(t, sizeof(t), "],\"ranges\":null}");
+	return buf_append(out, t, (size_t)k) ? 1 : -ENOMEM;
 }
 
 static void sync_done(struct gitq_sync *w, int code, const char *msg,
@@ -42,15 +87,35 @@ static void sync_done(struct gitq_sync *w, int code, const char *msg,
 {
 	struct sync_call *sc = w->data;
 	struct call *call = sc->call;
+	struct sync_answer *a = NULL;
 
-	if (code == RPC_STORAGE)
+	free(sc);
+	if (code == RPC_STORAGE) {
 		call_error(call, code, json_pack("{s:s}", "reason", msg), "%s",
 			   msg);
-	else if (code != 0)
+	} else if (code != 0) {
 		call_error(call, code, NULL, "%s", msg);
-	else
-		call_reply(call, batch_json(b));
-	free(sc);
+	} else {
+		a = calloc(1, sizeof(*a));
+		if (a) {
+			a->b = *b;
+			a->b.coords =
+				malloc((b->n ? b->n : 1) * sizeof(*b->coords));
+		}
+		if (!a || !a->b.coords) {
+			free(a);
+			call_error(call, RPC_INTERNAL_ERROR, NULL,
+				   "out of memory");
+		} else {
+			memcpy(a->b.coords, b->coords,
+			       b->n * sizeof(*b->coords));
+			if (call_reply_slices(call, sync_produce,
+					      sync_answer_free,
+					      a) == CALL_ASYNC)
+				return; /* answered, then completed, by its
+					   slices */
+		}
+	}
 	call_complete(call);
 }
 

@@ -122,6 +122,32 @@ class Sync(GitCase):
         self.assertEqual(self.commits(), history)
         self.assertEqual(len(history), 1)
 
+    def test_big_sync_answered_in_slices(self):
+        """A sync of 5,000 decisions lists them all (110 KB: the answer
+        is written in slices) and the line is the one compact JSON
+        object."""
+        conn = self.connect(agent_id="bulk")
+        want = set()
+        for y in range(1, 6):
+            conn.call("decision.store_many", {"items": [
+                {"coordinate": vt.coord(x, y, 3), "content": "d %d" % x}
+                for x in range(1, 1001)]})
+            want |= {(x, y, 3) for x in range(1, 1001)}
+        rid = conn.request("git.sync", {})
+        line = conn.read_line(timeout=60).decode()
+        self.assertGreater(len(line), 100000)
+        res = json.loads(line)["result"]
+        self.assertEqual(line, json.dumps(
+            {"jsonrpc": "2.0", "id": rid, "result": res},
+            separators=(",", ":")))
+        self.assertEqual(res["commit"], self.git("rev-parse", "HEAD").strip())
+        self.assertEqual(res["decisions"], 5000)
+        self.assertEqual({tuple(c[k] for k in "xyz")
+                          for c in res["coordinates"]}, want)
+        self.assertEqual(len(res["coordinates"]), 5000)
+        self.assertEqual(res["ranges"],
+                         {"x": [1, 1000], "y": [1, 5], "z": [3, 3]})
+
     def test_worktree_agrees_when_sync_returns(self):
         """`vmem sync && git commit -a` must not commit deletions of the
         decision files: when git.sync answers, the files of the commit are

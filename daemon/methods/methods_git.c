@@ -107,8 +107,9 @@ static void sync_done(struct gitq_sync *w, int code, const char *msg,
 			call_error(call, RPC_INTERNAL_ERROR, NULL,
 				   "out of memory");
 		} else {
-			memcpy(a->b.coords, b->coords,
-			       b->n * sizeof(*b->coords));
+			if (b->n)
+				memcpy(a->b.coords, b->coords,
+				       b->n * sizeof(*b->coords));
 			if (call_reply_slices(call, sync_produce,
 					      sync_answer_free,
 					      a) == CALL_ASYNC)
